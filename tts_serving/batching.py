@@ -1,0 +1,107 @@
+"""Plain helpers for batching ragged items: sort by length, pad into one array, cut back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def sort_by_length(lengths: Sequence[int], descending: bool = True) -> list[int]:
+    """Indices that order items by length (longest first by default), stable for ties.
+
+    Sorting before padding keeps similar lengths together, so buckets waste less padding.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=descending)
+    return order
+
+
+def pad_stack(
+    items: Sequence[np.ndarray], axis: int = -1, pad_value: float | int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Stack arrays that differ only along ``axis`` into one zero-padded batch.
+
+    Returns the batch (new leading batch dimension) and each item's length along ``axis``.
+    """
+    if not items:
+        raise ValueError("pad_stack needs at least one item")
+    first = np.asarray(items[0])
+    ndim = first.ndim
+    ax = axis % ndim
+    lengths = np.array([np.asarray(it).shape[ax] for it in items], dtype=np.int64)
+    for it in items:
+        shape = np.asarray(it).shape
+        if len(shape) != ndim or any(
+            s != f for k, (s, f) in enumerate(zip(shape, first.shape)) if k != ax
+        ):
+            raise ValueError(
+                f"pad_stack items must match outside axis {axis}: {first.shape} vs {shape}"
+            )
+    out_shape = (len(items),) + tuple(
+        int(lengths.max()) if k == ax else s for k, s in enumerate(first.shape)
+    )
+    out = np.full(out_shape, pad_value, dtype=first.dtype)
+    for i, it in enumerate(items):
+        index = [i] + [slice(None)] * ndim
+        index[1 + ax] = slice(0, int(lengths[i]))
+        out[tuple(index)] = it
+    return out, lengths
+
+
+def split_by_lengths(batch: np.ndarray, lengths: Sequence[int], axis: int = -1) -> list[np.ndarray]:
+    """Cut each item of a padded batch back to its own length along ``axis`` (batch axis 0).
+
+    ``axis`` counts in the item's own dimensions, as in :func:`pad_stack`.
+    """
+    if len(lengths) != batch.shape[0]:
+        raise ValueError(f"{len(lengths)} lengths for a batch of {batch.shape[0]}")
+    item_ndim = batch.ndim - 1
+    ax = axis % item_ndim
+    out = []
+    for i, n in enumerate(lengths):
+        if n < 0 or n > batch.shape[1 + ax]:
+            raise ValueError(f"length {n} outside 0..{batch.shape[1 + ax]}")
+        index: list[slice | int] = [i] + [slice(None)] * item_ndim
+        index[1 + ax] = slice(0, int(n))
+        out.append(np.ascontiguousarray(batch[tuple(index)]))
+    return out
+
+
+def length_buckets(sorted_lengths: Sequence[int], max_waste: float) -> list[slice]:
+    """Split a length-sorted (descending) list into contiguous runs for separate padded calls.
+
+    A new bucket starts when padding an item up to its bucket's longest item would waste more
+    than ``max_waste`` of that longest length. ``max_waste >= 1`` gives one bucket.
+    """
+    buckets: list[slice] = []
+    start = 0
+    for i in range(1, len(sorted_lengths) + 1):
+        if i == len(sorted_lengths) or (
+            sorted_lengths[start] - sorted_lengths[i] > max_waste * sorted_lengths[start]
+        ):
+            buckets.append(slice(start, i))
+            start = i
+    return buckets
+
+
+def run_in_buckets(
+    items: Sequence[np.ndarray],
+    lengths: Sequence[int],
+    run_batch,
+    max_waste: float = 1.0,
+) -> list:
+    """Run ``run_batch`` over length-sorted buckets of ``items``; results in the input order.
+
+    ``run_batch(list_of_items) -> list_of_results`` sees items sorted longest first, so one
+    padded call per bucket wastes little work on padding.
+    """
+    order = sort_by_length(lengths)
+    results: list = [None] * len(items)
+    for bucket in length_buckets([lengths[i] for i in order], max_waste):
+        idx = order[bucket]
+        outputs = run_batch([items[i] for i in idx])
+        if len(outputs) != len(idx):
+            raise RuntimeError(f"batch function returned {len(outputs)} results for {len(idx)}")
+        for i, out in zip(idx, outputs):
+            results[i] = out
+    return results

@@ -1,0 +1,9 @@
+"""Errors the models turn into per-request Triton errors."""
+
+
+class InvalidInputError(ValueError):
+    """A request's input is unusable; the message tells the caller what to fix."""
+
+
+class ModelConfigError(ValueError):
+    """A model's config.pbtxt is inconsistent; raised in ``initialize`` so loading fails."""

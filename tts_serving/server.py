@@ -1,0 +1,110 @@
+"""Start the real ``tritonserver`` shipped in the nvidia-pytriton wheel on a model repository.
+
+``python -m tts_serving.server --model-repository model_repository`` (``make serve`` calls it).
+The wheel carries Triton 2.51 with the Python backend; what it needs to run outside PyTriton
+(see TOOLCHAIN.md): a backend directory holding the stub for this interpreter, libpython's
+directory first on LD_LIBRARY_PATH, and this environment's ``bin/`` first on PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+PY_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def pytriton_dir() -> Path:
+    import pytriton
+
+    return Path(pytriton.__file__).parent / "tritonserver"
+
+
+def tritonserver_binary() -> Path:
+    return pytriton_dir() / "bin" / "tritonserver"
+
+
+def prepare_backends(cache_dir: Path) -> Path:
+    """A backend directory whose python backend uses this interpreter's stub (idempotent)."""
+    src = pytriton_dir()
+    stub = src / "python_backend_stubs" / PY_VERSION / "triton_python_backend_stub"
+    if not stub.exists():
+        raise SystemExit(f"nvidia-pytriton has no Python backend stub for Python {PY_VERSION}")
+    backends = cache_dir / f"backends-py{PY_VERSION}"
+    python_backend = backends / "python"
+    marker = python_backend / "triton_python_backend_stub"
+    if not marker.exists() or marker.stat().st_size != stub.stat().st_size:
+        shutil.rmtree(backends, ignore_errors=True)
+        shutil.copytree(src / "backends" / "python", python_backend)
+        shutil.copy2(stub, marker)
+    return backends
+
+
+def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    libs = Path(pytriton_dir()).parent.parent / "nvidia_pytriton.libs"
+    ld = [sysconfig.get_config_var("LIBDIR"), str(libs)]
+    if env.get("LD_LIBRARY_PATH"):
+        ld.append(env["LD_LIBRARY_PATH"])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(ld)
+    # The stub finds this environment's packages through the python on PATH.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.pop("PYTHONPATH", None)  # gave empty outputs once (TOOLCHAIN.md)
+    return env
+
+
+def server_command(
+    model_repository: Path,
+    http_port: int = 8000,
+    grpc_port: int = 8001,
+    metrics_port: int = 8002,
+    cache_dir: Path = Path(".cache/triton"),
+    extra_args: list[str] | None = None,
+) -> list[str]:
+    backends = prepare_backends(cache_dir)
+    return [
+        str(tritonserver_binary()),
+        f"--model-repository={Path(model_repository).resolve()}",
+        f"--backend-directory={backends.resolve()}",
+        f"--http-port={http_port}",
+        f"--grpc-port={grpc_port}",
+        f"--metrics-port={metrics_port}",
+        "--allow-metrics=true",
+        "--exit-on-error=true",
+        "--strict-readiness=true",
+        *(extra_args or []),
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tts_serving.server", description=__doc__)
+    parser.add_argument("--model-repository", type=Path, default=Path("model_repository"))
+    parser.add_argument("--http-port", type=int, default=int(os.environ.get("HTTP_PORT", 8000)))
+    parser.add_argument("--grpc-port", type=int, default=int(os.environ.get("GRPC_PORT", 8001)))
+    parser.add_argument(
+        "--metrics-port", type=int, default=int(os.environ.get("METRICS_PORT", 8002))
+    )
+    parser.add_argument("--cache-dir", type=Path, default=Path(".cache/triton"))
+    args, extra = parser.parse_known_args(argv)
+    cmd = server_command(
+        args.model_repository,
+        args.http_port,
+        args.grpc_port,
+        args.metrics_port,
+        args.cache_dir,
+        extra,
+    )
+    print(
+        f"tritonserver: HTTP on :{args.http_port}, gRPC on :{args.grpc_port}, "
+        f"metrics on :{args.metrics_port}/metrics; model repository {args.model_repository}",
+        flush=True,
+    )
+    os.execve(cmd[0], cmd, server_env())
+
+
+if __name__ == "__main__":
+    main()

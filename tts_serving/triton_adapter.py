@@ -1,0 +1,162 @@
+"""What every ``model.py`` shares: config parameters, per-request validation, responses.
+
+Imported only inside the Python-backend stub (or under a fake ``triton_python_backend_utils``
+in the adapter tests), so ``pb_utils`` is imported here at module level.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from .errors import InvalidInputError, ModelConfigError
+from .inference import RuntimeOptions
+
+T = TypeVar("T")
+
+
+def config_parameters(model_config: dict) -> dict[str, str]:
+    """``parameters { key: "k" value { string_value: "v" } }`` as a plain dict."""
+    return {k: v["string_value"] for k, v in model_config.get("parameters", {}).items()}
+
+
+def parse_dataclass(cls: type[T], params: dict[str, str], prefix: str = "") -> T:
+    """Fill a dataclass from string parameters by field type; unknown values raise."""
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        key = prefix + f.name
+        if key not in params:
+            continue
+        raw = params[key]
+        kind = f.type if isinstance(f.type, str) else f.type.__name__
+        try:
+            if kind == "bool":
+                if raw.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(raw)
+                kwargs[f.name] = raw.lower() in ("true", "1")
+            elif kind == "int":
+                kwargs[f.name] = int(raw)
+            elif kind == "float":
+                kwargs[f.name] = float(raw)
+            else:
+                kwargs[f.name] = raw
+        except ValueError:
+            raise ModelConfigError(f"parameter {key}={raw!r} is not a valid {kind}") from None
+    try:
+        return cls(**kwargs)
+    except ValueError as e:
+        raise ModelConfigError(f"bad parameters: {e}") from None
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """What ``initialize`` learns from ``args``: config, parameters, files, runtime options."""
+
+    name: str
+    config: dict
+    params: dict[str, str]
+    version_dir: Path
+    runtime: RuntimeOptions
+
+    @classmethod
+    def from_args(cls, args: dict) -> ModelContext:
+        config = json.loads(args["model_config"])
+        params = config_parameters(config)
+        runtime = parse_dataclass(RuntimeOptions, params)
+        if args.get("model_instance_kind") == "GPU" and runtime.device == "cpu":
+            raise ModelConfigError("instance_group is KIND_GPU but parameter device is cpu")
+        version_dir = Path(args["model_repository"]) / args["model_version"]
+        return cls(config["name"], config, params, version_dir, runtime)
+
+    def file(self, name: str) -> Path:
+        path = self.version_dir / name
+        if not path.exists():
+            raise ModelConfigError(
+                f"{path} is missing: run `make export` (python -m export) to generate it"
+            )
+        return path
+
+    def require_max_batch_size(self, minimum: int) -> int:
+        mbs = int(self.config.get("max_batch_size", 0))
+        if mbs < minimum:
+            raise ModelConfigError(f"{self.name}: max_batch_size must be >= {minimum}, got {mbs}")
+        return mbs
+
+
+def single_item(request, name: str, optional: bool = False) -> np.ndarray | None:
+    """The one item of input ``name`` in ``request`` (batch dimension removed)."""
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        if optional:
+            return None
+        raise InvalidInputError(f"input {name!r} is missing")
+    array = tensor.as_numpy()
+    if array.shape[0] != 1:
+        raise InvalidInputError(
+            f"input {name!r} has batch size {array.shape[0]}; send one item per request "
+            "(the server batches concurrent requests itself)"
+        )
+    return array[0]
+
+
+def scalar(request, name: str, default: float) -> float:
+    item = single_item(request, name, optional=True)
+    if item is None:
+        return default
+    if item.size != 1:
+        raise InvalidInputError(f"input {name!r} must hold one value, got {item.size}")
+    return float(item.reshape(-1)[0])
+
+
+def execute_batched(
+    requests: Sequence,
+    parse: Callable[[Any], T],
+    run: Callable[[list[T]], list[list]],
+    logger,
+    model_name: str,
+) -> list:
+    """One response per request: bad requests get INVALID_ARG, the rest run as one batch.
+
+    ``parse(request)`` validates one request (raising InvalidInputError); ``run(items)``
+    returns, per item, the list of output ``pb_utils.Tensor``s.
+    """
+    responses: list = [None] * len(requests)
+    valid: list[tuple[int, T]] = []
+    for i, request in enumerate(requests):
+        try:
+            valid.append((i, parse(request)))
+        except InvalidInputError as e:
+            responses[i] = pb_utils.InferenceResponse(
+                error=pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG)
+            )
+    if valid:
+        start = time.perf_counter()
+        try:
+            outputs = run([item for _, item in valid])
+        except InvalidInputError as e:
+            outputs = None
+            error = pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG)
+        except Exception as e:  # a failure is an error for each request, never silence
+            outputs = None
+            logger.log_error(f"{model_name}: batch of {len(valid)} failed: {e!r}")
+            error = pb_utils.TritonError(
+                f"{model_name} failed on this batch ({type(e).__name__}); see the server log",
+                pb_utils.TritonError.INTERNAL,
+            )
+        for k, (i, _) in enumerate(valid):
+            if outputs is None:
+                responses[i] = pb_utils.InferenceResponse(error=error)
+            else:
+                responses[i] = pb_utils.InferenceResponse(output_tensors=outputs[k])
+        logger.log_verbose(
+            f"{model_name}: batch of {len(valid)} ({len(requests) - len(valid)} rejected) "
+            f"in {1000 * (time.perf_counter() - start):.1f} ms"
+        )
+    return responses
