@@ -62,9 +62,7 @@ def check_config_parameters(repo: Path, sample_rate: int, hop_length: int) -> No
         ("vocoder", "hop_length", hop_length),
     ):
         text = (repo / model / "config.pbtxt").read_text()
-        m = re.search(
-            r'key:\s*"' + key + r'"\s*,?\s*value:?\s*{\s*string_value:\s*"([^"]*)"', text
-        )
+        m = re.search(r'key:\s*"' + key + r'"\s*,?\s*value:?\s*{\s*string_value:\s*"([^"]*)"', text)
         if not m or int(m.group(1)) != want:
             raise SystemExit(
                 f"{model}/config.pbtxt parameter {key} is {m.group(1) if m else 'missing'}, "
@@ -90,7 +88,9 @@ def export(source: Path, config: Path, repo: Path, force: bool = False) -> bool:
     model = onnx.load(str(source))
     make_scales_per_item(model)
     acoustic, vocoder = split(model)
-    log.info("split into acoustic + vocoder with per-item scales in %.1f s", time.perf_counter() - t0)
+    log.info(
+        "split into acoustic + vocoder with per-item scales in %.1f s", time.perf_counter() - t0
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         a_path, v_path = Path(tmp) / "acoustic.onnx", Path(tmp) / "vocoder.onnx"

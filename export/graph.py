@@ -94,7 +94,9 @@ def split(model: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     vocoder = extractor.extract_model([SOURCE_LATENT], [SOURCE_AUDIO])
     _rename(
         acoustic,
-        dict(zip(SOURCE_INPUTS + (SOURCE_LATENT, SOURCE_FRAMES), ACOUSTIC_INPUTS + ACOUSTIC_OUTPUTS)),
+        dict(
+            zip(SOURCE_INPUTS + (SOURCE_LATENT, SOURCE_FRAMES), ACOUSTIC_INPUTS + ACOUSTIC_OUTPUTS)
+        ),
     )
     _rename(vocoder, {SOURCE_LATENT: VOCODER_INPUT, SOURCE_AUDIO: VOCODER_OUTPUT})
     # The cut edges have no declared shapes in the source graph: declare them.

@@ -34,15 +34,15 @@ class TritonPythonModel:
     def parse(self, request):
         ids = single_item(request, "phoneme_ids").astype(np.int64).reshape(-1)
         if ids.size == 0 or ids.size > self.max_ids:
-            raise InvalidInputError(
-                f"phoneme_ids must hold 1..{self.max_ids} ids, got {ids.size}"
-            )
+            raise InvalidInputError(f"phoneme_ids must hold 1..{self.max_ids} ids, got {ids.size}")
         if ids.min() < 0 or ids.max() >= self.voice.num_symbols:
             raise InvalidInputError(
                 f"phoneme_ids must be in 0..{self.voice.num_symbols - 1} for this voice"
             )
         speed = validate_speed(scalar(request, "speed", 1.0))
-        noise = validate_noise("noise_scale", scalar(request, "noise_scale", self.voice.noise_scale))
+        noise = validate_noise(
+            "noise_scale", scalar(request, "noise_scale", self.voice.noise_scale)
+        )
         noise_w = validate_noise("noise_w", scalar(request, "noise_w", self.voice.noise_w_scale))
         return ids, np.array([noise, self.voice.length_scale / speed, noise_w], np.float32)
 

@@ -23,12 +23,16 @@ class TritonPythonModel:
         session = create_session(self.ctx.file("model.onnx"), self.ctx.runtime)
         self.model = Vocoder(session, voice.hop_length, self.ctx.runtime.bucket_max_waste)
         self.logger = pb_utils.Logger
-        self.logger.log_info(f"vocoder ready on {session.get_providers()[0]} with {self.ctx.runtime}")
+        self.logger.log_info(
+            f"vocoder ready on {session.get_providers()[0]} with {self.ctx.runtime}"
+        )
 
     def parse(self, request):
         latent = single_item(request, "latent").astype(np.float32, copy=False)
         if latent.ndim != 2 or latent.shape[0] != LATENT_CHANNELS:
-            raise InvalidInputError(f"latent must be [{LATENT_CHANNELS}, frames], got {latent.shape}")
+            raise InvalidInputError(
+                f"latent must be [{LATENT_CHANNELS}, frames], got {latent.shape}"
+            )
         if not 1 <= latent.shape[1] <= self.max_frames:
             raise InvalidInputError(f"latent must have 1..{self.max_frames} frames")
         if not np.isfinite(latent).all():

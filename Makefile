@@ -1,0 +1,57 @@
+# Two commands: `make serve` (set up, export the voice, serve on CPU) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+HTTP_PORT ?= 8000
+GRPC_PORT ?= 8001
+METRICS_PORT ?= 8002
+PYTEST_ARGS ?=
+
+.PHONY: setup system-deps export serve test unit lint format clean
+
+# System packages: libb64 for perf_analyzer (the rest ships in the Python wheels).
+SYSTEM_PACKAGES := libb64-0d
+system-deps:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages: $$missing"; \
+	  sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$sudo apt-get update -qq && $$sudo apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(VENV)/.installed: requirements.txt pyproject.toml client/pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python >= 3.10 needed"'
+	@test -x $(PY) || { echo "creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade "pip==24.3.1"
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e . -e client
+	@touch $@
+
+setup: system-deps $(VENV)/.installed
+
+# Generates model_repository/{acoustic,vocoder}/1/model.onnx (+ voice.json); no-op when current.
+export: $(VENV)/.installed
+	$(PY) -m export
+
+serve: setup export
+	exec $(PY) -m tts_serving.server --model-repository model_repository \
+	  --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+
+lint: $(VENV)/.installed
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(VENV)/.installed
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+unit: $(VENV)/.installed
+	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
+test: setup export lint
+	$(PY) -m pytest -rs $(PYTEST_ARGS)
+
+clean:
+	rm -rf .cache model_repository/*/1/*.onnx model_repository/*/1/voice.json \
+	  model_repository/.export-manifest.json

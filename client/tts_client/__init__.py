@@ -1,0 +1,29 @@
+"""Typed client for the Triton TTS ensemble.
+
+>>> from tts_client import TTSClient
+>>> with TTSClient("grpc://localhost:8001") as tts:
+...     tts.synthesize("Hello world").write("hello.wav")
+"""
+
+from .aio import AsyncTTSClient
+from .audio import Audio
+from .client import Endpoint, TTSClient
+from .errors import (
+    InferenceFailed,
+    InvalidInput,
+    ServerOverloaded,
+    ServerUnavailable,
+    TTSError,
+)
+
+__all__ = [
+    "AsyncTTSClient",
+    "Audio",
+    "Endpoint",
+    "InferenceFailed",
+    "InvalidInput",
+    "ServerOverloaded",
+    "ServerUnavailable",
+    "TTSClient",
+    "TTSError",
+]

@@ -1,0 +1,42 @@
+"""Synthesized audio as a typed value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Audio:
+    """Mono float32 samples in [-1, 1] at ``sample_rate`` Hz."""
+
+    samples: np.ndarray
+    sample_rate: int
+
+    @property
+    def duration(self) -> float:
+        """Length in seconds."""
+        return len(self.samples) / self.sample_rate
+
+    def write(self, path: str | Path, format: str | None = None) -> Path:
+        """Write a WAV or FLAC file (format from the suffix unless given); returns the path."""
+        import soundfile
+
+        path = Path(path)
+        fmt = (format or path.suffix.lstrip(".") or "wav").upper()
+        if fmt not in ("WAV", "FLAC"):
+            raise ValueError(f"unsupported audio format {fmt!r}; use .wav or .flac")
+        subtype = "PCM_16"
+        soundfile.write(str(path), self.samples, self.sample_rate, format=fmt, subtype=subtype)
+        return path
+
+    @staticmethod
+    def concatenate(parts: list[Audio]) -> Audio:
+        if not parts:
+            raise ValueError("nothing to concatenate")
+        rate = parts[0].sample_rate
+        if any(p.sample_rate != rate for p in parts):
+            raise ValueError("cannot join audio with different sample rates")
+        return Audio(np.concatenate([p.samples for p in parts]), rate)

@@ -1,0 +1,90 @@
+"""A stand-in for ``triton_python_backend_utils`` so model.py files run in plain pytest.
+
+It mirrors the small part of the API the adapters use; the real server tests cover the rest.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+
+
+class TritonError(Exception):
+    UNKNOWN, INTERNAL, NOT_FOUND, INVALID_ARG, UNAVAILABLE, UNSUPPORTED, ALREADY_EXISTS = range(7)
+    CANCELLED = 7
+
+    def __init__(self, message: str, code: int = 0) -> None:
+        super().__init__(message)
+        self._message, self._code = message, code
+
+    def message(self) -> str:
+        return self._message
+
+    def code(self) -> int:
+        return self._code
+
+
+class Tensor:
+    def __init__(self, name: str, array: np.ndarray) -> None:
+        self._name, self._array = name, np.asarray(array)
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray:
+        return self._array
+
+
+class InferenceRequest:
+    """Fake request: a dict of input name -> numpy array (with the batch dimension)."""
+
+    def __init__(self, **inputs: np.ndarray) -> None:
+        self.inputs = {k: Tensor(k, v) for k, v in inputs.items()}
+
+
+class InferenceResponse:
+    def __init__(self, output_tensors=None, error: TritonError | None = None) -> None:
+        self.output_tensors = output_tensors or []
+        self._error = error
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+    def output(self, name: str) -> np.ndarray:
+        return next(t.as_numpy() for t in self.output_tensors if t.name() == name)
+
+
+class Logger:
+    lines: list[tuple[str, str]] = []  # noqa: RUF012 - shared test log
+
+    @classmethod
+    def log_info(cls, msg: str) -> None:
+        cls.lines.append(("info", msg))
+
+    @classmethod
+    def log_warn(cls, msg: str) -> None:
+        cls.lines.append(("warn", msg))
+
+    @classmethod
+    def log_error(cls, msg: str) -> None:
+        cls.lines.append(("error", msg))
+
+    @classmethod
+    def log_verbose(cls, msg: str) -> None:
+        cls.lines.append(("verbose", msg))
+
+
+def get_input_tensor_by_name(request: InferenceRequest, name: str) -> Tensor | None:
+    return request.inputs.get(name)
+
+
+def install() -> types.ModuleType:
+    """Register this module as ``triton_python_backend_utils`` and return it."""
+    module = sys.modules[__name__]
+    sys.modules["triton_python_backend_utils"] = module
+    return module

@@ -1,0 +1,208 @@
+"""The real tritonserver over real gRPC and HTTP with the real voice."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import soundfile
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.texts import SENTENCES
+from tts_client import AsyncTTSClient, InvalidInput, TTSClient
+
+MODELS = ("phonemizer", "acoustic", "vocoder", "tts")
+
+
+def raw_request(module, text, speed=None):
+    """A tts request built by hand, so tests can send what our client never would."""
+    t = module.InferInput("text", [1, 1], "BYTES")
+    t.set_data_from_numpy(np.array([[text]], dtype=np.object_))
+    inputs = [t]
+    if speed is not None:
+        s = module.InferInput("speed", [1, 1], "FP32")
+        s.set_data_from_numpy(np.array([[speed]], dtype=np.float32))
+        inputs.append(s)
+    return inputs
+
+
+def stats(server, model):
+    client = grpcclient.InferenceServerClient(f"localhost:{server.grpc_port}")
+    s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    batches = {
+        int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in s.get("batch_stats", [])
+    }
+    return int(s.get("inference_count", 0)), int(s.get("execution_count", 0)), batches
+
+
+def test_every_model_is_ready(server):
+    client = httpclient.InferenceServerClient(f"localhost:{server.http_port}")
+    assert client.is_server_ready()
+    for model in MODELS:
+        assert client.is_model_ready(model), model
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_tts_returns_plausible_audio(server, protocol):
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    text = "Hello world, this is a test of the speech server."
+    with TTSClient(url) as client:
+        assert client.is_ready()
+        assert client.sample_rate == 22050  # read from the tts config, not hard-coded
+        audio = client.synthesize(text)
+    assert audio.samples.dtype == np.float32 and audio.samples.ndim == 1
+    # About 12 to 20 characters per second of speech for this voice at speed 1.0.
+    assert 0.04 * len(text) < audio.duration < 0.12 * len(text), audio.duration
+    assert np.max(np.abs(audio.samples)) <= 1.0
+    assert np.sqrt(np.mean(audio.samples**2)) > 0.02  # not silence
+    assert len(audio.samples) % 256 == 0  # whole frames, trimmed per item
+
+
+def test_batching_is_real_and_batched_equals_alone(server, grpc_client):
+    texts = [SENTENCES[i % len(SENTENCES)] for i in range(64)]
+    before = {m: stats(server, m) for m in ("acoustic", "vocoder")}
+    with TTSClient(server.grpc_url, concurrency=64) as client:  # all 64 in flight at once
+        batched = client.synthesize_many(texts, noise_scale=0.0, noise_w=0.0)
+    after = {m: stats(server, m) for m in ("acoustic", "vocoder")}
+    report = []
+    for model in ("acoustic", "vocoder"):
+        inferences = after[model][0] - before[model][0]
+        executions = after[model][1] - before[model][1]
+        sizes = {b: n - before[model][2].get(b, 0) for b, n in after[model][2].items()}
+        sizes = {b: n for b, n in sorted(sizes.items()) if n}
+        report.append(
+            f"{model}: {inferences} requests in {executions} executions, batch sizes {sizes}"
+        )
+        assert inferences == 64
+        assert executions <= 64 // 4, report[-1]
+    print("\n" + "\n".join(report))
+
+    alone = {t: grpc_client.synthesize(t, noise_scale=0.0, noise_w=0.0) for t in SENTENCES}
+    for text, audio in zip(texts, batched):
+        ref = alone[text].samples
+        assert audio.samples.shape == ref.shape, text
+        assert np.max(np.abs(audio.samples - ref)) < 1e-3, text
+
+
+def test_mixed_speeds_in_one_batch(grpc_client):
+    text = "Every morning the baker wakes up before sunrise to prepare fresh bread."
+    speeds = [1.0, 2.0, 0.5] * 4
+    with ThreadPoolExecutor(len(speeds)) as pool:
+        results = list(
+            pool.map(
+                lambda s: grpc_client.synthesize(text, speed=s, noise_scale=0.0, noise_w=0.0),
+                speeds,
+            )
+        )
+    normal = results[0].duration
+    for speed, audio in zip(speeds, results):
+        assert audio.duration == pytest.approx(results[speeds.index(speed)].duration)
+    # Durations are whole frames per phoneme (rounded up), so "half" is approximate.
+    assert 0.4 < results[1].duration / normal < 0.65
+    assert 1.7 < results[2].duration / normal < 2.2
+
+
+BAD_INPUTS = [
+    (b"", None, "text is empty or only whitespace"),
+    (b"   \n\t", None, "text is empty or only whitespace"),
+    (b"caf\xe9 au lait", None, "text is not valid UTF-8"),
+    (
+        ("The quick brown fox jumps over the lazy dog by the river. " * 5).encode(),
+        None,
+        "text is too long",
+    ),
+    (b"Hello.", float("nan"), "speed must be between 0.25 and 4.0"),
+    (b"Hello.", 0.0, "speed must be between 0.25 and 4.0"),
+    (b"Hello.", -1.0, "speed must be between 0.25 and 4.0"),
+    (b"Hello.", 4.5, "speed must be between 0.25 and 4.0"),
+]
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+@pytest.mark.parametrize("text, speed, message", BAD_INPUTS)
+def test_bad_input_gets_invalid_arg_and_server_keeps_serving(
+    server, protocol, text, speed, message
+):
+    module = grpcclient if protocol == "grpc" else httpclient
+    port = server.grpc_port if protocol == "grpc" else server.http_port
+    client = module.InferenceServerClient(f"localhost:{port}")
+    with pytest.raises(InferenceServerException) as info:
+        client.infer("tts", raw_request(module, text, speed))
+    assert info.value.status() in ("StatusCode.INVALID_ARGUMENT", "400")
+    assert message in info.value.message()
+    ok = client.infer("tts", raw_request(module, b"Still here.", 1.0)).as_numpy("audio")
+    assert ok.size > 0
+
+
+def test_bad_items_in_a_batch_fail_alone(grpc_client):
+    texts = ["Good one.", "", "Another good sentence here.", " ", "Fine."] * 3
+    with ThreadPoolExecutor(len(texts)) as pool:
+        futures = [pool.submit(grpc_client.synthesize, t) for t in texts]
+    for text, future in zip(texts, futures):
+        if text.strip():
+            assert future.result().duration > 0.3
+        else:
+            with pytest.raises(InvalidInput, match="empty or only whitespace"):
+                future.result()
+
+
+def test_client_rejects_a_bad_speed_with_its_own_exception(grpc_client):
+    with pytest.raises(InvalidInput, match="speed must be between"):
+        grpc_client.synthesize("Hello.", speed=0)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_asyncio_client(server, protocol):
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+
+    async def go():
+        async with AsyncTTSClient(url) as client:
+            many = await client.synthesize_many(["One.", "Two words.", "Three words here."])
+            with pytest.raises(InvalidInput):
+                await client.synthesize("   ")
+            return many
+
+    audios = asyncio.run(go())
+    assert [a.sample_rate for a in audios] == [22050] * 3
+    assert audios[0].duration < audios[2].duration
+
+
+def test_http_synthesize_many_keeps_order(http_client):
+    texts = ["Hi.", "This sentence is quite a bit longer than the first one.", "Okay."]
+    durations = [a.duration for a in http_client.synthesize_many(texts)]
+    assert durations[1] > durations[0] and durations[1] > durations[2]
+
+
+def test_cli_writes_a_wav(server, tmp_path):
+    out = tmp_path / "hello.wav"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tts_client",
+            "Hello from the command line.",
+            "-o",
+            str(out),
+            "--url",
+            server.grpc_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    data, rate = soundfile.read(out)
+    assert rate == 22050 and len(data) > rate // 2
+    bad = subprocess.run(
+        [sys.executable, "-m", "tts_client", "  ", "--url", server.grpc_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "InvalidInput" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,0 +1,83 @@
+import numpy as np
+import pytest
+
+from tts_serving.batching import (
+    length_buckets,
+    pad_stack,
+    run_in_buckets,
+    sort_by_length,
+    split_by_lengths,
+)
+
+
+def test_sort_by_length_longest_first_and_stable():
+    assert sort_by_length([3, 5, 1, 5]) == [1, 3, 0, 2]
+    assert sort_by_length([3, 5, 1], descending=False) == [2, 0, 1]
+
+
+def test_pad_stack_1d_pads_with_zeros_and_reports_lengths():
+    batch, lengths = pad_stack([np.array([1, 2, 3], np.int64), np.array([4], np.int64)])
+    assert batch.tolist() == [[1, 2, 3], [4, 0, 0]]
+    assert lengths.tolist() == [3, 1]
+    assert batch.dtype == np.int64
+
+
+def test_pad_stack_along_last_axis_of_2d_items():
+    a = np.ones((2, 3), np.float32)
+    b = np.full((2, 1), 7, np.float32)
+    batch, lengths = pad_stack([a, b], axis=-1)
+    assert batch.shape == (2, 2, 3)
+    assert batch[1, :, 0].tolist() == [7, 7]
+    assert batch[1, :, 1:].sum() == 0
+    assert lengths.tolist() == [3, 1]
+
+
+def test_pad_stack_rejects_mismatched_other_dims_and_empty():
+    with pytest.raises(ValueError, match="must match"):
+        pad_stack([np.ones((2, 3)), np.ones((3, 3))], axis=-1)
+    with pytest.raises(ValueError, match="at least one"):
+        pad_stack([])
+
+
+def test_split_by_lengths_inverts_pad_stack():
+    rng = np.random.default_rng(0)
+    items = [rng.normal(size=(4, n)).astype(np.float32) for n in (5, 1, 9, 3)]
+    batch, lengths = pad_stack(items, axis=-1)
+    for got, want in zip(split_by_lengths(batch, lengths, axis=-1), items):
+        np.testing.assert_array_equal(got, want)
+        assert got.flags["C_CONTIGUOUS"]
+
+
+def test_split_by_lengths_checks_counts_and_bounds():
+    batch = np.zeros((2, 4))
+    with pytest.raises(ValueError, match="2 lengths for a batch of 2|lengths for a batch"):
+        split_by_lengths(batch, [1])
+    with pytest.raises(ValueError, match="outside"):
+        split_by_lengths(batch, [1, 5])
+
+
+def test_length_buckets_split_when_padding_waste_is_large():
+    assert length_buckets([100, 90, 40, 35, 10], max_waste=0.5) == [
+        slice(0, 2),
+        slice(2, 4),
+        slice(4, 5),
+    ]
+    assert length_buckets([100, 1], max_waste=1.0) == [slice(0, 2)]
+
+
+def test_run_in_buckets_returns_results_in_input_order():
+    items = [np.arange(n) for n in (2, 7, 4)]
+    calls = []
+
+    def run(batch):
+        calls.append([len(x) for x in batch])
+        return [int(x.sum()) for x in batch]
+
+    out = run_in_buckets(items, [len(x) for x in items], run)
+    assert out == [1, 21, 6]
+    assert calls == [[7, 4, 2]]  # one padded call, longest first
+
+
+def test_run_in_buckets_rejects_wrong_result_count():
+    with pytest.raises(RuntimeError, match="returned 0 results"):
+        run_in_buckets([np.arange(2)], [2], lambda batch: [])
