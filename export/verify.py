@@ -67,8 +67,8 @@ def verify(
     """Compare split vs whole model with noise scales 0 (the graph draws random noise)."""
     options = RuntimeOptions(intra_op_threads=0)
     whole = create_session(source_onnx, options)
-    acoustic = AcousticModel(create_session(acoustic_onnx, options))
-    vocoder = Vocoder(create_session(vocoder_onnx, options), voice.hop_length)
+    acoustic = AcousticModel(create_session(acoustic_onnx, options), options)
+    vocoder = Vocoder(create_session(vocoder_onnx, options), voice.hop_length, options)
     phonemizer = Phonemizer(voice, max_phoneme_ids=10_000)
     ids = [phonemizer.ids(s) for s in SENTENCES]
 

@@ -67,18 +67,27 @@ def split_by_lengths(batch: np.ndarray, lengths: Sequence[int], axis: int = -1) 
     return out
 
 
-def length_buckets(sorted_lengths: Sequence[int], max_waste: float) -> list[slice]:
-    """Split a length-sorted (descending) list into contiguous runs for separate padded calls.
+def length_buckets(
+    sorted_lengths: Sequence[int], max_waste: float = 1.0, max_padded: int = 0
+) -> list[slice]:
+    """Split a length-sorted (descending) list into contiguous runs, one padded call each.
 
-    A new bucket starts when padding an item up to its bucket's longest item would waste more
-    than ``max_waste`` of that longest length. ``max_waste >= 1`` gives one bucket.
+    A new bucket starts when padding the next item up to its bucket's longest item would waste
+    more than ``max_waste`` of that longest length (``>= 1`` never splits for waste), or when
+    the bucket's padded size (items x longest) would pass ``max_padded`` (0 = no budget). On a
+    CPU large padded calls cost more per item than small ones (memory-bound activations), so
+    the budget keeps each call in the cheap range; on a GPU leave it 0.
     """
     buckets: list[slice] = []
     start = 0
     for i in range(1, len(sorted_lengths) + 1):
-        if i == len(sorted_lengths) or (
-            sorted_lengths[start] - sorted_lengths[i] > max_waste * sorted_lengths[start]
-        ):
+        if i == len(sorted_lengths):
+            buckets.append(slice(start, i))
+            break
+        longest = sorted_lengths[start]
+        wasteful = longest - sorted_lengths[i] > max_waste * longest
+        over_budget = max_padded > 0 and (i - start + 1) * longest > max_padded
+        if wasteful or over_budget:
             buckets.append(slice(start, i))
             start = i
     return buckets
@@ -89,6 +98,7 @@ def run_in_buckets(
     lengths: Sequence[int],
     run_batch,
     max_waste: float = 1.0,
+    max_padded: int = 0,
 ) -> list:
     """Run ``run_batch`` over length-sorted buckets of ``items``; results in the input order.
 
@@ -97,7 +107,7 @@ def run_in_buckets(
     """
     order = sort_by_length(lengths)
     results: list = [None] * len(items)
-    for bucket in length_buckets([lengths[i] for i in order], max_waste):
+    for bucket in length_buckets([lengths[i] for i in order], max_waste, max_padded):
         idx = order[bucket]
         outputs = run_batch([items[i] for i in idx])
         if len(outputs) != len(idx):

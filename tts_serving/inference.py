@@ -38,7 +38,12 @@ class RuntimeOptions:
     inter_op_threads: int = 1
     graph_optimization: str = "all"
     device: str = "auto"  # "auto" uses CUDA when ONNX Runtime has it, else the CPU
-    bucket_max_waste: float = 1.0  # >= 1: one padded call per batch
+    bucket_max_waste: float = 1.0  # >= 1: never split a batch for padding waste
+    # Budget per ONNX Runtime call: items x longest item (phoneme ids for acoustic, frames for
+    # vocoder); 0 = the whole batch in one call. See length_buckets.
+    max_padded_length: int = 0
+    # Busy-waiting worker threads cost cycles the other model's process needs on a small CPU.
+    allow_spinning: bool = False
 
     def __post_init__(self) -> None:
         if self.intra_op_threads < 0 or self.inter_op_threads < 0:
@@ -52,6 +57,8 @@ class RuntimeOptions:
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
         if self.bucket_max_waste <= 0:
             raise ValueError("bucket_max_waste must be > 0")
+        if self.max_padded_length < 0:
+            raise ValueError("max_padded_length must be >= 0 (0 = no budget)")
 
     def providers(self) -> list[str]:
         available = ort.get_available_providers()
@@ -67,6 +74,12 @@ def create_session(path: str | Path, options: RuntimeOptions) -> ort.InferenceSe
     so.intra_op_num_threads = options.intra_op_threads
     so.inter_op_num_threads = options.inter_op_threads
     so.graph_optimization_level = _OPT_LEVELS[options.graph_optimization]
+    so.add_session_config_entry(
+        "session.intra_op.allow_spinning", "1" if options.allow_spinning else "0"
+    )
+    so.add_session_config_entry(
+        "session.inter_op.allow_spinning", "1" if options.allow_spinning else "0"
+    )
     # Sequential execution: the graph is one chain, parallel mode only adds thread hops.
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     return ort.InferenceSession(str(path), sess_options=so, providers=options.providers())
@@ -75,9 +88,9 @@ def create_session(path: str | Path, options: RuntimeOptions) -> ort.InferenceSe
 class AcousticModel:
     """Phoneme ids + per-item scales -> latent frames [192, T_i] per item."""
 
-    def __init__(self, session: ort.InferenceSession, bucket_max_waste: float = 1.0) -> None:
+    def __init__(self, session: ort.InferenceSession, options: RuntimeOptions) -> None:
         self.session = session
-        self.bucket_max_waste = bucket_max_waste
+        self.options = options
 
     def __call__(self, ids: Sequence[np.ndarray], scales: np.ndarray) -> list[np.ndarray]:
         """``ids``: int64 arrays [L_i]; ``scales``: float32 [B, 3] = (noise, length, noise_w)."""
@@ -96,21 +109,20 @@ class AcousticModel:
             )
             return split_by_lengths(latent, frames.reshape(-1))
 
-        return run_in_buckets(items, [len(x) for x in ids], run, self.bucket_max_waste)
+        lengths = [len(x) for x in ids]
+        o = self.options
+        return run_in_buckets(items, lengths, run, o.bucket_max_waste, o.max_padded_length)
 
 
 class Vocoder:
     """Latent frames [192, T_i] -> audio, exactly T_i * hop_length samples per item."""
 
     def __init__(
-        self,
-        session: ort.InferenceSession,
-        hop_length: int,
-        bucket_max_waste: float = 1.0,
+        self, session: ort.InferenceSession, hop_length: int, options: RuntimeOptions
     ) -> None:
         self.session = session
         self.hop_length = hop_length
-        self.bucket_max_waste = bucket_max_waste
+        self.options = options
 
     def __call__(self, latents: Sequence[np.ndarray]) -> list[np.ndarray]:
         def run(bucket: list[np.ndarray]) -> list[np.ndarray]:
@@ -120,7 +132,8 @@ class Vocoder:
             return split_by_lengths(audio.reshape(len(bucket), -1), frames * self.hop_length)
 
         lengths = [lat.shape[-1] for lat in latents]
-        return run_in_buckets(list(latents), lengths, run, self.bucket_max_waste)
+        o = self.options
+        return run_in_buckets(list(latents), lengths, run, o.bucket_max_waste, o.max_padded_length)
 
 
 def peak_normalize(audio: np.ndarray) -> np.ndarray:

@@ -65,6 +65,17 @@ def test_length_buckets_split_when_padding_waste_is_large():
     assert length_buckets([100, 1], max_waste=1.0) == [slice(0, 2)]
 
 
+def test_length_buckets_keep_padded_size_within_budget():
+    # 3 x 100 = 300 fits a budget of 300; a fourth item would make 400.
+    assert length_buckets([100, 100, 90, 80, 50, 10], max_padded=300) == [
+        slice(0, 3),
+        slice(3, 6),
+    ]
+    # An item longer than the budget still gets a bucket of its own.
+    assert length_buckets([500, 20], max_padded=300) == [slice(0, 1), slice(1, 2)]
+    assert length_buckets([5] * 4, max_padded=0) == [slice(0, 4)]
+
+
 def test_run_in_buckets_returns_results_in_input_order():
     items = [np.arange(n) for n in (2, 7, 4)]
     calls = []
@@ -76,6 +87,18 @@ def test_run_in_buckets_returns_results_in_input_order():
     out = run_in_buckets(items, [len(x) for x in items], run)
     assert out == [1, 21, 6]
     assert calls == [[7, 4, 2]]  # one padded call, longest first
+
+
+def test_run_in_buckets_with_a_budget_still_returns_input_order():
+    items = [np.arange(n) for n in (3, 9, 4, 8)]
+    calls = []
+
+    def run(batch):
+        calls.append([len(x) for x in batch])
+        return [len(x) for x in batch]
+
+    assert run_in_buckets(items, [len(x) for x in items], run, max_padded=18) == [3, 9, 4, 8]
+    assert calls == [[9, 8], [4, 3]]
 
 
 def test_run_in_buckets_rejects_wrong_result_count():

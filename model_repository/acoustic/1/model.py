@@ -25,7 +25,7 @@ class TritonPythonModel:
         self.voice = load_voice_config(self.ctx.file("voice.json"))
         self.max_ids = int(self.ctx.params.get("max_phoneme_ids", DEFAULT_MAX_PHONEME_IDS))
         session = create_session(self.ctx.file("model.onnx"), self.ctx.runtime)
-        self.model = AcousticModel(session, self.ctx.runtime.bucket_max_waste)
+        self.model = AcousticModel(session, self.ctx.runtime)
         self.logger = pb_utils.Logger
         self.logger.log_info(
             f"acoustic ready on {session.get_providers()[0]} with {self.ctx.runtime}"

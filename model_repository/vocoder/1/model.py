@@ -21,7 +21,7 @@ class TritonPythonModel:
         self.max_frames = int(params.get("max_frames", 4000))
         self.normalize = params.get("normalize_audio", "true").lower() == "true"
         session = create_session(self.ctx.file("model.onnx"), self.ctx.runtime)
-        self.model = Vocoder(session, voice.hop_length, self.ctx.runtime.bucket_max_waste)
+        self.model = Vocoder(session, voice.hop_length, self.ctx.runtime)
         self.logger = pb_utils.Logger
         self.logger.log_info(
             f"vocoder ready on {session.get_providers()[0]} with {self.ctx.runtime}"
