@@ -185,3 +185,14 @@ def test_internal_failure_is_an_error_not_silence(exported_repository):
         == response.error().message()
     )
     assert any("onnxruntime exploded" in m for level, m in pb.Logger.lines if level == "error")
+
+
+def test_phonemizer_normalizes_text_first(exported_repository):
+    model = load_model(exported_repository, "phonemizer")
+    plain = load_model(exported_repository, "phonemizer", {"normalize_text": "false"})
+
+    def ids(m, text):
+        return m.execute([text_request(text.encode())])[0].output("phoneme_ids").tolist()
+
+    assert ids(model, "$5.50") == ids(model, "five dollars and fifty cents")
+    assert ids(plain, "$5.50") != ids(plain, "five dollars and fifty cents")

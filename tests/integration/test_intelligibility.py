@@ -8,13 +8,24 @@ import jiwer
 import pytest
 
 from tests.texts import SENTENCES
+from tts_serving.text import normalize as speak
 
-# A dozen varied sentences, all sent at once so the server batches them.
-DOZEN = SENTENCES[2:14]
+# A dozen varied sentences plus text that needs normalization, all sent at once so the server
+# batches them. Whisper should hear "five dollars and fifty cents" where the text says $5.50.
+NORMALIZATION = (
+    "The ticket costs $5.50 at the door.",
+    "Dr. Smith arrives at 3:30 pm on March 15.",
+    "Sales grew by 45% in 2023.",
+    "The store is on Main St. and opens on the 2nd of May.",
+    "Send it to help@example.com by Friday.",
+    "We walked 5 km and it was 20°C outside.",
+)
+TEXTS = SENTENCES[2:14] + NORMALIZATION
 
 
-def normalize(text: str) -> str:
-    text = text.lower().replace("-", " ")
+def words(text: str) -> str:
+    """Whisper writes numbers its own way ("$5.50"): both sides get the same normalization."""
+    text = speak(text).lower().replace("-", " ")
     text = re.sub(r"[^a-z' ]+", " ", text)
     return " ".join(text.split())
 
@@ -27,12 +38,14 @@ def transcribe(whisper, audio, tmp_path, name: str) -> str:
 
 @pytest.mark.slow
 def test_batched_speech_is_intelligible(grpc_client, whisper, tmp_path):
-    audios = grpc_client.synthesize_many(list(DOZEN))
-    references = [normalize(t) for t in DOZEN]
-    hypotheses = [
-        normalize(transcribe(whisper, a, tmp_path, f"s{i}")) for i, a in enumerate(audios)
-    ]
+    audios = grpc_client.synthesize_many(list(TEXTS))
+    references = [words(t) for t in TEXTS]
+    hypotheses = [words(transcribe(whisper, a, tmp_path, f"s{i}")) for i, a in enumerate(audios)]
     wer = jiwer.wer(references, hypotheses)
+    norm_wer = jiwer.wer(references[-len(NORMALIZATION) :], hypotheses[-len(NORMALIZATION) :])
     detail = "\n".join(f"  {r!r}\n  {h!r}" for r, h in zip(references, hypotheses) if r != h)
-    print(f"\nWER over {len(DOZEN)} batched sentences: {wer:.3f}\n{detail}")
+    print(
+        f"\nWER over {len(TEXTS)} batched sentences: {wer:.3f} "
+        f"(normalization cases alone: {norm_wer:.3f})\n{detail}"
+    )
     assert wer <= 0.10, detail

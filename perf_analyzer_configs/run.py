@@ -1,0 +1,344 @@
+"""perf_analyzer load tests: concurrency sweeps over ``tts`` (and each stage), CSV and a plot.
+
+    python -m perf_analyzer_configs.run            # full sweep (make perf), several minutes
+    python -m perf_analyzer_configs.run --smoke    # a few seconds per stage (make perf-smoke, CI)
+
+Starts its own tritonserver unless --grpc-port/--http-port point at a running one. Inputs for
+``acoustic`` and ``vocoder`` alone are captured from the real phonemizer and acoustic outputs
+for the same texts, so each stage can be loaded in isolation. Audio seconds per second are
+requests/s x the mean audio duration of the input set (measured on the same texts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tts_serving.server import ServerProcess
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+STAGES = ("phonemizer", "acoustic", "vocoder")
+
+
+def perf_analyzer_binary() -> Path:
+    return Path(sys.executable).parent / "perf_analyzer"
+
+
+def perf_analyzer_env() -> dict[str, str]:
+    """perf_analyzer links libcudart.so.12 even on a CPU machine: the pip CUDA runtime has it."""
+    import nvidia.cuda_runtime
+
+    lib = Path(next(iter(nvidia.cuda_runtime.__path__))) / "lib"
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(lib), env.get("LD_LIBRARY_PATH")]))
+    return env
+
+
+def load_texts(path: Path) -> list[str]:
+    return [entry["text"][0] for entry in json.loads(path.read_text())["data"]]
+
+
+def capture_inputs(grpc_port: int, texts: list[str], out_dir: Path) -> dict[str, Path]:
+    """Run the real stages once per text; write perf_analyzer input files for each stage."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(f"localhost:{grpc_port}")
+
+    def infer(model: str, **arrays: np.ndarray) -> grpcclient.InferResult:
+        inputs = []
+        for name, array in arrays.items():
+            dtype = (
+                "BYTES" if array.dtype == np.object_ else grpcclient.np_to_triton_dtype(array.dtype)
+            )
+            tensor = grpcclient.InferInput(name, list(array.shape), dtype)
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        return client.infer(model, inputs)
+
+    acoustic, vocoder = [], []
+    for text in texts:
+        ids = infer("phonemizer", text=np.array([[text.encode()]], dtype=np.object_)).as_numpy(
+            "phoneme_ids"
+        )[0]
+        speed = np.array([[1.0]], np.float32)
+        latent = infer("acoustic", phoneme_ids=ids[None], speed=speed).as_numpy("latent")[0]
+        acoustic.append(
+            {"phoneme_ids": {"content": ids.tolist(), "shape": [len(ids)]}, "speed": [1.0]}
+        )
+        vocoder.append(
+            {
+                "latent": {
+                    "content": np.round(latent, 4).reshape(-1).tolist(),
+                    "shape": list(latent.shape),
+                }
+            }
+        )
+    files = {
+        "phonemizer": out_dir / "phonemizer.json",
+        "acoustic": out_dir / "acoustic.json",
+        "vocoder": out_dir / "vocoder.json",
+    }
+    files["phonemizer"].write_text(json.dumps({"data": [{"text": [t]} for t in texts]}))
+    files["acoustic"].write_text(json.dumps({"data": acoustic}))
+    files["vocoder"].write_text(json.dumps({"data": vocoder}))
+    return files
+
+
+def mean_audio_seconds(grpc_port: int, texts: list[str]) -> float:
+    from tts_client import TTSClient
+
+    with TTSClient(f"grpc://localhost:{grpc_port}") as client:
+        return float(np.mean([a.duration for a in client.synthesize_many(texts)]))
+
+
+def server_stats(grpc_port: int) -> dict[str, dict[str, int]]:
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(f"localhost:{grpc_port}")
+    out = {}
+    for model in STAGES:
+        s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+        st = s.get("inference_stats", {})
+        out[model] = {
+            "requests": int(st.get("success", {}).get("count", 0)),
+            "executions": int(s.get("execution_count", 0)),
+            "inferences": int(s.get("inference_count", 0)),
+            "queue_ns": int(st.get("queue", {}).get("ns", 0)),
+            "compute_ns": sum(
+                int(st.get(k, {}).get("ns", 0))
+                for k in ("compute_input", "compute_infer", "compute_output")
+            ),
+        }
+    return out
+
+
+@dataclass
+class Row:
+    model: str
+    protocol: str
+    concurrency: int
+    requests_per_s: float
+    audio_s_per_s: float
+    p50_ms: float
+    p90_ms: float
+    p95_ms: float
+    p99_ms: float
+    avg_ms: float
+    errors: int
+    breakdown: str  # JSON: per stage queue/compute ms per request and average batch size
+
+
+def run_perf_analyzer(
+    model: str,
+    protocol: str,
+    port: int,
+    metrics_port: int,
+    input_file: Path,
+    concurrency: int,
+    interval_ms: int,
+    max_trials: int,
+    csv_path: Path,
+    log,
+) -> dict[str, str]:
+    cmd = [
+        str(perf_analyzer_binary()),
+        "-m", model,
+        "-i", protocol,
+        "-u", f"localhost:{port}",
+        "--input-data", str(input_file),
+        "--concurrency-range", f"{concurrency}:{concurrency}",
+        "--measurement-interval", str(interval_ms),
+        "--max-trials", str(max_trials),
+        "--stability-percentage", "25",
+        "--percentile", "99",
+        "--collect-metrics",
+        "--metrics-url", f"localhost:{metrics_port}/metrics",
+        "-f", str(csv_path),
+    ]  # fmt: skip
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    result = subprocess.run(
+        cmd, stdout=log, stderr=subprocess.STDOUT, env=perf_analyzer_env(), timeout=600
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"perf_analyzer failed ({result.returncode}) on {model} over {protocol}")
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    return rows[0]
+
+
+def sweep(args, grpc_port: int, http_port: int, metrics_port: int, out_dir: Path) -> list[Row]:
+    texts = load_texts(args.texts)
+    work = out_dir / "inputs"
+    work.mkdir(parents=True, exist_ok=True)
+    inputs = capture_inputs(grpc_port, texts, work)
+    inputs["tts"] = args.texts
+    seconds = mean_audio_seconds(grpc_port, texts)
+    print(f"{len(texts)} texts from {args.texts.name}, mean audio {seconds:.2f} s", flush=True)
+    rows: list[Row] = []
+    with open(out_dir / "perf_analyzer.log", "w") as log:
+        for model in args.models:
+            for protocol in args.protocols:
+                port = grpc_port if protocol == "grpc" else http_port
+                for c in args.concurrency:
+                    before = server_stats(grpc_port)
+                    csv_path = work / f"{model}_{protocol}_{c}.csv"
+                    r = run_perf_analyzer(
+                        model, protocol, port, metrics_port, inputs[model], c,
+                        args.interval_ms, args.max_trials, csv_path, log,
+                    )  # fmt: skip
+                    after = server_stats(grpc_port)
+                    rows.append(make_row(model, protocol, c, r, before, after, seconds))
+                    row = rows[-1]
+                    print(
+                        f"{model:<10} {protocol:<4} c={c:<3} {row.requests_per_s:7.1f} req/s "
+                        f"{row.audio_s_per_s:6.1f} audio s/s  p50 {row.p50_ms:7.0f} ms "
+                        f"p99 {row.p99_ms:7.0f} ms",
+                        flush=True,
+                    )
+    return rows
+
+
+def make_row(model, protocol, c, r, before, after, seconds) -> Row:
+    breakdown = {}
+    for stage in STAGES:
+        d = {k: after[stage][k] - before[stage][k] for k in after[stage]}
+        if d["requests"]:
+            breakdown[stage] = {
+                "queue_ms": d["queue_ns"] / d["requests"] / 1e6,
+                "compute_ms": d["compute_ns"] / d["requests"] / 1e6,
+                "avg_batch": d["inferences"] / max(1, d["executions"]),
+            }
+    rps = float(r["Inferences/Second"])
+    return Row(
+        model=model,
+        protocol=protocol,
+        concurrency=c,
+        requests_per_s=rps,
+        audio_s_per_s=rps * seconds if model in ("tts", "acoustic", "vocoder") else 0.0,
+        p50_ms=float(r["p50 latency"]) / 1000,
+        p90_ms=float(r["p90 latency"]) / 1000,
+        p95_ms=float(r["p95 latency"]) / 1000,
+        p99_ms=float(r["p99 latency"]) / 1000,
+        avg_ms=float(r["Avg latency"]) / 1000 if "Avg latency" in r else float("nan"),
+        errors=0,
+        breakdown=json.dumps(breakdown),
+    )
+
+
+def write_csv(rows: list[Row], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(asdict(rows[0])))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(asdict(row))
+
+
+def plot(rows: list[Row], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tts = [r for r in rows if r.model == "tts"]
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5))
+    for protocol, color in (("grpc", "tab:blue"), ("http", "tab:orange")):
+        rs = sorted((r for r in tts if r.protocol == protocol), key=lambda r: r.concurrency)
+        if not rs:
+            continue
+        for ax, metric in ((axes[0], "audio_s_per_s"), (axes[1], "requests_per_s")):
+            y = [getattr(r, metric) for r in rs]
+            ax.plot([r.p50_ms for r in rs], y, "o-", color=color, label=f"{protocol} p50")
+            ax.plot(
+                [r.p99_ms for r in rs], y, "s--", color=color, alpha=0.6, label=f"{protocol} p99"
+            )
+            for r, yy in zip(rs, y):
+                ax.annotate(f"c{r.concurrency}", (r.p50_ms, yy), fontsize=8,
+                            textcoords="offset points", xytext=(4, -10))  # fmt: skip
+    axes[0].set(
+        xlabel="latency (ms)", ylabel="audio seconds per second", title="tts throughput vs latency"
+    )
+    axes[1].set(
+        xlabel="latency (ms)", ylabel="requests per second", title="tts requests/s vs latency"
+    )
+    for ax in axes[:2]:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    rs = sorted((r for r in tts if r.protocol == "grpc"), key=lambda r: r.concurrency)
+    if rs:
+        x = np.arange(len(rs))
+        bottom = np.zeros(len(rs))
+        colors = {"phonemizer": "tab:green", "acoustic": "tab:purple", "vocoder": "tab:red"}
+        for stage in STAGES:
+            for part, alpha in (("queue_ms", 0.35), ("compute_ms", 0.9)):
+                vals = np.array([json.loads(r.breakdown).get(stage, {}).get(part, 0.0) for r in rs])
+                axes[2].bar(x, vals, bottom=bottom, color=colors[stage], alpha=alpha,
+                            label=f"{stage} {part.split('_')[0]}")  # fmt: skip
+                bottom += vals
+        axes[2].set_xticks(x, [f"c{r.concurrency}" for r in rs])
+        axes[2].set(
+            ylabel="ms per request (server side)", title="tts over gRPC: where the time goes"
+        )
+        axes[2].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m perf_analyzer_configs.run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--smoke", action="store_true", help="c=1,2, ~2 s windows, one trial")
+    parser.add_argument("--models", nargs="+", default=None, help="default: tts acoustic vocoder")
+    parser.add_argument("--protocols", nargs="+", default=["grpc", "http"])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    parser.add_argument("--texts", type=Path, default=HERE / "tts_mixed.json")
+    parser.add_argument("--interval-ms", type=int, default=8000)
+    parser.add_argument("--max-trials", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "perf")
+    parser.add_argument("--grpc-port", type=int, help="use a running server (with --http-port)")
+    parser.add_argument("--http-port", type=int)
+    parser.add_argument("--metrics-port", type=int, default=8002)
+    parser.add_argument("--plot", type=Path, help="also copy the plot here (e.g. docs/perf.png)")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.concurrency, args.interval_ms, args.max_trials = [1, 2], 1500, 1
+        args.models = args.models or ["tts", "phonemizer", "acoustic", "vocoder"]
+    args.models = args.models or ["tts", "acoustic", "vocoder"]
+    if not perf_analyzer_binary().exists():
+        raise SystemExit(f"{perf_analyzer_binary()} missing: install tritonclient[all]==2.51.0")
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    start = time.perf_counter()
+    if args.grpc_port:
+        rows = sweep(args, args.grpc_port, args.http_port or 8000, args.metrics_port, args.out)
+    else:
+        log = Path(tempfile.mkdtemp(prefix="perf-")) / "triton.log"
+        with ServerProcess(ROOT / "model_repository", log, cache_dir=ROOT / ".cache/triton") as srv:
+            rows = sweep(args, srv.grpc_port, srv.http_port, srv.metrics_port, args.out)
+    write_csv(rows, args.out / "results.csv")
+    plot(rows, args.out / "perf.png", f"perf_analyzer, {args.texts.name}, {os.cpu_count()} CPUs")
+    if args.plot:
+        args.plot.parent.mkdir(parents=True, exist_ok=True)
+        args.plot.write_bytes((args.out / "perf.png").read_bytes())
+    print(f"wrote {args.out / 'results.csv'} and {args.out / 'perf.png'} "
+          f"in {time.perf_counter() - start:.0f} s")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+import pytest
+
+from tts_serving.text import cardinal, normalize, ordinal, split_text
+from tts_serving.text.numbers import year
+from tts_serving.text.split import estimate_ids
+
+
+@pytest.mark.parametrize(
+    "n, words",
+    [
+        (0, "zero"),
+        (13, "thirteen"),
+        (40, "forty"),
+        (99, "ninety-nine"),
+        (101, "one hundred one"),
+        (1234, "one thousand two hundred thirty-four"),
+        (2_000_005, "two million five"),
+        (-7, "minus seven"),
+    ],
+)
+def test_cardinal(n, words):
+    assert cardinal(n) == words
+
+
+@pytest.mark.parametrize(
+    "n, words",
+    [(1, "first"), (2, "second"), (3, "third"), (5, "fifth"), (12, "twelfth"),
+     (20, "twentieth"), (21, "twenty-first"), (100, "one hundredth"), (103, "one hundred third")],
+)  # fmt: skip
+def test_ordinal(n, words):
+    assert ordinal(n) == words
+
+
+@pytest.mark.parametrize(
+    "n, words",
+    [(1999, "nineteen ninety-nine"), (2005, "two thousand five"), (2024, "twenty twenty-four"),
+     (1900, "nineteen hundred"), (1905, "nineteen oh five")],
+)  # fmt: skip
+def test_year(n, words):
+    assert year(n) == words
+
+
+CASES = [
+    # currency
+    ("It costs $5.50.", "It costs five dollars and fifty cents."),
+    ("$1 and $0.99", "one dollar and ninety-nine cents"),
+    ("EUR 3 or €12", "three euros or twelve euros"),
+    ("£2.01", "two pounds and one penny"),
+    ("$2.5 million", "two point five million dollars"),
+    ("$1,200", "one thousand two hundred dollars"),
+    # numbers, decimals, percentages, ordinals
+    ("We had 1,234 users.", "We had one thousand two hundred thirty-four users."),
+    ("Pi is 3.14", "Pi is three point one four"),
+    ("Up 45% or 3.5 %", "Up forty-five percent or three point five percent"),
+    ("the 1st, 2nd and 23rd", "the first, second and twenty-third"),
+    ("It was -5 outside", "It was minus five outside"),
+    # dates, times, years
+    ("on 3/15/2024", "on March fifteenth, twenty twenty-four"),
+    ("on 2024-03-15", "on March fifteenth, twenty twenty-four"),
+    ("March 15, 2024", "March fifteenth, twenty twenty-four"),
+    ("Jan 3rd", "January third"),
+    ("at 3:30 pm", "at three thirty p m"),
+    ("at 10:05", "at ten oh five"),
+    ("at 12:00", "at twelve o'clock"),
+    ("in 1999", "in nineteen ninety-nine"),
+    # abbreviations
+    ("Dr. Smith and Mr. Brown", "Doctor Smith and Mister Brown"),
+    ("St. Louis is on Main St. today", "Saint Louis is on Main Street today"),
+    ("cats, dogs, etc. vs. birds", "cats, dogs, et cetera versus birds"),
+    ("No. 5", "number five"),
+    # units
+    ("5 km in 30 min", "five kilometers in thirty minutes"),
+    ("1 kg and 2 GB", "one kilogram and two gigabytes"),
+    ("20°C", "twenty degrees Celsius"),
+    ("60 mph", "sixty miles per hour"),
+    # URLs and e-mail
+    ("see https://www.example.com/docs.", "see www dot example dot com slash docs."),
+    ("mail jane.doe@example.org", "mail jane dot doe at example dot org"),
+    # symbols, emoji, control characters
+    ("salt & pepper + 2", "salt and pepper plus two"),
+    ("fun 🎸🔥 times", "fun times"),
+    ("tab\there\x07bell", "tab here bell"),
+]
+
+
+@pytest.mark.parametrize("text, spoken", CASES)
+def test_normalize(text, spoken):
+    assert normalize(text) == spoken
+
+
+@pytest.mark.parametrize("text, _", CASES)
+def test_normalize_leaves_no_digits_and_is_idempotent(text, _):
+    once = normalize(text)
+    assert not any(c.isdigit() for c in once)
+    assert normalize(once) == once
+
+
+def test_normalize_keeps_every_word():
+    text = "Hello 👋 world, this is 😀 fine."
+    assert normalize(text) == "Hello world, this is fine."
+
+
+def test_split_keeps_every_word_in_order_and_respects_the_limit():
+    text = " ".join(
+        f"Sentence number {cardinal(i)} talks about something, and then it goes on for a while."
+        for i in range(40)
+    )
+    chunks = split_text(text, max_len=200)
+    assert " ".join(c.text for c in chunks).split() == text.split()
+    assert all(estimate_ids(c.text) <= 200 for c in chunks)
+    assert chunks[-1].sentence_end
+
+
+def test_split_goes_to_clauses_then_words():
+    long_clauses = ", ".join(["this clause is fairly long indeed"] * 12) + "."
+    chunks = split_text(long_clauses, max_len=120)
+    assert len(chunks) > 1
+    assert all(c.text.endswith(",") for c in chunks[:-1])  # cut at clause boundaries
+    assert [c.sentence_end for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    no_punctuation = " ".join(["word"] * 200)
+    chunks = split_text(no_punctuation, max_len=60)
+    assert all(estimate_ids(c.text) <= 60 for c in chunks)
+    assert sum(len(c.text.split()) for c in chunks) == 200
+
+
+def test_split_packs_short_sentences_and_keeps_the_first_chunk_short():
+    text = "Hi. " * 30
+    chunks = split_text(text, max_len=400, target_len=200, first_len=20)
+    assert estimate_ids(chunks[0].text) <= 20
+    assert all(estimate_ids(c.text) <= 200 for c in chunks)
+    assert len(chunks) < 10  # packed, not thirty tiny chunks
+
+
+def test_split_rejects_a_word_longer_than_the_limit_and_handles_empty():
+    with pytest.raises(ValueError, match="single word is longer"):
+        split_text("a" * 500, max_len=100)
+    assert split_text("   ", max_len=100) == []

@@ -1,0 +1,86 @@
+"""Split long text into chunks for synthesis: sentences, then clauses, then words.
+
+Every chunk measures at most ``max_len`` (in the units of ``measure``, e.g. phoneme ids);
+consecutive short sentences are packed together up to ``target_len`` so no chunk is needlessly
+tiny; the first chunk may be capped lower (``first_len``) so the first audio comes fast.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
+_CLAUSE_END = re.compile(r"(?<=[,;:\u2014\u2013])\s+|\s+(?=[\u2014\u2013]\s)|\s+-\s+")
+
+
+@dataclass(frozen=True)
+class Chunk:
+    text: str
+    sentence_end: bool  # True when a sentence (or the text) ends with this chunk
+
+
+def estimate_ids(text: str) -> int:
+    """A rough phoneme-id count for English (about 2.3 per character, plus BOS/EOS)."""
+    return int(len(text) * 2.3) + 2
+
+
+def _pack(parts: list[str], limit: int, measure: Callable[[str], int]) -> list[str]:
+    """Greedily join consecutive parts with spaces while the joined text fits ``limit``."""
+    out: list[str] = []
+    for part in parts:
+        if out and measure(out[-1] + " " + part) <= limit:
+            out[-1] = out[-1] + " " + part
+        else:
+            out.append(part)
+    return out
+
+
+def _split_long(sentence: str, max_len: int, measure: Callable[[str], int]) -> list[str]:
+    """Clauses first, then words, so each piece fits ``max_len``."""
+    if measure(sentence) <= max_len:
+        return [sentence]
+    pieces: list[str] = []
+    for clause in _pack(_CLAUSE_END.split(sentence), max_len, measure):
+        if measure(clause) <= max_len:
+            pieces.append(clause)
+            continue
+        words = clause.split()
+        for word in words:
+            if measure(word) > max_len:
+                raise ValueError(f"a single word is longer than the chunk limit: {word[:40]!r}")
+        pieces.extend(_pack(words, max_len, measure))
+    return pieces
+
+
+def split_text(
+    text: str,
+    max_len: int,
+    measure: Callable[[str], int] = estimate_ids,
+    target_len: int | None = None,
+    first_len: int | None = None,
+) -> list[Chunk]:
+    """Chunks of ``text`` in order, each with ``measure(chunk) <= max_len``."""
+    target_len = min(target_len or max_len, max_len)
+    chunks: list[Chunk] = []
+    for sentence in (s.strip() for s in _SENTENCE_END.split(text)):
+        if not sentence:
+            continue
+        pieces = _split_long(sentence, max_len, measure)
+        for i, piece in enumerate(pieces):
+            chunks.append(Chunk(piece, sentence_end=i == len(pieces) - 1))
+    if not chunks:
+        return []
+
+    # Pack whole short sentences together up to target_len (the first chunk up to first_len).
+    packed: list[Chunk] = [chunks[0]]
+    for chunk in chunks[1:]:
+        last = packed[-1]
+        limit = first_len if len(packed) == 1 and first_len else target_len
+        joined = last.text + " " + chunk.text
+        if last.sentence_end and chunk.sentence_end and measure(joined) <= limit:
+            packed[-1] = Chunk(joined, True)
+        else:
+            packed.append(chunk)
+    return packed
