@@ -8,7 +8,7 @@ GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps export serve test unit lint format clean
+.PHONY: setup system-deps export serve test unit lint format clean perf perf-smoke bench flops
 
 # System packages: libb64 for perf_analyzer (the rest ships in the Python wheels).
 SYSTEM_PACKAGES := libb64-0d
@@ -51,6 +51,20 @@ unit: $(VENV)/.installed
 
 test: setup export lint
 	$(PY) -m pytest -rs $(PYTEST_ARGS)
+
+# Load tests with perf_analyzer (tritonclient 2.51 wheel). perf-smoke also runs inside `make test`.
+perf: setup export
+	$(PY) -m perf_analyzer_configs.run --plot docs/perf.png
+
+perf-smoke: setup export
+	$(PY) -m perf_analyzer_configs.run --smoke --out out/perf-smoke
+
+# Ours vs Piper's HTTP server vs Piper in-process, same texts, alternating (docs/performance.md).
+bench: setup export
+	$(PY) -m bench.compare --json out/bench.json
+
+flops: setup export
+	$(PY) -m bench.flops
 
 clean:
 	rm -rf .cache model_repository/*/1/*.onnx model_repository/*/1/voice.json \

@@ -29,7 +29,7 @@ log = logging.getLogger("export")
 
 EXPORT_FORMAT = 1  # bump when the graph surgery changes, so old exports are redone
 MANIFEST = ".export-manifest.json"
-VOICE_JSON_MODELS = ("phonemizer", "acoustic", "vocoder")
+VOICE_JSON_MODELS = ("phonemizer", "acoustic", "vocoder", "tts_stream")
 
 
 def _sha256(path: Path) -> str:

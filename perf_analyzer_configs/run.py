@@ -148,6 +148,7 @@ def run_perf_analyzer(
     concurrency: int,
     interval_ms: int,
     max_trials: int,
+    stability: int,
     csv_path: Path,
     log,
 ) -> dict[str, str]:
@@ -160,7 +161,7 @@ def run_perf_analyzer(
         "--concurrency-range", f"{concurrency}:{concurrency}",
         "--measurement-interval", str(interval_ms),
         "--max-trials", str(max_trials),
-        "--stability-percentage", "25",
+        "--stability-percentage", str(stability),
         "--percentile", "99",
         "--collect-metrics",
         "--metrics-url", f"localhost:{metrics_port}/metrics",
@@ -196,7 +197,8 @@ def sweep(args, grpc_port: int, http_port: int, metrics_port: int, out_dir: Path
                     csv_path = work / f"{model}_{protocol}_{c}.csv"
                     r = run_perf_analyzer(
                         model, protocol, port, metrics_port, inputs[model], c,
-                        args.interval_ms, args.max_trials, csv_path, log,
+                        args.interval_ms, args.max_trials, args.stability_percentage,
+                        csv_path, log,
                     )  # fmt: skip
                     after = server_stats(grpc_port)
                     rows.append(make_row(model, protocol, c, r, before, after, seconds))
@@ -302,21 +304,26 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--smoke", action="store_true", help="c=1,2, ~2 s windows, one trial")
+    parser.add_argument(
+        "--smoke", action="store_true", help="c=2, 1 s windows, a few seconds per stage"
+    )
     parser.add_argument("--models", nargs="+", default=None, help="default: tts acoustic vocoder")
     parser.add_argument("--protocols", nargs="+", default=["grpc", "http"])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     parser.add_argument("--texts", type=Path, default=HERE / "tts_mixed.json")
-    parser.add_argument("--interval-ms", type=int, default=8000)
-    parser.add_argument("--max-trials", type=int, default=5)
+    parser.add_argument("--interval-ms", type=int, default=5000)
+    parser.add_argument("--max-trials", type=int, default=4)
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "perf")
     parser.add_argument("--grpc-port", type=int, help="use a running server (with --http-port)")
     parser.add_argument("--http-port", type=int)
     parser.add_argument("--metrics-port", type=int, default=8002)
     parser.add_argument("--plot", type=Path, help="also copy the plot here (e.g. docs/perf.png)")
+    parser.add_argument("--stability-percentage", type=int, default=25)
     args = parser.parse_args(argv)
     if args.smoke:
-        args.concurrency, args.interval_ms, args.max_trials = [1, 2], 1500, 1
+        # Proves every config still loads and answers; no stable figures are asked of it.
+        args.concurrency, args.interval_ms, args.max_trials = [2], 1000, 10
+        args.stability_percentage = 999
         args.models = args.models or ["tts", "phonemizer", "acoustic", "vocoder"]
     args.models = args.models or ["tts", "acoustic", "vocoder"]
     if not perf_analyzer_binary().exists():

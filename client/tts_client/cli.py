@@ -6,8 +6,27 @@ import argparse
 import sys
 import time
 
+from .audio import Audio
 from .client import TTSClient
 from .errors import TTSError
+
+
+def stream_to_file(client: TTSClient, text: str, speed: float, path: str, start: float) -> Audio:
+    """Write each chunk as it arrives, so the file grows while the server works."""
+    import numpy as np
+    import soundfile
+
+    parts = []
+    fmt = "FLAC" if path.lower().endswith(".flac") else "WAV"
+    with soundfile.SoundFile(path, "w", client.sample_rate, 1, "PCM_16", format=fmt) as f:
+        for i, chunk in enumerate(client.stream(text, speed=speed)):
+            if i == 0:
+                print(f"first audio after {time.perf_counter() - start:.2f} s", file=sys.stderr)
+            f.write(chunk)
+            f.flush()
+            parts.append(chunk)
+    samples = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    return Audio(samples, client.sample_rate)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,14 +36,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default="grpc://localhost:8001", help="grpc:// or http:// URL")
     parser.add_argument("--speed", type=float, default=1.0, help="0.25..4.0, 1.0 = normal")
     parser.add_argument("--model", default="tts")
+    parser.add_argument(
+        "--stream", action="store_true", help="stream long text, writing audio as it arrives (gRPC)"
+    )
     args = parser.parse_args(argv)
     text = sys.stdin.read() if args.text == "-" else args.text
     try:
         with TTSClient(args.url, model=args.model) as client:
             start = time.perf_counter()
-            audio = client.synthesize(text, speed=args.speed)
+            if args.stream:
+                audio = stream_to_file(client, text, args.speed, args.output, start)
+            else:
+                audio = client.synthesize(text, speed=args.speed)
+                audio.write(args.output)
             elapsed = time.perf_counter() - start
-            audio.write(args.output)
     except TTSError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import queue
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import ModuleType
@@ -16,6 +17,9 @@ from .errors import InvalidInput, ServerUnavailable, TTSError, map_exception
 
 DEFAULT_PORTS = {"grpc": 8001, "http": 8000}
 DEFAULT_MODEL = "tts"
+DEFAULT_STREAM_MODEL = "tts_stream"
+# Longer texts than this go through the streaming model (one tts request holds ~180 characters).
+LONG_TEXT_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -59,16 +63,22 @@ def build_inputs(
     speed: float = 1.0,
     noise_scale: float | None = None,
     noise_w: float | None = None,
+    batched: bool = True,
 ) -> list:
-    """InferInput list for one ``tts`` request (``module``: tritonclient.grpc or .http)."""
+    """InferInput list for one request (``module``: tritonclient.grpc or .http).
+
+    ``batched``: the model has a batch dimension (``tts``: shape [1, 1]); ``tts_stream`` has
+    none (shape [1]).
+    """
     _check_text(text)
-    text_in = module.InferInput("text", [1, 1], "BYTES")
-    text_in.set_data_from_numpy(np.array([[text.encode("utf-8")]], dtype=np.object_))
+    shape = [1, 1] if batched else [1]
+    text_in = module.InferInput("text", shape, "BYTES")
+    text_in.set_data_from_numpy(np.array([text.encode("utf-8")], dtype=np.object_).reshape(shape))
     inputs = [text_in]
     for name, value in (("speed", speed), ("noise_scale", noise_scale), ("noise_w", noise_w)):
         if value is not None:
-            tensor = module.InferInput(name, [1, 1], "FP32")
-            tensor.set_data_from_numpy(np.array([[value]], dtype=np.float32))
+            tensor = module.InferInput(name, shape, "FP32")
+            tensor.set_data_from_numpy(np.array([value], dtype=np.float32).reshape(shape))
             inputs.append(tensor)
     return inputs
 
@@ -103,9 +113,11 @@ class TTSClient:
         model: str = DEFAULT_MODEL,
         timeout: float = 120.0,
         concurrency: int = 16,
+        stream_model: str = DEFAULT_STREAM_MODEL,
     ) -> None:
         self.endpoint = Endpoint.parse(url)
         self.model = model
+        self.stream_model = stream_model
         self.timeout = timeout
         self.concurrency = concurrency
         self._sample_rate: int | None = None
@@ -166,8 +178,14 @@ class TTSClient:
         noise_scale: float | None = None,
         noise_w: float | None = None,
     ) -> Audio:
-        """Speak ``text``; ``speed`` 2.0 is twice as fast. Noise 0 makes output repeatable."""
+        """Speak ``text``; ``speed`` 2.0 is twice as fast. Noise 0 makes output repeatable.
+
+        Over gRPC, text too long for one request goes through the streaming model and the
+        chunks are joined.
+        """
         rate = self.sample_rate
+        if self.endpoint.protocol == "grpc" and len(text) > LONG_TEXT_CHARS:
+            return self._joined_stream(text, speed, noise_scale, noise_w)
         inputs = build_inputs(self._module, text, speed, noise_scale, noise_w)
         try:
             if self.endpoint.protocol == "grpc":
@@ -175,8 +193,67 @@ class TTSClient:
             else:
                 result = self._client.infer(self.model, inputs)
         except Exception as e:
-            raise map_exception(e) from None
+            error = map_exception(e)
+            if isinstance(error, InvalidInput) and "too long" in str(error):
+                if self.endpoint.protocol == "grpc":
+                    return self._joined_stream(text, speed, noise_scale, noise_w)
+                raise InvalidInput(f"{error}; over HTTP, split the text yourself") from None
+            raise error from None
         return audio_from_result(result, rate)
+
+    def _joined_stream(self, text, speed, noise_scale, noise_w) -> Audio:
+        chunks = list(self.stream(text, speed, noise_scale, noise_w))
+        return Audio(
+            np.concatenate(chunks) if chunks else np.zeros(0, np.float32), self.sample_rate
+        )
+
+    def stream(
+        self,
+        text: str,
+        speed: float = 1.0,
+        noise_scale: float | None = None,
+        noise_w: float | None = None,
+    ) -> Iterator[np.ndarray]:
+        """Yield the audio of ``text`` chunk by chunk, in order, as the server makes it (gRPC).
+
+        Stopping the iteration early cancels the request on the server.
+        """
+        if self.endpoint.protocol != "grpc":
+            raise TTSError("streaming needs a grpc:// URL (Triton streams over gRPC only)")
+        import tritonclient.grpc as grpcclient
+
+        inputs = build_inputs(grpcclient, text, speed, noise_scale, noise_w, batched=False)
+        results: queue.Queue = queue.Queue()
+        client = grpcclient.InferenceServerClient(self.endpoint.address)  # one stream each
+        finished = False
+        try:
+            client.start_stream(callback=lambda result, error: results.put((result, error)))
+            client.async_stream_infer(self.stream_model, inputs, enable_empty_final_response=True)
+            while True:
+                try:
+                    result, error = results.get(timeout=self.timeout)
+                except queue.Empty:
+                    raise ServerUnavailable(
+                        f"no audio from the server in {self.timeout} s"
+                    ) from None
+                if error is not None:
+                    raise map_exception(error)
+                audio = result.as_numpy("audio")
+                if audio is not None:
+                    yield np.ascontiguousarray(audio.reshape(-1), dtype=np.float32)
+                final = result.get_response().parameters.get("triton_final_response")
+                if final is not None and final.bool_param:
+                    finished = True
+                    return
+        except TTSError:
+            raise
+        except Exception as e:
+            raise map_exception(e) from None
+        finally:
+            try:
+                client.stop_stream(cancel_requests=not finished)
+            finally:
+                client.close()
 
     def synthesize_many(
         self,
@@ -221,4 +298,4 @@ class TTSClient:
         )
 
 
-__all__ = ["Endpoint", "ServerUnavailable", "TTSClient"]
+__all__ = ["Endpoint", "TTSClient"]

@@ -26,6 +26,8 @@ class InferenceFailed(TTSError):
 
 
 _ENSEMBLE_PREFIX = re.compile(r"^(in ensemble '[^']+', )+")
+# Errors inside a gRPC stream arrive without a status code; tts_stream prefixes bad input.
+STREAM_INVALID_PREFIX = "invalid input: "
 
 
 def map_exception(exc: BaseException) -> TTSError:
@@ -39,6 +41,8 @@ def map_exception(exc: BaseException) -> TTSError:
     message = _ENSEMBLE_PREFIX.sub("", message.strip())
     status_fn = getattr(exc, "status", None)
     status = str(status_fn() if callable(status_fn) else "") or ""
+    if message.startswith(STREAM_INVALID_PREFIX):
+        return InvalidInput(_ENSEMBLE_PREFIX.sub("", message[len(STREAM_INVALID_PREFIX) :]))
     if "queue size" in message.lower():
         return ServerOverloaded(message)
     if status in ("StatusCode.INVALID_ARGUMENT", "400"):

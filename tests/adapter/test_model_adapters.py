@@ -13,9 +13,9 @@ from tests import fake_pb_utils as pb
 
 pb.install()
 
+from tts_serving.config import config_parameters, parse_dataclass  # noqa: E402
 from tts_serving.errors import ModelConfigError  # noqa: E402
 from tts_serving.inference import RuntimeOptions  # noqa: E402
-from tts_serving.triton_adapter import config_parameters, parse_dataclass  # noqa: E402
 
 
 def load_model(repository, name, params=None, max_batch_size=16):

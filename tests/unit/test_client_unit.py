@@ -63,6 +63,12 @@ def test_triton_errors_map_to_client_exceptions(status, message, cls):
     assert "in ensemble" not in str(err)
 
 
+def test_stream_errors_without_status_map_by_prefix():
+    err = map_exception(InferenceServerException(msg="invalid input: text is empty"))
+    assert type(err) is InvalidInput and str(err) == "text is empty"
+    assert type(map_exception(InferenceServerException(msg="boom"))) is InferenceFailed
+
+
 def test_connection_errors_are_server_unavailable():
     assert isinstance(map_exception(ConnectionRefusedError(111, "refused")), ServerUnavailable)
 

@@ -131,6 +131,13 @@ def test_split_packs_short_sentences_and_keeps_the_first_chunk_short():
     assert len(chunks) < 10  # packed, not thirty tiny chunks
 
 
+def test_a_long_first_sentence_is_cut_for_fast_first_audio():
+    text = "The first sentence is rather long, and it has a clause, and another one here. Next."
+    chunks = split_text(text, max_len=400, first_len=60)
+    assert estimate_ids(chunks[0].text) <= 60 and not chunks[0].sentence_end
+    assert " ".join(c.text for c in chunks).split() == text.split()
+
+
 def test_split_rejects_a_word_longer_than_the_limit_and_handles_empty():
     with pytest.raises(ValueError, match="single word is longer"):
         split_text("a" * 500, max_len=100)

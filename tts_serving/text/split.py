@@ -72,6 +72,12 @@ def split_text(
             chunks.append(Chunk(piece, sentence_end=i == len(pieces) - 1))
     if not chunks:
         return []
+    if first_len and measure(chunks[0].text) > first_len:
+        # The first audio waits for the first chunk: cut a long first sentence (clauses first).
+        head = _split_long(chunks[0].text, first_len, measure)
+        chunks[:1] = [
+            Chunk(t, chunks[0].sentence_end and k == len(head) - 1) for k, t in enumerate(head)
+        ]
 
     # Pack whole short sentences together up to target_len (the first chunk up to first_len).
     packed: list[Chunk] = [chunks[0]]

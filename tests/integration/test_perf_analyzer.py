@@ -1,0 +1,29 @@
+"""The perf_analyzer configs still work: a short smoke sweep against the real server."""
+
+import csv
+import json
+
+from perf_analyzer_configs import run
+
+
+def test_perf_analyzer_smoke(server, tmp_path):
+    code = run.main(
+        [
+            "--smoke",
+            "--grpc-port", str(server.grpc_port),
+            "--http-port", str(server.http_port),
+            "--metrics-port", str(server.metrics_port),
+            "--out", str(tmp_path),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    rows = list(csv.DictReader(open(tmp_path / "results.csv")))
+    assert {(r["model"], r["protocol"]) for r in rows} == {
+        (m, p) for m in ("tts", "phonemizer", "acoustic", "vocoder") for p in ("grpc", "http")
+    }
+    for r in rows:
+        assert float(r["requests_per_s"]) > 0 and float(r["p50_ms"]) > 0
+    tts = next(r for r in rows if r["model"] == "tts" and r["protocol"] == "grpc")
+    breakdown = json.loads(tts["breakdown"])
+    assert set(breakdown) == {"phonemizer", "acoustic", "vocoder"}
+    assert (tmp_path / "perf.png").stat().st_size > 10_000
