@@ -102,6 +102,14 @@ def mean_audio_seconds(grpc_port: int, texts: list[str]) -> float:
         return float(np.mean([a.duration for a in client.synthesize_many(texts)]))
 
 
+def mean_stream_seconds(grpc_port: int, paragraphs: list[str]) -> float:
+    from tts_client import TTSClient
+
+    with TTSClient(f"grpc://localhost:{grpc_port}") as client:
+        rate = client.sample_rate
+        return float(np.mean([sum(map(len, client.stream(p))) / rate for p in paragraphs]))
+
+
 def server_stats(grpc_port: int) -> dict[str, dict[str, int]]:
     import tritonclient.grpc as grpcclient
 
@@ -167,6 +175,11 @@ def run_perf_analyzer(
         "--metrics-url", f"localhost:{metrics_port}/metrics",
         "-f", str(csv_path),
     ]  # fmt: skip
+    if model == "tts_stream":
+        # Decoupled model: gRPC streaming; a paragraph takes seconds, so count requests per
+        # window instead of timing windows.
+        cmd += ["--streaming", "--measurement-mode", "count_windows",
+                "--measurement-request-count", str(max(2, concurrency * 2))]  # fmt: skip
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
     result = subprocess.run(
@@ -185,12 +198,22 @@ def sweep(args, grpc_port: int, http_port: int, metrics_port: int, out_dir: Path
     work.mkdir(parents=True, exist_ok=True)
     inputs = capture_inputs(grpc_port, texts, work)
     inputs["tts"] = args.texts
-    seconds = mean_audio_seconds(grpc_port, texts)
-    print(f"{len(texts)} texts from {args.texts.name}, mean audio {seconds:.2f} s", flush=True)
+    inputs["tts_stream"] = args.paragraphs
+    if args.smoke:  # a few seconds, not minutes: only the short paragraphs
+        short = [{"text": [t]} for t in load_texts(args.paragraphs) if len(t) < 600]
+        inputs["tts_stream"] = work / "tts_stream_short.json"
+        inputs["tts_stream"].write_text(json.dumps({"data": short}))
+    seconds = {m: mean_audio_seconds(grpc_port, texts) for m in ("tts", "acoustic", "vocoder")}
+    if "tts_stream" in args.models:
+        seconds["tts_stream"] = mean_stream_seconds(grpc_port, load_texts(inputs["tts_stream"]))
+    print(
+        f"{len(texts)} texts from {args.texts.name}, mean audio {seconds['tts']:.2f} s", flush=True
+    )
     rows: list[Row] = []
     with open(out_dir / "perf_analyzer.log", "w") as log:
         for model in args.models:
-            for protocol in args.protocols:
+            # Triton streams (decoupled models) over gRPC only.
+            for protocol in ["grpc"] if model == "tts_stream" else args.protocols:
                 port = grpc_port if protocol == "grpc" else http_port
                 for c in args.concurrency:
                     before = server_stats(grpc_port)
@@ -201,7 +224,9 @@ def sweep(args, grpc_port: int, http_port: int, metrics_port: int, out_dir: Path
                         csv_path, log,
                     )  # fmt: skip
                     after = server_stats(grpc_port)
-                    rows.append(make_row(model, protocol, c, r, before, after, seconds))
+                    rows.append(
+                        make_row(model, protocol, c, r, before, after, seconds.get(model, 0.0))
+                    )
                     row = rows[-1]
                     print(
                         f"{model:<10} {protocol:<4} c={c:<3} {row.requests_per_s:7.1f} req/s "
@@ -228,7 +253,7 @@ def make_row(model, protocol, c, r, before, after, seconds) -> Row:
         protocol=protocol,
         concurrency=c,
         requests_per_s=rps,
-        audio_s_per_s=rps * seconds if model in ("tts", "acoustic", "vocoder") else 0.0,
+        audio_s_per_s=rps * seconds,
         p50_ms=float(r["p50 latency"]) / 1000,
         p90_ms=float(r["p90 latency"]) / 1000,
         p95_ms=float(r["p95 latency"]) / 1000,
@@ -311,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--protocols", nargs="+", default=["grpc", "http"])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
     parser.add_argument("--texts", type=Path, default=HERE / "tts_mixed.json")
+    parser.add_argument("--paragraphs", type=Path, default=HERE / "tts_stream_paragraphs.json")
     parser.add_argument("--interval-ms", type=int, default=5000)
     parser.add_argument("--max-trials", type=int, default=4)
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "perf")
@@ -324,8 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         # Proves every config still loads and answers; no stable figures are asked of it.
         args.concurrency, args.interval_ms, args.max_trials = [2], 1000, 10
         args.stability_percentage = 999
-        args.models = args.models or ["tts", "phonemizer", "acoustic", "vocoder"]
-    args.models = args.models or ["tts", "acoustic", "vocoder"]
+        args.models = args.models or ["tts", "phonemizer", "acoustic", "vocoder", "tts_stream"]
+    args.models = args.models or ["tts", "acoustic", "vocoder", "tts_stream"]
     if not perf_analyzer_binary().exists():
         raise SystemExit(f"{perf_analyzer_binary()} missing: install tritonclient[all]==2.51.0")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ def test_perf_analyzer_smoke(server, tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "results.csv")))
     assert {(r["model"], r["protocol"]) for r in rows} == {
         (m, p) for m in ("tts", "phonemizer", "acoustic", "vocoder") for p in ("grpc", "http")
-    }
+    } | {("tts_stream", "grpc")}  # streaming is gRPC only
     for r in rows:
         assert float(r["requests_per_s"]) > 0 and float(r["p50_ms"]) > 0
     tts = next(r for r in rows if r["model"] == "tts" and r["protocol"] == "grpc")

@@ -17,7 +17,7 @@ def load(name: str) -> model_config_pb2.ModelConfig:
     return config
 
 
-@pytest.mark.parametrize("name", ["phonemizer", "acoustic", "vocoder", "tts"])
+@pytest.mark.parametrize("name", ["phonemizer", "acoustic", "vocoder", "tts", "tts_stream"])
 def test_config_parses_and_is_named_after_its_folder(name):
     assert load(name).name == name
 
@@ -60,6 +60,13 @@ def test_batched_stages_batch_ragged_inputs(name):
     assert config.dynamic_batching.default_queue_policy.max_queue_size > 0
     ragged = [i for i in config.input if -1 in i.dims]
     assert ragged and all(i.allow_ragged_batch for i in ragged)
+
+
+def test_tts_stream_is_decoupled_and_speaks_the_tts_contract():
+    stream, tts = load("tts_stream"), load("tts")
+    assert stream.model_transaction_policy.decoupled
+    assert {i.name: i.data_type for i in stream.input} == {i.name: i.data_type for i in tts.input}
+    assert "audio" in {o.name for o in stream.output}
 
 
 def test_compose_runs_the_matching_ngc_image():
