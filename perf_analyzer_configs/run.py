@@ -142,7 +142,7 @@ class Row:
     p90_ms: float
     p95_ms: float
     p99_ms: float
-    avg_ms: float
+    client_ms: float  # client send + receive, as perf_analyzer reports it
     stable: bool  # False: perf_analyzer found no stable window (see perf_analyzer.log)
     breakdown: str  # JSON: per stage queue/compute ms per request and average batch size
 
@@ -270,7 +270,7 @@ def make_row(model, protocol, c, r, before, after, seconds) -> Row:
         p90_ms=float(r["p90 latency"]) / 1000,
         p95_ms=float(r["p95 latency"]) / 1000,
         p99_ms=float(r["p99 latency"]) / 1000,
-        avg_ms=float(r["Avg latency"]) / 1000 if "Avg latency" in r else float("nan"),
+        client_ms=(float(r["Client Send"]) + float(r["Client Recv"])) / 1000,
         stable=r["stable"] == "true",
         breakdown=json.dumps(breakdown),
     )

@@ -31,12 +31,3 @@ class Audio:
         subtype = "PCM_16"
         soundfile.write(str(path), self.samples, self.sample_rate, format=fmt, subtype=subtype)
         return path
-
-    @staticmethod
-    def concatenate(parts: list[Audio]) -> Audio:
-        if not parts:
-            raise ValueError("nothing to concatenate")
-        rate = parts[0].sample_rate
-        if any(p.sample_rate != rate for p in parts):
-            raise ValueError("cannot join audio with different sample rates")
-        return Audio(np.concatenate([p.samples for p in parts]), rate)
