@@ -1,4 +1,4 @@
-"""What every ``model.py`` shares: config parameters, per-request validation, responses.
+"""What every ``model.py`` shares: model context, per-request validation, one response each.
 
 Imported only inside the Python-backend stub (or under a fake ``triton_python_backend_utils``
 in the adapter tests), so ``pb_utils`` is imported here at module level.

@@ -11,7 +11,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from tts_serving.config import parse_dataclass
-from tts_serving.errors import InvalidInputError
+from tts_serving.errors import InvalidInputError, ModelConfigError
 from tts_serving.streaming import StreamSettings, finish_chunk, plan_chunks
 from tts_serving.triton_adapter import ModelContext
 from tts_serving.voice import (
@@ -31,9 +31,7 @@ class TritonPythonModel:
     def initialize(self, args):
         self.ctx = ModelContext.from_args(args)
         if not pb_utils.using_decoupled_model_transaction_policy(self.ctx.config):
-            raise pb_utils.TritonModelException(
-                "tts_stream needs model_transaction_policy decoupled"
-            )
+            raise ModelConfigError("tts_stream needs model_transaction_policy { decoupled: true }")
         self.settings = parse_dataclass(StreamSettings, self.ctx.params)
         self.voice = load_voice_config(self.ctx.file("voice.json"))
         self.max_ids = int(self.ctx.params.get("max_phoneme_ids", DEFAULT_MAX_PHONEME_IDS))
@@ -78,13 +76,12 @@ class TritonPythonModel:
         try:
             text_tensor = pb_utils.get_input_tensor_by_name(request, "text")
             text = decode_text(text_tensor.as_numpy().reshape(-1)[0])
-            speed = validate_speed(self.optional(request, "speed", 1.0))
-            extra = [pb_utils.Tensor("speed", np.array([[speed]], np.float32))]
+            scalars = {"speed": validate_speed(self.optional(request, "speed", 1.0))}
             for name in ("noise_scale", "noise_w"):
-                tensor = pb_utils.get_input_tensor_by_name(request, name)
-                if tensor is not None:
-                    value = validate_noise(name, float(tensor.as_numpy().reshape(-1)[0]))
-                    extra.append(pb_utils.Tensor(name, np.array([[value]], np.float32)))
+                value = self.optional(request, name, None)
+                if value is not None:  # absent: tts uses the voice's default
+                    scalars[name] = validate_noise(name, value)
+            extra = [pb_utils.Tensor(k, np.array([[v]], np.float32)) for k, v in scalars.items()]
             chunks = plan_chunks(text, self.settings, self.max_ids, self.count_ids)
             issued = 0
             while sent < len(chunks):
