@@ -26,6 +26,7 @@ import numpy as np
 
 from tests.texts import SENTENCES
 from tts_serving.server import ServerProcess, free_port
+from tts_serving.statistics import ModelStatistics, model_statistics
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -155,15 +156,8 @@ class OursGRPC:
     def __call__(self, text: str) -> float:
         return self.client.synthesize(text).duration
 
-    def batch_counts(self) -> dict[str, tuple[int, int]]:
-        import tritonclient.grpc as grpcclient
-
-        c = grpcclient.InferenceServerClient(f"localhost:{self.server.grpc_port}")
-        out = {}
-        for model in ("acoustic", "vocoder"):
-            s = c.get_inference_statistics(model, as_json=True)["model_stats"][0]
-            out[model] = (int(s.get("inference_count", 0)), int(s.get("execution_count", 0)))
-        return out
+    def statistics(self) -> dict[str, ModelStatistics]:
+        return model_statistics(f"localhost:{self.server.grpc_port}", ("acoustic", "vocoder"))
 
     def close(self) -> None:
         self.client.close()
@@ -208,14 +202,11 @@ def main(argv: list[str] | None = None) -> int:
                 )  # alternate who goes first
                 for system in order:
                     run = Run(system.name, c)
-                    before = system.batch_counts() if isinstance(system, OursGRPC) else None
+                    before = system.statistics() if isinstance(system, OursGRPC) else None
                     drive(system, texts, c, run)
                     if before is not None:
-                        after = system.batch_counts()
-                        run.batch = {
-                            m: (after[m][0] - before[m][0]) / max(1, after[m][1] - before[m][1])
-                            for m in after
-                        }
+                        after = system.statistics()
+                        run.batch = {m: (after[m] - before[m]).average_batch for m in after}
                     runs.append(run)
                     print(
                         f"c={c:<3} round {r + 1} {system.name:<16} {run.throughput:6.1f} audio s/s "

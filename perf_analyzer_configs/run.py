@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from tts_serving.server import ServerProcess
+from tts_serving.statistics import model_statistics
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -108,27 +109,6 @@ def mean_stream_seconds(grpc_port: int, paragraphs: list[str]) -> float:
     with TTSClient(f"grpc://localhost:{grpc_port}") as client:
         rate = client.sample_rate
         return float(np.mean([sum(map(len, client.stream(p))) / rate for p in paragraphs]))
-
-
-def server_stats(grpc_port: int) -> dict[str, dict[str, int]]:
-    import tritonclient.grpc as grpcclient
-
-    client = grpcclient.InferenceServerClient(f"localhost:{grpc_port}")
-    out = {}
-    for model in STAGES:
-        s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
-        st = s.get("inference_stats", {})
-        out[model] = {
-            "requests": int(st.get("success", {}).get("count", 0)),
-            "executions": int(s.get("execution_count", 0)),
-            "inferences": int(s.get("inference_count", 0)),
-            "queue_ns": int(st.get("queue", {}).get("ns", 0)),
-            "compute_ns": sum(
-                int(st.get(k, {}).get("ns", 0))
-                for k in ("compute_input", "compute_infer", "compute_output")
-            ),
-        }
-    return out
 
 
 @dataclass
@@ -228,14 +208,14 @@ def sweep(args, grpc_port: int, http_port: int, metrics_port: int, out_dir: Path
             for protocol in ["grpc"] if model == "tts_stream" else args.protocols:
                 port = grpc_port if protocol == "grpc" else http_port
                 for c in args.concurrency:
-                    before = server_stats(grpc_port)
+                    before = model_statistics(f"localhost:{grpc_port}", STAGES)
                     csv_path = work / f"{model}_{protocol}_{c}.csv"
                     r = run_perf_analyzer(
                         model, protocol, port, metrics_port, inputs[model], c,
                         args.interval_ms, args.max_trials, args.stability_percentage,
                         csv_path, log,
                     )  # fmt: skip
-                    after = server_stats(grpc_port)
+                    after = model_statistics(f"localhost:{grpc_port}", STAGES)
                     rows.append(
                         make_row(model, protocol, c, r, before, after, seconds.get(model, 0.0))
                     )
@@ -252,12 +232,12 @@ def sweep(args, grpc_port: int, http_port: int, metrics_port: int, out_dir: Path
 def make_row(model, protocol, c, r, before, after, seconds) -> Row:
     breakdown = {}
     for stage in STAGES:
-        d = {k: after[stage][k] - before[stage][k] for k in after[stage]}
-        if d["requests"]:
+        d = after[stage] - before[stage]
+        if d.requests:
             breakdown[stage] = {
-                "queue_ms": d["queue_ns"] / d["requests"] / 1e6,
-                "compute_ms": d["compute_ns"] / d["requests"] / 1e6,
-                "avg_batch": d["inferences"] / max(1, d["executions"]),
+                "queue_ms": d.queue_ns / d.requests / 1e6,
+                "compute_ms": d.compute_ns / d.requests / 1e6,
+                "avg_batch": d.average_batch,
             }
     rps = float(r["Inferences/Second"])
     return Row(

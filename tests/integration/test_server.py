@@ -16,6 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.texts import SENTENCES
 from tts_client import AsyncTTSClient, InvalidInput, TTSClient
+from tts_serving.statistics import model_statistics
 
 MODELS = ("phonemizer", "acoustic", "vocoder", "tts")
 
@@ -32,13 +33,8 @@ def raw_request(module, text, speed=None):
     return inputs
 
 
-def stats(server, model):
-    client = grpcclient.InferenceServerClient(f"localhost:{server.grpc_port}")
-    s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
-    batches = {
-        int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in s.get("batch_stats", [])
-    }
-    return int(s.get("inference_count", 0)), int(s.get("execution_count", 0)), batches
+def stats(server):
+    return model_statistics(f"localhost:{server.grpc_port}", ("acoustic", "vocoder"))
 
 
 def test_every_model_is_ready(server):
@@ -66,21 +62,19 @@ def test_tts_returns_plausible_audio(server, protocol):
 
 def test_batching_is_real_and_batched_equals_alone(server, grpc_client):
     texts = [SENTENCES[i % len(SENTENCES)] for i in range(64)]
-    before = {m: stats(server, m) for m in ("acoustic", "vocoder")}
+    before = stats(server)
     with TTSClient(server.grpc_url, concurrency=64) as client:  # all 64 in flight at once
         batched = client.synthesize_many(texts, noise_scale=0.0, noise_w=0.0)
-    after = {m: stats(server, m) for m in ("acoustic", "vocoder")}
+    after = stats(server)
     report = []
     for model in ("acoustic", "vocoder"):
-        inferences = after[model][0] - before[model][0]
-        executions = after[model][1] - before[model][1]
-        sizes = {b: n - before[model][2].get(b, 0) for b, n in after[model][2].items()}
-        sizes = {b: n for b, n in sorted(sizes.items()) if n}
+        delta = after[model] - before[model]
         report.append(
-            f"{model}: {inferences} requests in {executions} executions, batch sizes {sizes}"
+            f"{model}: {delta.inferences} requests in {delta.executions} executions, "
+            f"batch sizes {delta.batch_sizes}"
         )
-        assert inferences == 64
-        assert executions <= 64 // 4, report[-1]
+        assert delta.inferences == 64
+        assert delta.executions <= 64 // 4, report[-1]
     print("\n" + "\n".join(report))
 
     alone = {t: grpc_client.synthesize(t, noise_scale=0.0, noise_w=0.0) for t in SENTENCES}
