@@ -11,7 +11,6 @@ import argparse
 import hashlib
 import json
 import logging
-import re
 import shutil
 import sys
 import tempfile
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import onnx
 
+from tts_serving.config import pbtxt_parameters
 from tts_serving.voice import load_voice_config
 
 from .graph import make_scales_per_item, split
@@ -61,11 +61,10 @@ def check_config_parameters(repo: Path, sample_rate: int, hop_length: int) -> No
         ("vocoder", "sample_rate", sample_rate),
         ("vocoder", "hop_length", hop_length),
     ):
-        text = (repo / model / "config.pbtxt").read_text()
-        m = re.search(r'key:\s*"' + key + r'"\s*,?\s*value:?\s*{\s*string_value:\s*"([^"]*)"', text)
-        if not m or int(m.group(1)) != want:
+        value = pbtxt_parameters(repo / model / "config.pbtxt").get(key)
+        if value is None or int(value) != want:
             raise SystemExit(
-                f"{model}/config.pbtxt parameter {key} is {m.group(1) if m else 'missing'}, "
+                f"{model}/config.pbtxt parameter {key} is {value or 'missing'}, "
                 f"the voice has {want}: fix the config"
             )
 

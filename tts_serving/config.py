@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import fields
+from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import ModelConfigError
 
 T = TypeVar("T")
+
+_PARAMETER = re.compile(
+    r'parameters\s*:?\s*\{\s*key:\s*"([^"]+)"\s*,?\s*value:?\s*\{\s*string_value:\s*"([^"]*)"'
+)
+
+
+def pbtxt_parameters(path: str | Path) -> dict[str, str]:
+    """The string ``parameters`` of a config.pbtxt, read without Triton's protobuf classes.
+
+    Export runs where tritonclient may be missing (the NGC image); a unit test checks this
+    against Triton's own parser for every config in the repository.
+    """
+    text = re.sub(r"#[^\n]*", "", Path(path).read_text())
+    return dict(_PARAMETER.findall(text))
 
 
 def config_parameters(model_config: dict) -> dict[str, str]:

@@ -12,24 +12,19 @@ import numpy as np
 import pytest
 import soundfile
 import tritonclient.grpc as grpcclient
-from google.protobuf import text_format
-from tritonclient.grpc import model_config_pb2
 
 from tests.conftest import REPOSITORY
 from tests.integration.test_intelligibility import transcribe, words
 from tests.paragraphs import PARAGRAPH
 from tts_client import InvalidInput
-from tts_serving.config import parse_dataclass
+from tts_serving.config import parse_dataclass, pbtxt_parameters
 from tts_serving.statistics import model_statistics
 from tts_serving.streaming import StreamSettings, finish_chunk
 from tts_serving.text import normalize
 
 
 def stream_settings() -> StreamSettings:
-    config = model_config_pb2.ModelConfig()
-    text_format.Parse((REPOSITORY / "tts_stream/config.pbtxt").read_text(), config)
-    params = {k: v.string_value for k, v in config.parameters.items()}
-    return parse_dataclass(StreamSettings, params)
+    return parse_dataclass(StreamSettings, pbtxt_parameters(REPOSITORY / "tts_stream/config.pbtxt"))
 
 
 def raw_stream(server, text: str, **scalars: float) -> list[tuple[np.ndarray, str]]:

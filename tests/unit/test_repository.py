@@ -7,6 +7,8 @@ import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from tts_serving.config import pbtxt_parameters
+
 ROOT = Path(__file__).resolve().parents[2]
 REPO = ROOT / "model_repository"
 
@@ -20,6 +22,13 @@ def load(name: str) -> model_config_pb2.ModelConfig:
 @pytest.mark.parametrize("name", ["phonemizer", "acoustic", "vocoder", "tts", "tts_stream"])
 def test_config_parses_and_is_named_after_its_folder(name):
     assert load(name).name == name
+
+
+@pytest.mark.parametrize("name", ["phonemizer", "acoustic", "vocoder", "tts", "tts_stream"])
+def test_pbtxt_parameters_agree_with_tritons_parser(name):
+    expected = {k: v.string_value for k, v in load(name).parameters.items()}
+    assert expected
+    assert pbtxt_parameters(REPO / name / "config.pbtxt") == expected
 
 
 def test_ensemble_tensor_names_are_identical_end_to_end():
