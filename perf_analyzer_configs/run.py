@@ -195,7 +195,9 @@ def sweep(args, grpc_port: int, http_port: int, metrics_port: int, out_dir: Path
         short = [{"text": [t]} for t in load_texts(args.paragraphs) if len(t) < 600]
         inputs["tts_stream"] = work / "tts_stream_short.json"
         inputs["tts_stream"].write_text(json.dumps({"data": short}))
-    seconds = {m: mean_audio_seconds(grpc_port, texts) for m in ("tts", "acoustic", "vocoder")}
+    # tts, acoustic and vocoder are loaded with the same texts: one mean duration serves all.
+    per_text = mean_audio_seconds(grpc_port, texts)
+    seconds = {"tts": per_text, "acoustic": per_text, "vocoder": per_text}
     if "tts_stream" in args.models:
         seconds["tts_stream"] = mean_stream_seconds(grpc_port, load_texts(inputs["tts_stream"]))
     print(
