@@ -13,13 +13,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from tests.texts import SENTENCES
-from tts_serving.inference import AcousticModel, RuntimeOptions, Vocoder, create_session
+from tts_serving.inference import AcousticModel, Vocoder, create_session
+from tts_serving.settings import load_settings
 from tts_serving.voice import Phonemizer, load_voice_config
+from tts_tools.texts import SENTENCES
 
 
 def best_of(fn, repeats: int = 2) -> float:
@@ -48,8 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     scales = np.tile(np.array([[voice.noise_scale, 1.0, voice.noise_w_scale]], np.float32), (16, 1))
     rng = np.random.default_rng(0)
 
+    # Start from the settings the server runs with; each experiment changes one knob.
+    served = {m: load_settings(repo, m) for m in ("acoustic", "vocoder")}
     for threads in args.threads:
-        opts = RuntimeOptions(intra_op_threads=threads)
+        opts = replace(served["vocoder"], intra_op_threads=threads)
         acoustic_session = create_session(repo / "acoustic/1/model.onnx", opts)
         vocoder_session = create_session(repo / "vocoder/1/model.onnx", opts)
 
@@ -67,17 +71,17 @@ def main(argv: list[str] | None = None) -> int:
                 row.append(f"{best_of(run, 1):.2f} s")
             print(f"| {frames} | " + " | ".join(row) + " |")
 
-        latents = AcousticModel(acoustic_session, RuntimeOptions())(ids, scales)
+        latents = AcousticModel(acoustic_session, served["acoustic"])(ids, scales)
         print(f"\n## {threads} thread(s): the 16 test sentences as one batch")
         print("| stage | max_padded_length | bucket_max_waste | time |\n|---|---|---|---|")
         for budget, waste in ((0, 1.0), (1, 1.0), (400, 1.0), (800, 1.0), (0, 0.3)):
-            o = RuntimeOptions(max_padded_length=budget, bucket_max_waste=waste)
+            o = replace(served["acoustic"], max_padded_length=budget, bucket_max_waste=waste)
             a = AcousticModel(acoustic_session, o)
             print(
                 f"| acoustic | {budget} | {waste} | {best_of(lambda a=a: a(ids, scales)):.2f} s |"
             )
         for budget, waste in ((0, 1.0), (1, 1.0), (200, 1.0), (400, 1.0), (600, 1.0), (400, 0.3)):
-            o = RuntimeOptions(max_padded_length=budget, bucket_max_waste=waste)
+            o = replace(served["vocoder"], max_padded_length=budget, bucket_max_waste=waste)
             v = Vocoder(vocoder_session, voice.hop_length, o)
             seconds = best_of(lambda v=v, lat=latents: v(lat))
             print(f"| vocoder | {budget} | {waste} | {seconds:.2f} s |")

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import onnx
 
-from tts_serving.config import pbtxt_parameters
+from tts_serving.config import parse_settings, pbtxt_parameters
+from tts_serving.inference import LOUDNESS_FILE, VoiceLoudness
+from tts_serving.settings import SETTINGS
 from tts_serving.voice import load_voice_config
 
 from .graph import make_scales_per_item, split
@@ -27,7 +29,7 @@ from .verify import verify
 
 log = logging.getLogger("export")
 
-EXPORT_FORMAT = 1  # bump when the graph surgery changes, so old exports are redone
+EXPORT_FORMAT = 2  # bump when the graph surgery changes, so old exports are redone
 MANIFEST = ".export-manifest.json"
 VOICE_JSON_MODELS = ("phonemizer", "acoustic", "vocoder", "tts_stream")
 
@@ -41,9 +43,11 @@ def _sha256(path: Path) -> str:
 
 
 def _outputs(repo: Path) -> list[Path]:
-    return [repo / "acoustic/1/model.onnx", repo / "vocoder/1/model.onnx"] + [
-        repo / m / "1/voice.json" for m in VOICE_JSON_MODELS
-    ]
+    return [
+        repo / "acoustic/1/model.onnx",
+        repo / "vocoder/1/model.onnx",
+        repo / "vocoder/1" / LOUDNESS_FILE,
+    ] + [repo / m / "1/voice.json" for m in VOICE_JSON_MODELS]
 
 
 def _manifest(source: Path, config: Path, repo: Path) -> dict:
@@ -61,10 +65,11 @@ def check_config_parameters(repo: Path, sample_rate: int, hop_length: int) -> No
         ("vocoder", "sample_rate", sample_rate),
         ("vocoder", "hop_length", hop_length),
     ):
-        value = pbtxt_parameters(repo / model / "config.pbtxt").get(key)
-        if value is None or int(value) != want:
+        params = pbtxt_parameters(repo / model / "config.pbtxt")
+        value = getattr(parse_settings(SETTINGS[model], params, model), key)
+        if value != want:
             raise SystemExit(
-                f"{model}/config.pbtxt parameter {key} is {value or 'missing'}, "
+                f"{model}/config.pbtxt parameter {key} is {value}, "
                 f"the voice has {want}: fix the config"
             )
 
@@ -99,6 +104,14 @@ def export(source: Path, config: Path, repo: Path, force: bool = False) -> bool:
         result = verify(source, a_path, v_path, voice)
         if not result.ok:
             raise SystemExit(f"split model differs from the source model: {result}")
+        loudness = VoiceLoudness.measure(result.audio)
+        log.info(
+            "voice loudness: median %.1f dBFS RMS, peak %.2f -> gain %.3f",
+            loudness.rms_dbfs,
+            loudness.peak,
+            loudness.gain,
+        )
+        loudness.write(repo / "vocoder" / "1" / LOUDNESS_FILE)
         for model_file, target in ((a_path, "acoustic"), (v_path, "vocoder")):
             dest = repo / target / "1" / "model.onnx"
             dest.parent.mkdir(parents=True, exist_ok=True)

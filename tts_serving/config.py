@@ -1,9 +1,16 @@
-"""Model config ``parameters`` into typed dataclasses (no Triton import: usable anywhere)."""
+"""Model ``parameters`` as typed settings: one dataclass per model, defaults in one place.
+
+Each model's settings are a frozen dataclass whose field defaults are the shipped values and
+whose ``metadata["doc"]`` says what the knob does. ``config.pbtxt`` lists every field with its
+default (checked by a repository test) and README's knob table is generated from the same
+fields (``python -m tts_serving.settings``), so the three cannot drift apart.
+"""
 
 from __future__ import annotations
 
-import re
-from dataclasses import fields
+import types
+import typing
+from dataclasses import MISSING, Field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -11,49 +18,104 @@ from .errors import ModelConfigError
 
 T = TypeVar("T")
 
-_PARAMETER = re.compile(
-    r'parameters\s*:?\s*\{\s*key:\s*"([^"]+)"\s*,?\s*value:?\s*\{\s*string_value:\s*"([^"]*)"'
-)
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
 
 
-def pbtxt_parameters(path: str | Path) -> dict[str, str]:
-    """The string ``parameters`` of a config.pbtxt, read without Triton's protobuf classes.
+def doc(text: str) -> dict[str, str]:
+    """Field metadata holding the knob's description (README's table reads it)."""
+    return {"doc": text}
 
-    Export runs where tritonclient may be missing (the NGC image); a unit test checks this
-    against Triton's own parser for every config in the repository.
-    """
-    text = re.sub(r"#[^\n]*", "", Path(path).read_text())
-    return dict(_PARAMETER.findall(text))
+
+def parse_bool(raw: str, what: str = "value") -> bool:
+    """The one boolean parser for parameters and per-request options."""
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"{what}={raw!r} is not a boolean (true/false, 1/0)")
 
 
 def config_parameters(model_config: dict) -> dict[str, str]:
-    """``parameters { key: "k" value { string_value: "v" } }`` as a plain dict."""
+    """``parameters { key: "k" value { string_value: "v" } }`` of a JSON model config."""
     return {k: v["string_value"] for k, v in model_config.get("parameters", {}).items()}
 
 
-def parse_dataclass(cls: type[T], params: dict[str, str], prefix: str = "") -> T:
-    """Fill a dataclass from string parameters by field type; unknown values raise."""
-    kwargs: dict[str, Any] = {}
-    for f in fields(cls):  # type: ignore[arg-type]
-        key = prefix + f.name
-        if key not in params:
-            continue
-        raw = params[key]
-        kind = f.type if isinstance(f.type, str) else f.type.__name__
-        try:
-            if kind == "bool":
-                if raw.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError(raw)
-                kwargs[f.name] = raw.lower() in ("true", "1")
-            elif kind == "int":
-                kwargs[f.name] = int(raw)
-            elif kind == "float":
-                kwargs[f.name] = float(raw)
-            else:
-                kwargs[f.name] = raw
-        except ValueError:
-            raise ModelConfigError(f"parameter {key}={raw!r} is not a valid {kind}") from None
+def read_model_config(path: str | Path):
+    """A ``config.pbtxt`` parsed with Triton's own protobuf schema (``ModelConfig``)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    config = model_config_pb2.ModelConfig()
+    try:
+        text_format.Parse(Path(path).read_text(), config)
+    except text_format.ParseError as e:
+        raise ModelConfigError(f"{path}: {e}") from None
+    return config
+
+
+def pbtxt_parameters(path: str | Path) -> dict[str, str]:
+    """The string ``parameters`` of a ``config.pbtxt`` (parsed with Triton's schema)."""
+    return {k: v.string_value for k, v in read_model_config(path).parameters.items()}
+
+
+def _field_kind(f: Field) -> type:
+    kind = f.type
+    if isinstance(kind, str):  # from __future__ annotations: resolve the simple names we use
+        kind = {"bool": bool, "int": int, "float": float, "str": str}.get(kind, str)
+    if isinstance(kind, types.UnionType):
+        kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    return kind
+
+
+def _convert(kind: type, raw: str, key: str) -> Any:
+    try:
+        if kind is bool:
+            return parse_bool(raw, key)
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            return float(raw)
+    except ValueError:
+        raise ModelConfigError(f"parameter {key}={raw!r} is not a valid {kind.__name__}") from None
+    return raw
+
+
+def parse_settings(cls: type[T], params: dict[str, str], model: str = "") -> T:
+    """Fill the settings dataclass ``cls`` from string parameters.
+
+    Unknown keys are refused by name (a typo must not silently fall back to a default), and
+    the dataclass's own ``__post_init__`` checks ranges; both raise ModelConfigError.
+    """
+    where = f"{model}: " if model else ""
+    known = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ModelConfigError(
+            f"{where}unknown parameter(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    kwargs = {k: _convert(_field_kind(known[k]), v, k) for k, v in params.items()}
     try:
         return cls(**kwargs)
     except ValueError as e:
-        raise ModelConfigError(f"bad parameters: {e}") from None
+        raise ModelConfigError(f"{where}bad parameters: {e}") from None
+
+
+def format_value(value: Any) -> str:
+    """How a default is written in config.pbtxt and README (``true``, ``400``, ``0.5``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def defaults(cls: type) -> dict[str, str]:
+    """Every field's default, formatted as config.pbtxt writes it."""
+    out = {}
+    for f in fields(cls):
+        if f.default is MISSING:
+            raise TypeError(f"{cls.__name__}.{f.name} needs a default")
+        out[f.name] = format_value(f.default)
+    return out

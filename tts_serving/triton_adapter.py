@@ -11,37 +11,39 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from .config import config_parameters, parse_dataclass
+from .config import config_parameters, parse_settings
 from .errors import InvalidInputError, ModelConfigError
-from .inference import RuntimeOptions
+from .scheduler import StageError
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 
 @dataclass(frozen=True)
-class ModelContext:
-    """What ``initialize`` learns from ``args``: config, parameters, files, runtime options."""
+class ModelContext(Generic[S]):
+    """What ``initialize`` learns from ``args``: config, typed settings, the version folder."""
 
     name: str
     config: dict
-    params: dict[str, str]
+    settings: S
     version_dir: Path
-    runtime: RuntimeOptions
+    instance_kind: str
 
     @classmethod
-    def from_args(cls, args: dict) -> ModelContext:
+    def from_args(cls, args: dict, settings_cls: type[S]) -> ModelContext[S]:
+        """Parse ``args["model_config"]`` once; a bad or unknown parameter raises here."""
         config = json.loads(args["model_config"])
-        params = config_parameters(config)
-        runtime = parse_dataclass(RuntimeOptions, params)
-        if args.get("model_instance_kind") == "GPU" and runtime.device == "cpu":
+        settings = parse_settings(settings_cls, config_parameters(config), config["name"])
+        kind = args.get("model_instance_kind", "CPU")
+        if kind == "GPU" and getattr(settings, "device", None) == "cpu":
             raise ModelConfigError("instance_group is KIND_GPU but parameter device is cpu")
         version_dir = Path(args["model_repository"]) / args["model_version"]
-        return cls(config["name"], config, params, version_dir, runtime)
+        return cls(config["name"], config, settings, version_dir, kind)
 
     def file(self, name: str) -> Path:
         path = self.version_dir / name
@@ -81,6 +83,45 @@ def scalar(request, name: str, default: float) -> float:
     if item.size != 1:
         raise InvalidInputError(f"input {name!r} must hold one value, got {item.size}")
     return float(item.reshape(-1)[0])
+
+
+def flag(request, name: str, default: bool) -> bool:
+    """An optional BOOL input of one value (batched models)."""
+    item = single_item(request, name, optional=True)
+    if item is None:
+        return default
+    if item.size != 1:
+        raise InvalidInputError(f"input {name!r} must hold one value, got {item.size}")
+    return bool(item.reshape(-1)[0])
+
+
+def stream_option(request, name: str, default: Any) -> Any:
+    """One value of a non-batched input (``tts_stream``: shape [1]), or ``default``.
+
+    Bytes stay bytes (text), BOOL becomes bool, numbers become float.
+    """
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        return default
+    array = tensor.as_numpy().reshape(-1)
+    if array.size != 1:
+        raise InvalidInputError(f"input {name!r} must hold one value, got {array.size}")
+    value = array[0]
+    if isinstance(value, bytes | str):
+        return value
+    if array.dtype == np.bool_:
+        return bool(value)
+    return float(value)
+
+
+def stage_error(model: str, error) -> Exception:
+    """The exception for a BLS call's error response: bad input, a full queue, or a failure."""
+    message = error.message()
+    if error.code() == pb_utils.TritonError.INVALID_ARG:
+        return InvalidInputError(message)
+    if error.code() == pb_utils.TritonError.UNAVAILABLE:
+        return StageError("UNAVAILABLE", f"{model}: {message}")
+    return RuntimeError(f"{model} failed: {message}")
 
 
 def execute_batched(

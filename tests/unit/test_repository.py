@@ -4,31 +4,71 @@ from pathlib import Path
 
 import pytest
 import yaml
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from tts_serving.config import pbtxt_parameters
+from tts_serving.config import defaults, parse_settings, pbtxt_parameters, read_model_config
+from tts_serving.errors import ModelConfigError
+from tts_serving.settings import SETTINGS, AcousticSettings, knob_table
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO = ROOT / "model_repository"
+MODELS = ["phonemizer", "acoustic", "vocoder", "tts", "tts_stream"]
 
 
 def load(name: str) -> model_config_pb2.ModelConfig:
-    config = model_config_pb2.ModelConfig()
-    text_format.Parse((REPO / name / "config.pbtxt").read_text(), config)
-    return config
+    return read_model_config(REPO / name / "config.pbtxt")
 
 
-@pytest.mark.parametrize("name", ["phonemizer", "acoustic", "vocoder", "tts", "tts_stream"])
+def settings(name: str):
+    return parse_settings(SETTINGS[name], pbtxt_parameters(REPO / name / "config.pbtxt"), name)
+
+
+@pytest.mark.parametrize("name", MODELS)
 def test_config_parses_and_is_named_after_its_folder(name):
     assert load(name).name == name
 
 
-@pytest.mark.parametrize("name", ["phonemizer", "acoustic", "vocoder", "tts", "tts_stream"])
-def test_pbtxt_parameters_agree_with_tritons_parser(name):
-    expected = {k: v.string_value for k, v in load(name).parameters.items()}
-    assert expected
-    assert pbtxt_parameters(REPO / name / "config.pbtxt") == expected
+@pytest.mark.parametrize("name", MODELS)
+def test_config_lists_every_parameter_at_its_one_default(name):
+    # Defaults live in tts_serving/settings.py; each config shows all of them, unchanged.
+    assert pbtxt_parameters(REPO / name / "config.pbtxt") == defaults(SETTINGS[name])
+    settings(name)  # and they parse, range checks included
+
+
+def test_values_that_must_agree_across_models_do():
+    ids = {m: settings(m).max_phoneme_ids for m in ("phonemizer", "acoustic", "tts_stream")}
+    assert len(set(ids.values())) == 1, ids
+    assert settings("tts").sample_rate == settings("vocoder").sample_rate
+    assert settings("tts_stream").chunk_target_ids <= ids["tts_stream"]
+    stages = {m: load(m).max_batch_size for m in ("phonemizer", "acoustic", "vocoder")}
+    assert len(set(stages.values())) == 1, stages
+    assert load("tts").max_batch_size <= min(stages.values())
+
+
+def test_readme_knob_table_is_generated_from_the_settings():
+    readme = (ROOT / "README.md").read_text()
+    assert knob_table() in readme, "regenerate it: python -m tts_serving.settings"
+
+
+def test_unknown_and_bad_parameters_are_refused_by_name():
+    with pytest.raises(ModelConfigError, match="unknown parameter.*max_phonem_ids"):
+        parse_settings(AcousticSettings, {"max_phonem_ids": "400"}, "acoustic")
+    with pytest.raises(ModelConfigError, match="intra_op_threads='two' is not a valid int"):
+        parse_settings(AcousticSettings, {"intra_op_threads": "two"})
+    with pytest.raises(ModelConfigError, match="allow_spinning='maybe' is not a valid bool"):
+        parse_settings(AcousticSettings, {"allow_spinning": "maybe"})
+    with pytest.raises(ModelConfigError, match="graph_optimization must be one of"):
+        parse_settings(AcousticSettings, {"graph_optimization": "max"})
+    with pytest.raises(ModelConfigError, match="device must be auto, cpu or cuda"):
+        parse_settings(AcousticSettings, {"device": "tpu"})
+
+
+@pytest.mark.parametrize(
+    "raw, value", [("true", True), ("1", True), ("False", False), ("0", False)]
+)
+def test_booleans_are_read_one_way_everywhere(raw, value):
+    assert parse_settings(SETTINGS["phonemizer"], {"normalize_text": raw}).normalize_text is value
+    assert parse_settings(SETTINGS["tts_stream"], {"normalize_text": raw}).normalize_text is value
 
 
 def test_ensemble_tensor_names_are_identical_end_to_end():
@@ -75,6 +115,12 @@ def test_tts_stream_is_decoupled_and_speaks_the_tts_contract():
     stream, tts = load("tts_stream"), load("tts")
     assert stream.model_transaction_policy.decoupled
     assert {i.name: i.data_type for i in stream.input} == {i.name: i.data_type for i in tts.input}
+    assert {i.name for i in tts.input if i.optional} == {
+        "speed",
+        "noise_scale",
+        "noise_w",
+        "normalize",
+    }
     assert "audio" in {o.name for o in stream.output}
 
 

@@ -9,26 +9,22 @@ import triton_python_backend_utils as pb_utils
 
 from tts_serving.errors import InvalidInputError
 from tts_serving.inference import AcousticModel, create_session
+from tts_serving.settings import AcousticSettings
 from tts_serving.triton_adapter import ModelContext, execute_batched, scalar, single_item
-from tts_serving.voice import (
-    DEFAULT_MAX_PHONEME_IDS,
-    load_voice_config,
-    validate_noise,
-    validate_speed,
-)
+from tts_serving.voice import load_voice_config, validate_noise, validate_speed
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        self.ctx = ModelContext.from_args(args)
+        self.ctx = ModelContext.from_args(args, AcousticSettings)
         self.ctx.require_max_batch_size(16)
         self.voice = load_voice_config(self.ctx.file("voice.json"))
-        self.max_ids = int(self.ctx.params.get("max_phoneme_ids", DEFAULT_MAX_PHONEME_IDS))
-        session = create_session(self.ctx.file("model.onnx"), self.ctx.runtime)
-        self.model = AcousticModel(session, self.ctx.runtime)
+        self.max_ids = self.ctx.settings.max_phoneme_ids
+        session = create_session(self.ctx.file("model.onnx"), self.ctx.settings)
+        self.model = AcousticModel(session, self.ctx.settings)
         self.logger = pb_utils.Logger
         self.logger.log_info(
-            f"acoustic ready on {session.get_providers()[0]} with {self.ctx.runtime}"
+            f"acoustic ready on {session.get_providers()[0]} with {self.ctx.settings}"
         )
 
     def parse(self, request):

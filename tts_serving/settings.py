@@ -1,0 +1,187 @@
+"""Every model's ``parameters``: one typed dataclass per model, the only place defaults live.
+
+``config.pbtxt`` files list each field at its default and README's knob table is generated
+from these fields (``python -m tts_serving.settings`` prints it); tests/unit/test_repository.py
+checks both, and that values which must agree across models do.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from .config import defaults, doc, parse_settings, pbtxt_parameters
+
+ONNX_GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
+DEVICES = ("auto", "cpu", "cuda")
+LOUDNESS_MODES = ("voice", "peak")
+
+
+@dataclass(frozen=True)
+class OnnxRuntimeSettings:
+    """ONNX Runtime and batching knobs of the models that run ONNX Runtime."""
+
+    intra_op_threads: int = field(
+        default=2, metadata=doc("ONNX Runtime threads per instance (0 = ORT's default)")
+    )
+    inter_op_threads: int = field(default=1, metadata=doc("ORT inter-op threads (0 = default)"))
+    allow_spinning: bool = field(
+        default=False,
+        metadata=doc("let ORT threads busy-wait (costs the other model's cycles on a small CPU)"),
+    )
+    graph_optimization: str = field(
+        default="all", metadata=doc("`disable`, `basic`, `extended`, `all`")
+    )
+    device: str = field(
+        default="auto",
+        metadata=doc("`auto` uses ORT's CUDA provider when present, else CPU; `cpu`, `cuda`"),
+    )
+    max_padded_length: int = field(
+        default=400,
+        metadata=doc(
+            "budget per ORT call: items x longest item (ids / frames); 0 = one call per batch"
+        ),
+    )
+    bucket_max_waste: float = field(
+        default=0.5,
+        metadata=doc("new length bucket when padding would waste more than this (>= 1: never)"),
+    )
+
+    def __post_init__(self) -> None:
+        if self.intra_op_threads < 0 or self.inter_op_threads < 0:
+            raise ValueError("thread counts must be >= 0 (0 = ONNX Runtime's default)")
+        if self.graph_optimization not in ONNX_GRAPH_OPTIMIZATIONS:
+            raise ValueError(
+                f"graph_optimization must be one of {', '.join(ONNX_GRAPH_OPTIMIZATIONS)}, "
+                f"got {self.graph_optimization!r}"
+            )
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.bucket_max_waste <= 0:
+            raise ValueError("bucket_max_waste must be > 0")
+        if self.max_padded_length < 0:
+            raise ValueError("max_padded_length must be >= 0 (0 = no budget)")
+
+
+_MAX_IDS_DOC = "phoneme ids per `tts` request or stream chunk; more is INVALID_ARG (must agree)"
+_NORMALIZE_DOC = (
+    "default of the per-request `normalize` input: write out numbers, dates... (English voices)"
+)
+_SAMPLE_RATE_DOC = "the voice's rate (checked); clients read it from `tts`"
+
+
+@dataclass(frozen=True)
+class PhonemizerSettings:
+    max_phoneme_ids: int = field(default=400, metadata=doc(_MAX_IDS_DOC))
+    max_characters: int = field(
+        default=1000,
+        metadata=doc("characters per `tts` request, checked before any work is done"),
+    )
+    normalize_text: bool = field(default=True, metadata=doc(_NORMALIZE_DOC))
+
+    def __post_init__(self) -> None:
+        if self.max_phoneme_ids < 3 or self.max_characters < 1:
+            raise ValueError("max_phoneme_ids must be >= 3 and max_characters >= 1")
+
+
+@dataclass(frozen=True)
+class AcousticSettings(OnnxRuntimeSettings):
+    max_phoneme_ids: int = field(default=400, metadata=doc(_MAX_IDS_DOC))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_phoneme_ids < 3:
+            raise ValueError("max_phoneme_ids must be >= 3")
+
+
+@dataclass(frozen=True)
+class VocoderSettings(OnnxRuntimeSettings):
+    sample_rate: int = field(default=22050, metadata=doc(_SAMPLE_RATE_DOC))
+    hop_length: int = field(default=256, metadata=doc("samples per frame; must match the voice"))
+    max_frames: int = field(
+        default=4000, metadata=doc("latent frames accepted per request (about 46 s)")
+    )
+    loudness: str = field(
+        default="voice",
+        metadata=doc(
+            "`voice`: one fixed gain per voice (measured at export), so every request and "
+            "stream chunk has the same level; `peak`: normalize each item's peak (Piper)"
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.loudness not in LOUDNESS_MODES:
+            raise ValueError(f"loudness must be voice or peak, got {self.loudness!r}")
+        if self.max_frames < 1:
+            raise ValueError("max_frames must be >= 1")
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    max_characters: int = field(default=100_000, metadata=doc("longest text one stream accepts"))
+    max_in_flight: int = field(
+        default=2,
+        metadata=doc("chunks of one stream queued at once (the first chunk always goes alone)"),
+    )
+    chunk_target_ids: int = field(
+        default=200, metadata=doc("pack short sentences into a chunk up to this many ids")
+    )
+    first_chunk_ids: int = field(
+        default=120, metadata=doc("cap on the first chunk, so the first audio comes fast")
+    )
+    sentence_silence_ms: float = field(default=200.0, metadata=doc("pause after each sentence"))
+    fade_ms: float = field(default=3.0, metadata=doc("raised-cosine fade at chunk edges"))
+    max_phoneme_ids: int = field(default=400, metadata=doc(_MAX_IDS_DOC))
+    normalize_text: bool = field(default=True, metadata=doc(_NORMALIZE_DOC))
+
+    def __post_init__(self) -> None:
+        if self.max_characters < 1 or self.max_in_flight < 1:
+            raise ValueError("max_characters and max_in_flight must be >= 1")
+        if self.first_chunk_ids < 10 or self.chunk_target_ids < self.first_chunk_ids:
+            raise ValueError("need 10 <= first_chunk_ids <= chunk_target_ids")
+        if self.chunk_target_ids > self.max_phoneme_ids:
+            raise ValueError("chunk_target_ids must be <= max_phoneme_ids")
+        if self.sentence_silence_ms < 0 or self.fade_ms < 0:
+            raise ValueError("sentence_silence_ms and fade_ms must be >= 0")
+
+
+@dataclass(frozen=True)
+class TtsSettings:
+    """The ensemble runs no code; clients read these from its config."""
+
+    sample_rate: int = field(default=22050, metadata=doc(_SAMPLE_RATE_DOC))
+
+
+SETTINGS: dict[str, type] = {
+    "phonemizer": PhonemizerSettings,
+    "acoustic": AcousticSettings,
+    "vocoder": VocoderSettings,
+    "tts_stream": StreamSettings,
+    "tts": TtsSettings,
+}
+
+
+def load_settings(repository: str | Path, model: str):
+    """The settings a model of ``repository`` runs with, read from its config.pbtxt (so tools
+    and benchmarks measure what the server does)."""
+    path = Path(repository) / model / "config.pbtxt"
+    return parse_settings(SETTINGS[model], pbtxt_parameters(path), model)
+
+
+def knob_table() -> str:
+    """README's table of parameters, generated from the dataclasses above."""
+    rows: dict[tuple[str, str, str], list[str]] = {}
+    for model, cls in SETTINGS.items():
+        values = defaults(cls)
+        for f in fields(cls):
+            rows.setdefault((f.name, values[f.name], f.metadata.get("doc", "")), []).append(model)
+    lines = ["| parameter | models | default | meaning |", "|---|---|---|---|"]
+    for (name, default, meaning), models in rows.items():
+        lines.append(f"| `{name}` | {', '.join(models)} | `{default}` | {meaning} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(knob_table() + "\n")
