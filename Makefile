@@ -35,7 +35,7 @@ export: $(VENV)/.installed
 	$(PY) -m export
 
 serve: setup export
-	exec $(PY) -m tts_serving.server --model-repository model_repository \
+	exec $(PY) -m tts_tools.server --model-repository model_repository \
 	  --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
 
 lint: $(VENV)/.installed
@@ -68,4 +68,5 @@ flops: setup export
 
 clean:
 	rm -rf .cache model_repository/*/1/*.onnx model_repository/*/1/voice.json \
+	  model_repository/*/1/loudness.json \
 	  model_repository/.export-manifest.json

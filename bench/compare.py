@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.texts import SENTENCES
-from tts_serving.server import ServerProcess, free_port
-from tts_serving.statistics import ModelStatistics, model_statistics
+from tts_tools.server import ServerProcess, free_port
+from tts_tools.statistics import ModelStatistics, model_statistics
+from tts_tools.texts import SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent
 

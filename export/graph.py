@@ -13,8 +13,9 @@ from tts_serving.inference import (
     VOCODER_OUTPUT,
 )
 
-# Where Piper's VITS export splits (checked with onnx.utils.Extractor, see TOOLCHAIN.md):
-# latent z * y_mask [B,192,T] and frames per item [B] leave the flow; the decoder starts.
+# Where Piper's VITS export splits, found by reading the graph and checked with
+# onnx.utils.Extractor (split vs whole: bit-identical at batch 1, verified again by every
+# export): latent z * y_mask [B,192,T] and frames per item [B] leave the flow; the decoder starts.
 SOURCE_LATENT = "/Mul_7_output_0"
 SOURCE_FRAMES = "/Cast_output_0"
 SOURCE_INPUTS = ("input", "input_lengths", "scales")

@@ -1,4 +1,4 @@
-from tts_serving.statistics import ModelStatistics
+from tts_tools.statistics import ModelStatistics
 
 
 def test_delta_between_two_readings():

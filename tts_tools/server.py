@@ -1,0 +1,215 @@
+"""Start the real ``tritonserver`` shipped in the nvidia-pytriton wheel on a model repository.
+
+``python -m tts_tools.server --model-repository model_repository`` (``make serve`` calls it).
+The wheel carries Triton 2.51 with the Python backend; what it needs to run outside PyTriton
+(see TOOLCHAIN.md): a backend directory holding the stub for this interpreter, libpython's
+directory first on LD_LIBRARY_PATH, and this environment's ``bin/`` first on PATH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.request
+from pathlib import Path
+
+PY_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def pytriton_dir() -> Path:
+    import pytriton
+
+    return Path(pytriton.__file__).parent / "tritonserver"
+
+
+def tritonserver_binary() -> Path:
+    return pytriton_dir() / "bin" / "tritonserver"
+
+
+def prepare_backends(cache_dir: Path) -> Path:
+    """A backend directory whose python backend uses this interpreter's stub (idempotent)."""
+    src = pytriton_dir()
+    stub = src / "python_backend_stubs" / PY_VERSION / "triton_python_backend_stub"
+    if not stub.exists():
+        raise SystemExit(f"nvidia-pytriton has no Python backend stub for Python {PY_VERSION}")
+    backends = cache_dir / f"backends-py{PY_VERSION}"
+    python_backend = backends / "python"
+    marker = python_backend / "triton_python_backend_stub"
+    if not marker.exists() or marker.stat().st_size != stub.stat().st_size:
+        shutil.rmtree(backends, ignore_errors=True)
+        shutil.copytree(src / "backends" / "python", python_backend)
+        shutil.copy2(stub, marker)
+    return backends
+
+
+def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    libs = Path(pytriton_dir()).parent.parent / "nvidia_pytriton.libs"
+    ld = [sysconfig.get_config_var("LIBDIR"), str(libs)]
+    if env.get("LD_LIBRARY_PATH"):
+        ld.append(env["LD_LIBRARY_PATH"])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(ld)
+    # The stub finds this environment's packages through the python on PATH.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    # PYTHONPATH pointing at site-packages instead of the PATH route gave empty outputs once.
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def has_gpu() -> bool:
+    """An NVIDIA driver is present (its device node), so CUDA may be used."""
+    return Path("/dev/nvidiactl").exists()
+
+
+# On a machine without a GPU, Triton still probes NVML and DCGM for GPU metrics and logs both
+# failures; this flag stops that probe. The CUDA lines that remain are harmless (README).
+CPU_ONLY_ARGS = ("--allow-gpu-metrics=false",)
+
+
+def server_command(
+    model_repository: Path,
+    http_port: int = 8000,
+    grpc_port: int = 8001,
+    metrics_port: int = 8002,
+    cache_dir: Path = Path(".cache/triton"),
+    extra_args: list[str] | None = None,
+) -> list[str]:
+    backends = prepare_backends(cache_dir)
+    return [
+        str(tritonserver_binary()),
+        f"--model-repository={Path(model_repository).resolve()}",
+        f"--backend-directory={backends.resolve()}",
+        f"--http-port={http_port}",
+        f"--grpc-port={grpc_port}",
+        f"--metrics-port={metrics_port}",
+        "--allow-metrics=true",
+        "--exit-on-error=true",
+        "--strict-readiness=true",
+        *([] if has_gpu() else CPU_ONLY_ARGS),
+        *(extra_args or []),
+    ]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """A tritonserver child process on its own ports, logging to a file.
+
+    ``with ServerProcess(repo, log_path) as server:`` starts it, waits until it is ready (or
+    raises with the log's tail) and stops it on exit. Used by the tests and the benchmarks.
+    """
+
+    def __init__(
+        self,
+        model_repository: Path,
+        log_path: Path,
+        ports: tuple[int, int, int] | None = None,
+        cache_dir: Path = Path(".cache/triton"),
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.http_port, self.grpc_port, self.metrics_port = ports or (
+            free_port(),
+            free_port(),
+            free_port(),
+        )
+        self.log_path = Path(log_path)
+        self.command = server_command(
+            model_repository,
+            self.http_port,
+            self.grpc_port,
+            self.metrics_port,
+            cache_dir,
+            extra_args,
+        )
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def grpc_url(self) -> str:
+        return f"grpc://localhost:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://localhost:{self.http_port}"
+
+    def log_tail(self, lines: int = 60) -> str:
+        if not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def start(self, timeout: float = 180.0) -> ServerProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, env=server_env()
+            )
+        deadline = time.monotonic() + timeout
+        ready_url = f"http://localhost:{self.http_port}/v2/health/ready"
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"tritonserver exited ({self.process.returncode}):\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(ready_url, timeout=2) as response:
+                    if response.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"tritonserver not ready after {timeout:.0f} s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tts_tools.server", description=__doc__)
+    parser.add_argument("--model-repository", type=Path, default=Path("model_repository"))
+    parser.add_argument("--http-port", type=int, default=int(os.environ.get("HTTP_PORT", 8000)))
+    parser.add_argument("--grpc-port", type=int, default=int(os.environ.get("GRPC_PORT", 8001)))
+    parser.add_argument(
+        "--metrics-port", type=int, default=int(os.environ.get("METRICS_PORT", 8002))
+    )
+    parser.add_argument("--cache-dir", type=Path, default=Path(".cache/triton"))
+    args, extra = parser.parse_known_args(argv)
+    cmd = server_command(
+        args.model_repository,
+        args.http_port,
+        args.grpc_port,
+        args.metrics_port,
+        args.cache_dir,
+        extra,
+    )
+    print(
+        f"tritonserver: HTTP on :{args.http_port}, gRPC on :{args.grpc_port}, "
+        f"metrics on :{args.metrics_port}/metrics; model repository {args.model_repository}",
+        flush=True,
+    )
+    os.execve(cmd[0], cmd, server_env())
+
+
+if __name__ == "__main__":
+    main()

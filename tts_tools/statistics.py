@@ -1,0 +1,63 @@
+"""Triton's per-model statistics (the statistics extension), as typed values with deltas."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ModelStatistics:
+    requests: int  # successful requests
+    inferences: int  # items inferred (a batch of 8 counts 8)
+    executions: int  # model executions (one per dynamic batch)
+    queue_ns: int  # total time requests waited in the queue
+    compute_ns: int  # total compute (input + infer + output), per request
+    batch_sizes: dict[int, int] = field(default_factory=dict)  # batch size -> executions
+
+    def __sub__(self, before: ModelStatistics) -> ModelStatistics:
+        """What happened between ``before`` and this reading."""
+        sizes = {
+            b: n - before.batch_sizes.get(b, 0)
+            for b, n in self.batch_sizes.items()
+            if n - before.batch_sizes.get(b, 0)
+        }
+        return ModelStatistics(
+            self.requests - before.requests,
+            self.inferences - before.inferences,
+            self.executions - before.executions,
+            self.queue_ns - before.queue_ns,
+            self.compute_ns - before.compute_ns,
+            dict(sorted(sizes.items())),
+        )
+
+    @property
+    def average_batch(self) -> float:
+        return self.inferences / max(1, self.executions)
+
+
+def model_statistics(grpc_address: str, models: Sequence[str]) -> dict[str, ModelStatistics]:
+    """Read the statistics of ``models`` from a server's gRPC endpoint (``host:port``)."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(grpc_address)
+    out = {}
+    for model in models:
+        s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+        st = s.get("inference_stats", {})
+        out[model] = ModelStatistics(
+            requests=int(st.get("success", {}).get("count", 0)),
+            inferences=int(s.get("inference_count", 0)),
+            executions=int(s.get("execution_count", 0)),
+            queue_ns=int(st.get("queue", {}).get("ns", 0)),
+            compute_ns=sum(
+                int(st.get(k, {}).get("ns", 0))
+                for k in ("compute_input", "compute_infer", "compute_output")
+            ),
+            batch_sizes={
+                int(b["batch_size"]): int(b["compute_infer"]["count"])
+                for b in s.get("batch_stats", [])
+            },
+        )
+    client.close()
+    return out
