@@ -6,7 +6,7 @@
 """
 
 from .aio import AsyncTTSClient
-from .audio import Audio
+from .audio import Audio, AudioChunk
 from .client import Endpoint, TTSClient
 from .errors import (
     InferenceFailed,
@@ -19,6 +19,7 @@ from .errors import (
 __all__ = [
     "AsyncTTSClient",
     "Audio",
+    "AudioChunk",
     "Endpoint",
     "InferenceFailed",
     "InvalidInput",

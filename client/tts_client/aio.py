@@ -3,27 +3,27 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
-from .audio import Audio
-from .client import (
-    DEFAULT_MODEL,
-    Endpoint,
-    audio_from_result,
-    build_inputs,
-    sample_rate_from_config,
-)
-from .errors import map_exception
+from . import protocol
+from .audio import Audio, AudioChunk, join_chunks
+from .client import DEFAULT_MODEL, DEFAULT_STREAM_MODEL, Endpoint
+from .errors import InvalidInput, ServerUnavailable, TTSError
 
 
 class AsyncTTSClient:
     """The asyncio twin of :class:`TTSClient`, over tritonclient's aio clients."""
 
     def __init__(
-        self, url: str = "grpc://localhost:8001", model: str = DEFAULT_MODEL, timeout: float = 120.0
+        self,
+        url: str = "grpc://localhost:8001",
+        model: str = DEFAULT_MODEL,
+        timeout: float = 120.0,
+        stream_model: str = DEFAULT_STREAM_MODEL,
     ) -> None:
         self.endpoint = Endpoint.parse(url)
         self.model = model
+        self.stream_model = stream_model
         self.timeout = timeout
         self._sample_rate: int | None = None
         if self.endpoint.protocol == "grpc":
@@ -44,6 +44,16 @@ class AsyncTTSClient:
     async def __aexit__(self, *exc) -> None:
         await self.close()
 
+    async def _error(self, exc: BaseException) -> TTSError:
+        code = protocol.error_code(exc)
+        alive = True
+        if code in (protocol.UNAVAILABLE, protocol.RESOURCE_EXHAUSTED):
+            try:
+                alive = bool(await self._client.is_server_live())
+            except Exception:
+                alive = False
+        return protocol.map_exception(exc, server_alive=alive)
+
     async def sample_rate(self) -> int:
         if self._sample_rate is None:
             try:
@@ -52,8 +62,8 @@ class AsyncTTSClient:
                 else:
                     config = await self._client.get_model_config(self.model)
             except Exception as e:
-                raise map_exception(e) from None
-            self._sample_rate = sample_rate_from_config(config)
+                raise await self._error(e) from None
+            self._sample_rate = protocol.sample_rate_from_config(config)
         return self._sample_rate
 
     async def synthesize(
@@ -62,18 +72,97 @@ class AsyncTTSClient:
         speed: float = 1.0,
         noise_scale: float | None = None,
         noise_w: float | None = None,
+        normalize: bool | None = None,
     ) -> Audio:
+        """Speak ``text``; over gRPC, text too long for one request is streamed and joined."""
         rate = await self.sample_rate()
-        inputs = build_inputs(self._module, text, speed, noise_scale, noise_w)
+        inputs = protocol.build_inputs(self._module, text, speed, noise_scale, noise_w, normalize)
         try:
             if self.endpoint.protocol == "grpc":
                 result = await self._client.infer(self.model, inputs, client_timeout=self.timeout)
             else:
                 result = await self._client.infer(self.model, inputs, timeout=int(self.timeout))
         except Exception as e:
-            raise map_exception(e) from None
-        return audio_from_result(result, rate)
+            error = await self._error(e)
+            if protocol.is_text_too_long(error):
+                if self.endpoint.protocol == "grpc":
+                    chunks = [
+                        c async for c in self.stream(text, speed, noise_scale, noise_w, normalize)
+                    ]
+                    return join_chunks(chunks, rate)
+                raise InvalidInput(f"{error}; over HTTP, split the text yourself") from None
+            raise error from None
+        return protocol.audio_from_result(result, rate)
 
-    async def synthesize_many(self, texts: Sequence[str], speed: float = 1.0) -> list[Audio]:
+    async def stream(
+        self,
+        text: str,
+        speed: float = 1.0,
+        noise_scale: float | None = None,
+        noise_w: float | None = None,
+        normalize: bool | None = None,
+    ) -> AsyncIterator[AudioChunk]:
+        """Yield :class:`AudioChunk`s in order as the server makes them (gRPC).
+
+        Leaving the ``async for`` early (or cancelling the task) cancels the server's work.
+        """
+        if self.endpoint.protocol != "grpc":
+            raise TTSError("streaming needs a grpc:// URL (Triton streams over gRPC only)")
+        rate = await self.sample_rate()
+        inputs = protocol.build_inputs(
+            self._module, text, speed, noise_scale, noise_w, normalize, batched=False
+        )
+
+        async def requests():
+            yield {
+                "model_name": self.stream_model,
+                "inputs": inputs,
+                "parameters": protocol.STREAM_PARAMETERS,
+            }
+
+        responses = self._client.stream_infer(requests())
+        index = 0
+        finished = False
+        try:
+            while True:
+                try:
+                    result, error = await asyncio.wait_for(anext(responses), self.timeout)
+                except StopAsyncIteration:
+                    raise ServerUnavailable("the stream ended without its final response") from None
+                except asyncio.TimeoutError:
+                    raise ServerUnavailable(
+                        f"no audio from the server in {self.timeout} s"
+                    ) from None
+                if error is not None:
+                    raise await self._error(error)
+                chunk = protocol.chunk_from_result(result, index, rate)
+                if chunk is not None:
+                    index += 1
+                    yield chunk
+                if protocol.is_final(result):
+                    finished = True
+                    return
+        except TTSError:
+            raise
+        except Exception as e:
+            raise await self._error(e) from None
+        finally:
+            if not finished:
+                responses.cancel()
+
+    async def synthesize_many(
+        self,
+        texts: Sequence[str],
+        speed: float = 1.0,
+        noise_scale: float | None = None,
+        noise_w: float | None = None,
+        normalize: bool | None = None,
+    ) -> list[Audio]:
         """All texts concurrently (the server batches them); results in input order."""
-        return list(await asyncio.gather(*(self.synthesize(t, speed) for t in texts)))
+        if isinstance(texts, str):
+            raise InvalidInput("synthesize_many takes a list of texts; use synthesize for one")
+        return list(
+            await asyncio.gather(
+                *(self.synthesize(t, speed, noise_scale, noise_w, normalize) for t in texts)
+            )
+        )

@@ -31,3 +31,23 @@ class Audio:
         subtype = "PCM_16"
         soundfile.write(str(path), self.samples, self.sample_rate, format=fmt, subtype=subtype)
         return path
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    """One piece of a streamed text: its audio and what it says (usable as a caption)."""
+
+    samples: np.ndarray
+    sample_rate: int
+    text: str
+    index: int
+
+    @property
+    def duration(self) -> float:
+        return len(self.samples) / self.sample_rate
+
+
+def join_chunks(chunks: list[AudioChunk], sample_rate: int) -> Audio:
+    """One Audio from a stream's chunks, in order."""
+    samples = np.concatenate([c.samples for c in chunks]) if chunks else np.zeros(0, np.float32)
+    return Audio(samples, sample_rate)

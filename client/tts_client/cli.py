@@ -6,27 +6,25 @@ import argparse
 import sys
 import time
 
-from .audio import Audio
+from .audio import Audio, join_chunks
 from .client import TTSClient
 from .errors import TTSError
 
 
 def stream_to_file(client: TTSClient, text: str, speed: float, path: str, start: float) -> Audio:
     """Write each chunk as it arrives, so the file grows while the server works."""
-    import numpy as np
     import soundfile
 
-    parts = []
+    chunks = []
     fmt = "FLAC" if path.lower().endswith(".flac") else "WAV"
     with soundfile.SoundFile(path, "w", client.sample_rate, 1, "PCM_16", format=fmt) as f:
-        for i, chunk in enumerate(client.stream(text, speed=speed)):
-            if i == 0:
+        for chunk in client.stream(text, speed=speed):
+            if chunk.index == 0:
                 print(f"first audio after {time.perf_counter() - start:.2f} s", file=sys.stderr)
-            f.write(chunk)
+            f.write(chunk.samples)
             f.flush()
-            parts.append(chunk)
-    samples = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-    return Audio(samples, client.sample_rate)
+            chunks.append(chunk)
+    return join_chunks(chunks, client.sample_rate)
 
 
 def main(argv: list[str] | None = None) -> int:

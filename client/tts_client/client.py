@@ -6,20 +6,16 @@ import queue
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Literal
 from urllib.parse import urlsplit
 
-import numpy as np
-
-from .audio import Audio
-from .errors import InvalidInput, ServerUnavailable, TTSError, map_exception
+from . import protocol
+from .audio import Audio, AudioChunk, join_chunks
+from .errors import InvalidInput, ServerUnavailable, TTSError
 
 DEFAULT_PORTS = {"grpc": 8001, "http": 8000}
 DEFAULT_MODEL = "tts"
 DEFAULT_STREAM_MODEL = "tts_stream"
-# Longer texts than this go through the streaming model (one tts request holds ~180 characters).
-LONG_TEXT_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -50,55 +46,6 @@ class Endpoint:
         except ValueError:
             raise ValueError(f"URL {url!r} has an invalid port") from None
         return cls(parts.scheme, parts.hostname, port)  # type: ignore[arg-type]
-
-
-def _check_text(text: str) -> None:
-    if not isinstance(text, str):
-        raise InvalidInput(f"text must be a str, got {type(text).__name__}")
-
-
-def build_inputs(
-    module: ModuleType,
-    text: str,
-    speed: float = 1.0,
-    noise_scale: float | None = None,
-    noise_w: float | None = None,
-    batched: bool = True,
-) -> list:
-    """InferInput list for one request (``module``: tritonclient.grpc or .http).
-
-    ``batched``: the model has a batch dimension (``tts``: shape [1, 1]); ``tts_stream`` has
-    none (shape [1]).
-    """
-    _check_text(text)
-    shape = [1, 1] if batched else [1]
-    text_in = module.InferInput("text", shape, "BYTES")
-    text_in.set_data_from_numpy(np.array([text.encode("utf-8")], dtype=np.object_).reshape(shape))
-    inputs = [text_in]
-    for name, value in (("speed", speed), ("noise_scale", noise_scale), ("noise_w", noise_w)):
-        if value is not None:
-            tensor = module.InferInput(name, shape, "FP32")
-            tensor.set_data_from_numpy(np.array([value], dtype=np.float32).reshape(shape))
-            inputs.append(tensor)
-    return inputs
-
-
-def sample_rate_from_config(config: dict) -> int:
-    """The ``sample_rate`` parameter of a model config (dict from HTTP or gRPC as_json)."""
-    config = config.get("config", config)
-    try:
-        return int(config["parameters"]["sample_rate"]["string_value"])
-    except (KeyError, TypeError, ValueError):
-        raise TTSError(
-            f"model {config.get('name')!r} has no sample_rate parameter in its config"
-        ) from None
-
-
-def audio_from_result(result, sample_rate: int) -> Audio:
-    samples = result.as_numpy("audio")
-    if samples is None:
-        raise TTSError("the server's response has no 'audio' output")
-    return Audio(np.ascontiguousarray(samples.reshape(-1), dtype=np.float32), sample_rate)
 
 
 class TTSClient:
@@ -136,7 +83,7 @@ class TTSClient:
                     network_timeout=timeout,
                 )
         except Exception as e:
-            raise map_exception(e) from None
+            raise protocol.map_exception(e, server_alive=False) from None
         self._module = module
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -156,6 +103,18 @@ class TTSClient:
         except Exception:
             return False
 
+    def _is_live(self) -> bool:
+        try:
+            return bool(self._client.is_server_live())
+        except Exception:
+            return False
+
+    def _error(self, exc: BaseException) -> TTSError:
+        """The client's exception for ``exc``; UNAVAILABLE is told apart by asking the server."""
+        code = protocol.error_code(exc)
+        alive = code not in (protocol.UNAVAILABLE, protocol.RESOURCE_EXHAUSTED) or self._is_live()
+        return protocol.map_exception(exc, server_alive=alive)
+
     @property
     def sample_rate(self) -> int:
         """Read once from the model's config, so no client hard-codes it."""
@@ -166,8 +125,8 @@ class TTSClient:
                 else:
                     config = self._client.get_model_config(self.model)
             except Exception as e:
-                raise map_exception(e) from None
-            self._sample_rate = sample_rate_from_config(config)
+                raise self._error(e) from None
+            self._sample_rate = protocol.sample_rate_from_config(config)
         return self._sample_rate
 
     # -- synthesis -------------------------------------------------------------------------
@@ -177,35 +136,29 @@ class TTSClient:
         speed: float = 1.0,
         noise_scale: float | None = None,
         noise_w: float | None = None,
+        normalize: bool | None = None,
     ) -> Audio:
         """Speak ``text``; ``speed`` 2.0 is twice as fast. Noise 0 makes output repeatable.
 
-        Over gRPC, text too long for one request goes through the streaming model and the
-        chunks are joined.
+        ``normalize``: write out numbers, dates... first (None: the server's default). Over
+        gRPC, text the server says is too long for one request is streamed and joined.
         """
         rate = self.sample_rate
-        if self.endpoint.protocol == "grpc" and len(text) > LONG_TEXT_CHARS:
-            return self._joined_stream(text, speed, noise_scale, noise_w)
-        inputs = build_inputs(self._module, text, speed, noise_scale, noise_w)
+        inputs = protocol.build_inputs(self._module, text, speed, noise_scale, noise_w, normalize)
         try:
             if self.endpoint.protocol == "grpc":
                 result = self._client.infer(self.model, inputs, client_timeout=self.timeout)
             else:
                 result = self._client.infer(self.model, inputs)
         except Exception as e:
-            error = map_exception(e)
-            if isinstance(error, InvalidInput) and "too long" in str(error):
+            error = self._error(e)
+            if protocol.is_text_too_long(error):
                 if self.endpoint.protocol == "grpc":
-                    return self._joined_stream(text, speed, noise_scale, noise_w)
+                    chunks = list(self.stream(text, speed, noise_scale, noise_w, normalize))
+                    return join_chunks(chunks, rate)
                 raise InvalidInput(f"{error}; over HTTP, split the text yourself") from None
             raise error from None
-        return audio_from_result(result, rate)
-
-    def _joined_stream(self, text, speed, noise_scale, noise_w) -> Audio:
-        chunks = list(self.stream(text, speed, noise_scale, noise_w))
-        return Audio(
-            np.concatenate(chunks) if chunks else np.zeros(0, np.float32), self.sample_rate
-        )
+        return protocol.audio_from_result(result, rate)
 
     def stream(
         self,
@@ -213,22 +166,28 @@ class TTSClient:
         speed: float = 1.0,
         noise_scale: float | None = None,
         noise_w: float | None = None,
-    ) -> Iterator[np.ndarray]:
+        normalize: bool | None = None,
+    ) -> Iterator[AudioChunk]:
         """Yield the audio of ``text`` chunk by chunk, in order, as the server makes it (gRPC).
 
-        Stopping the iteration early cancels the request on the server.
+        Each :class:`AudioChunk` holds its samples and the text it speaks. Stopping the
+        iteration early cancels the request on the server.
         """
         if self.endpoint.protocol != "grpc":
             raise TTSError("streaming needs a grpc:// URL (Triton streams over gRPC only)")
         import tritonclient.grpc as grpcclient
 
-        inputs = build_inputs(grpcclient, text, speed, noise_scale, noise_w, batched=False)
+        rate = self.sample_rate
+        inputs = protocol.build_inputs(
+            grpcclient, text, speed, noise_scale, noise_w, normalize, batched=False
+        )
         results: queue.Queue = queue.Queue()
         client = grpcclient.InferenceServerClient(self.endpoint.address)  # one stream each
         finished = False
         try:
             client.start_stream(callback=lambda result, error: results.put((result, error)))
             client.async_stream_infer(self.stream_model, inputs, enable_empty_final_response=True)
+            index = 0
             while True:
                 try:
                     result, error = results.get(timeout=self.timeout)
@@ -237,18 +196,18 @@ class TTSClient:
                         f"no audio from the server in {self.timeout} s"
                     ) from None
                 if error is not None:
-                    raise map_exception(error)
-                audio = result.as_numpy("audio")
-                if audio is not None:
-                    yield np.ascontiguousarray(audio.reshape(-1), dtype=np.float32)
-                final = result.get_response().parameters.get("triton_final_response")
-                if final is not None and final.bool_param:
+                    raise self._error(error)
+                chunk = protocol.chunk_from_result(result, index, rate)
+                if chunk is not None:
+                    index += 1
+                    yield chunk
+                if protocol.is_final(result):
                     finished = True
                     return
         except TTSError:
             raise
         except Exception as e:
-            raise map_exception(e) from None
+            raise self._error(e) from None
         finally:
             try:
                 client.stop_stream(cancel_requests=not finished)
@@ -261,6 +220,7 @@ class TTSClient:
         speed: float = 1.0,
         noise_scale: float | None = None,
         noise_w: float | None = None,
+        normalize: bool | None = None,
     ) -> list[Audio]:
         """Send all texts at once so the server batches them; results in input order.
 
@@ -273,23 +233,29 @@ class TTSClient:
             try:
                 pending = [
                     self._client.async_infer(
-                        self.model, build_inputs(self._module, t, speed, noise_scale, noise_w)
+                        self.model,
+                        protocol.build_inputs(
+                            self._module, t, speed, noise_scale, noise_w, normalize
+                        ),
                     )
                     for t in texts
                 ]
             except TTSError:
                 raise
             except Exception as e:
-                raise map_exception(e) from None
+                raise self._error(e) from None
             results: list[Audio] = []
             for p in pending:
                 try:
-                    results.append(audio_from_result(p.get_result(), rate))
+                    results.append(protocol.audio_from_result(p.get_result(), rate))
                 except Exception as e:
-                    raise map_exception(e) from None
+                    raise self._error(e) from None
             return results
         with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(texts)))) as pool:
-            futures = [pool.submit(self.synthesize, t, speed, noise_scale, noise_w) for t in texts]
+            futures = [
+                pool.submit(self.synthesize, t, speed, noise_scale, noise_w, normalize)
+                for t in texts
+            ]
             return [f.result() for f in futures]
 
     def __repr__(self) -> str:

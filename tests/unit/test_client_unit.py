@@ -5,68 +5,72 @@ from tritonclient.utils import InferenceServerException
 
 from tts_client import (
     Audio,
-    Endpoint,
     InferenceFailed,
     InvalidInput,
     ServerOverloaded,
     ServerUnavailable,
 )
-from tts_client.client import sample_rate_from_config
-from tts_client.errors import TTSError, map_exception
+from tts_client.errors import TTSError
+from tts_client.protocol import (
+    is_text_too_long,
+    map_exception,
+    parse_stream_error,
+    sample_rate_from_config,
+    stream_error_message,
+)
 
 
 @pytest.mark.parametrize(
-    "url, expected",
+    "status, alive, cls",
     [
-        ("grpc://localhost:8001", ("grpc", "localhost", 8001)),
-        ("grpc://tts.example", ("grpc", "tts.example", 8001)),
-        ("http://127.0.0.1:9000", ("http", "127.0.0.1", 9000)),
-        ("http://host/", ("http", "host", 8000)),
+        ("StatusCode.INVALID_ARGUMENT", True, InvalidInput),
+        ("400", True, InvalidInput),
+        ("StatusCode.UNAVAILABLE", True, ServerOverloaded),
+        ("503", True, ServerOverloaded),
+        ("StatusCode.RESOURCE_EXHAUSTED", True, ServerOverloaded),
+        ("StatusCode.UNAVAILABLE", False, ServerUnavailable),
+        ("StatusCode.NOT_FOUND", True, ServerUnavailable),
+        ("404", True, ServerUnavailable),
+        ("StatusCode.DEADLINE_EXCEEDED", True, ServerUnavailable),
+        ("StatusCode.INTERNAL", True, InferenceFailed),
+        ("500", True, InferenceFailed),
     ],
 )
-def test_url_picks_protocol_and_default_port(url, expected):
-    ep = Endpoint.parse(url)
-    assert (ep.protocol, ep.host, ep.port) == expected
-    assert ep.address == f"{expected[1]}:{expected[2]}"
-
-
-@pytest.mark.parametrize(
-    "url, message",
-    [
-        ("localhost:8001", "must start with grpc:// or http://"),
-        ("https://host", "must start with grpc:// or http://"),
-        ("grpc://", "has no host"),
-        ("http://host:99999", "invalid port"),
-        ("http://host/v2", "must not have a path"),
-    ],
-)
-def test_bad_urls_say_what_to_fix(url, message):
-    with pytest.raises(ValueError, match=message):
-        Endpoint.parse(url)
-
-
-@pytest.mark.parametrize(
-    "status, message, cls",
-    [
-        ("StatusCode.INVALID_ARGUMENT", "in ensemble 'tts', speed must be ...", InvalidInput),
-        ("400", "text is empty", InvalidInput),
-        ("StatusCode.UNAVAILABLE", "Exceeds maximum queue size", ServerOverloaded),
-        ("StatusCode.UNAVAILABLE", "failed to connect to all addresses", ServerUnavailable),
-        ("StatusCode.NOT_FOUND", "Request for unknown model", ServerUnavailable),
-        ("StatusCode.INTERNAL", "vocoder failed on this batch", InferenceFailed),
-    ],
-)
-def test_triton_errors_map_to_client_exceptions(status, message, cls):
-    err = map_exception(InferenceServerException(msg=message, status=status))
+def test_status_codes_map_to_client_exceptions(status, alive, cls):
+    # The message is the same for every case: only the code (and liveness) decides.
+    exc = InferenceServerException(msg="in ensemble 'tts', something happened", status=status)
+    err = map_exception(exc, server_alive=alive)
     assert type(err) is cls
     assert isinstance(err, TTSError)
     assert "in ensemble" not in str(err)
 
 
-def test_stream_errors_without_status_map_by_prefix():
-    err = map_exception(InferenceServerException(msg="invalid input: text is empty"))
+def test_messages_do_not_decide_the_class():
+    # Text that used to be matched as a substring no longer changes the mapping.
+    for text in ("Exceeds maximum queue size", "failed to connect", "deadline"):
+        exc = InferenceServerException(msg=text, status="StatusCode.INTERNAL")
+        assert type(map_exception(exc)) is InferenceFailed
+
+
+def test_stream_errors_carry_their_code_in_front():
+    message = stream_error_message("INVALID_ARGUMENT", "text is empty")
+    assert parse_stream_error(message) == ("INVALID_ARGUMENT", "text is empty")
+    assert parse_stream_error("plain") == (None, "plain")
+    err = map_exception(InferenceServerException(msg=message))  # streams carry no status
     assert type(err) is InvalidInput and str(err) == "text is empty"
+    overloaded = InferenceServerException(msg=stream_error_message("UNAVAILABLE", "queue full"))
+    assert type(map_exception(overloaded)) is ServerOverloaded
     assert type(map_exception(InferenceServerException(msg="boom"))) is InferenceFailed
+
+
+def test_text_too_long_is_recognized_from_the_servers_answer():
+    too_long = InferenceServerException(
+        msg="in ensemble 'tts', text is too long: 500 phoneme ids, the limit is 400",
+        status="StatusCode.INVALID_ARGUMENT",
+    )
+    assert is_text_too_long(map_exception(too_long))
+    other = InferenceServerException(msg="text is empty", status="400")
+    assert not is_text_too_long(map_exception(other))
 
 
 def test_connection_errors_are_server_unavailable():

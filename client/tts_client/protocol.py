@@ -1,0 +1,194 @@
+"""The wire contract between the server's models and this client, written once.
+
+Tensor names, how one request's inputs are built, and what an error code means. The server
+(``tts_serving``) imports the constants below too, so the two sides cannot drift apart. The
+sync and asyncio clients are thin layers over these functions.
+"""
+
+from __future__ import annotations
+
+import re
+from types import ModuleType
+
+import numpy as np
+
+from .audio import Audio, AudioChunk
+from .errors import InferenceFailed, InvalidInput, ServerOverloaded, ServerUnavailable, TTSError
+
+# Tensor names, identical in tts, tts_stream and every stage.
+TEXT = "text"
+SPEED = "speed"
+NOISE_SCALE = "noise_scale"
+NOISE_W = "noise_w"
+NORMALIZE = "normalize"
+AUDIO = "audio"
+CHUNK_TEXT = "chunk_text"
+
+# The start of the INVALID_ARG message for text over a limit: synthesize() then streams.
+TEXT_TOO_LONG = "text is too long"
+
+# A gRPC stream carries an error's message but not its code: tts_stream writes the code in
+# front, "[INVALID_ARGUMENT] text is empty ...", and parse_stream_error reads it back.
+_STREAM_ERROR = re.compile(r"^\[([A-Z_]+)\] ")
+_ENSEMBLE_PREFIX = re.compile(r"^(in ensemble '[^']+', )+")
+
+# Triton error codes (pb_utils.TritonError) by their gRPC status names.
+INVALID_ARGUMENT = "INVALID_ARGUMENT"
+UNAVAILABLE = "UNAVAILABLE"
+RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+NOT_FOUND = "NOT_FOUND"
+DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+CANCELLED = "CANCELLED"
+INTERNAL = "INTERNAL"
+
+_HTTP_CODES = {
+    "400": INVALID_ARGUMENT,
+    "404": NOT_FOUND,
+    "429": RESOURCE_EXHAUSTED,
+    "499": CANCELLED,
+    "500": INTERNAL,
+    "503": UNAVAILABLE,
+    "504": DEADLINE_EXCEEDED,
+}
+
+
+def stream_error_message(code: str, message: str) -> str:
+    """What tts_stream sends as a stream error: the code, then the message."""
+    return f"[{code}] {message}"
+
+
+def parse_stream_error(message: str) -> tuple[str | None, str]:
+    """(code, message) from a stream error written by :func:`stream_error_message`."""
+    m = _STREAM_ERROR.match(message)
+    if not m:
+        return None, message
+    return m.group(1), message[m.end() :]
+
+
+def build_inputs(
+    module: ModuleType,
+    text: str,
+    speed: float | None = None,
+    noise_scale: float | None = None,
+    noise_w: float | None = None,
+    normalize: bool | None = None,
+    batched: bool = True,
+) -> list:
+    """InferInput list for one request (``module``: tritonclient.grpc or .http).
+
+    ``batched``: the model has a batch dimension (``tts``: shape [1, 1]); ``tts_stream`` has
+    none (shape [1]). Options left at None are not sent: the server's defaults apply.
+    """
+    if not isinstance(text, str):
+        raise InvalidInput(f"text must be a str, got {type(text).__name__}")
+    shape = [1, 1] if batched else [1]
+    text_in = module.InferInput(TEXT, shape, "BYTES")
+    text_in.set_data_from_numpy(np.array([text.encode("utf-8")], dtype=np.object_).reshape(shape))
+    inputs = [text_in]
+    for name, value in ((SPEED, speed), (NOISE_SCALE, noise_scale), (NOISE_W, noise_w)):
+        if value is not None:
+            tensor = module.InferInput(name, shape, "FP32")
+            tensor.set_data_from_numpy(np.array([value], dtype=np.float32).reshape(shape))
+            inputs.append(tensor)
+    if normalize is not None:
+        tensor = module.InferInput(NORMALIZE, shape, "BOOL")
+        tensor.set_data_from_numpy(np.array([bool(normalize)]).reshape(shape))
+        inputs.append(tensor)
+    return inputs
+
+
+def sample_rate_from_config(config: dict) -> int:
+    """The ``sample_rate`` parameter of a model config (dict from HTTP or gRPC as_json)."""
+    config = config.get("config", config)
+    try:
+        return int(config["parameters"]["sample_rate"]["string_value"])
+    except (KeyError, TypeError, ValueError):
+        raise TTSError(
+            f"model {config.get('name')!r} has no sample_rate parameter in its config"
+        ) from None
+
+
+def audio_from_result(result, sample_rate: int) -> Audio:
+    samples = result.as_numpy(AUDIO)
+    if samples is None:
+        raise InferenceFailed("the server's response has no 'audio' output")
+    return Audio(np.ascontiguousarray(samples.reshape(-1), dtype=np.float32), sample_rate)
+
+
+def error_code(exc: BaseException) -> str | None:
+    """The gRPC status name of a tritonclient error (HTTP statuses translated), or None."""
+    status_fn = getattr(exc, "status", None)
+    status = str(status_fn() if callable(status_fn) else "" or "")
+    if status.startswith("StatusCode."):
+        return status[len("StatusCode.") :]
+    return _HTTP_CODES.get(status)
+
+
+def error_message(exc: BaseException) -> str:
+    message_fn = getattr(exc, "message", None)
+    message = (message_fn() if callable(message_fn) else None) or str(exc)
+    return _ENSEMBLE_PREFIX.sub("", message.strip())
+
+
+def map_error(code: str | None, message: str, server_alive: bool = True) -> TTSError:
+    """The client's exception for a status code: decided by the code, never by the text.
+
+    ``server_alive``: UNAVAILABLE from a server that answers is a full queue (overload);
+    from one that does not, the server is down or unreachable.
+    """
+    if code == INVALID_ARGUMENT:
+        return InvalidInput(message)
+    if code in (UNAVAILABLE, RESOURCE_EXHAUSTED):
+        if server_alive:
+            return ServerOverloaded(message)
+        return ServerUnavailable(f"cannot reach the server: {message}")
+    if code == NOT_FOUND:
+        return ServerUnavailable(f"model not available: {message}")
+    if code == DEADLINE_EXCEEDED:
+        return ServerUnavailable(f"request timed out: {message}")
+    return InferenceFailed(message)
+
+
+def map_exception(exc: BaseException, server_alive: bool = True) -> TTSError:
+    """Translate a tritonclient / transport exception into the client's family."""
+    if isinstance(exc, TTSError):
+        return exc
+    if isinstance(exc, (ConnectionError, OSError, TimeoutError)):
+        return ServerUnavailable(f"cannot reach the server: {exc}")
+    message = error_message(exc)
+    code, message = _code_and_message(exc, message)
+    return map_error(code, message, server_alive)
+
+
+def _code_and_message(exc: BaseException, message: str) -> tuple[str | None, str]:
+    stream_code, stream_message = parse_stream_error(message)
+    if stream_code is not None:
+        return stream_code, _ENSEMBLE_PREFIX.sub("", stream_message)
+    return error_code(exc), message
+
+
+def is_text_too_long(error: TTSError) -> bool:
+    """The server refused the text for its length (so it can be streamed instead)."""
+    return isinstance(error, InvalidInput) and str(error).startswith(TEXT_TOO_LONG)
+
+
+def chunk_from_result(result, index: int, sample_rate: int) -> AudioChunk | None:
+    """The AudioChunk in one tts_stream response, or None for the empty final response."""
+    samples = result.as_numpy(AUDIO)
+    if samples is None:
+        return None
+    text = result.as_numpy(CHUNK_TEXT)
+    caption = text.reshape(-1)[0].decode("utf-8") if text is not None else ""
+    return AudioChunk(
+        np.ascontiguousarray(samples.reshape(-1), dtype=np.float32), sample_rate, caption, index
+    )
+
+
+def is_final(result) -> bool:
+    """True for the response that carries the stream's final flag."""
+    final = result.get_response().parameters.get("triton_final_response")
+    return final is not None and final.bool_param
+
+
+# tts_stream sends one empty response with the final flag, so the end is always seen.
+STREAM_PARAMETERS = {"triton_enable_empty_final_response": True}
