@@ -20,13 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.paragraphs import PARAGRAPH
-from tests.texts import SENTENCES
 from tts_client import TTSClient
-from tts_serving.config import parse_dataclass
-from tts_serving.server import ServerProcess
-from tts_serving.streaming import StreamSettings, plan_chunks
+from tts_serving.settings import load_settings
+from tts_serving.streaming import plan_chunks
 from tts_serving.voice import Phonemizer, load_voice_config
+from tts_tools.server import ServerProcess
+from tts_tools.texts import PARAGRAPH, SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +36,7 @@ def stream_once(client: TTSClient, text: str) -> tuple[float, float, float]:
     samples = 0
     for part in client.stream(text):
         first = first if first is not None else time.perf_counter() - start
-        samples += len(part)
+        samples += len(part.samples)
     return first, time.perf_counter() - start, samples / client.sample_rate
 
 
@@ -81,17 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     ):
         client.synthesize("Warm up.")
         # The non-streaming path gets exactly the chunks the stream would make.
-        import tritonclient.grpc as grpcclient
-
-        config = grpcclient.InferenceServerClient(f"localhost:{server.grpc_port}").get_model_config(
-            "tts_stream", as_json=True
-        )["config"]
-        params = {k: v["string_value"] for k, v in config["parameters"].items()}
-        settings = parse_dataclass(StreamSettings, params)
-        phonemizer = Phonemizer(load_voice_config(repo / "tts_stream/1/voice.json"), 1 << 30)
-        chunks = [
-            c.text for c in plan_chunks(PARAGRAPH, settings, 400, lambda t: len(phonemizer.ids(t)))
-        ]
+        settings = load_settings(repo, "tts_stream")
+        phonemizer = Phonemizer(load_voice_config(repo / "tts_stream/1/voice.json"))
+        plan = plan_chunks(PARAGRAPH, settings, phonemizer, settings.normalize_text)
+        chunks = [c.text for c in plan]
 
         firsts, totals, plain = [], [], []
         audio = 0.0

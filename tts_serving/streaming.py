@@ -1,65 +1,108 @@
-"""Long text to ordered audio chunks: planning the chunks and finishing their audio."""
+"""Long text to ordered audio chunks: lazy chunk planning and finishing each chunk's audio.
+
+The plan is a generator: the text is normalized and split a block at a time and each chunk is
+phonemized when the scheduler asks for it, so the first chunk leaves before the rest of a
+100,000-character text has been looked at, and no single step blocks the event loop for long.
+Each chunk carries its phoneme ids, so the text is phonemized once on its way to ``acoustic``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import InvalidInputError
-from .text import normalize, split_text
+from .settings import StreamSettings
+from .text import normalize as normalize_english
+from .text import split_text
 from .text.split import Chunk
+from .voice import Phonemizer
 
-DEFAULT_MAX_CHARACTERS = 100_000
+# Raw text is normalized in blocks of about this many characters, cut at whitespace.
+BLOCK_CHARACTERS = 2000
 
 
 @dataclass(frozen=True)
-class StreamSettings:
-    """``parameters`` of the tts_stream model."""
+class PlannedChunk:
+    """One piece of a stream: its (normalized) text, phoneme ids and place in the text."""
 
-    max_characters: int = DEFAULT_MAX_CHARACTERS
-    max_in_flight: int = 3  # chunks of one stream queued at once: long texts can't flood queues
-    chunk_target_ids: int = 300  # pack short sentences up to this many phoneme ids
-    first_chunk_ids: int = 120  # a short first chunk so the first audio comes fast
-    sentence_silence_ms: float = 200.0
-    fade_ms: float = 3.0  # raised-cosine fade at chunk edges: joins without clicks
+    index: int
+    text: str
+    ids: list[int]
+    sentence_end: bool  # a sentence (or the text) ends here: a pause follows unless last
 
-    def __post_init__(self) -> None:
-        if self.max_characters < 1 or self.max_in_flight < 1:
-            raise ValueError("max_characters and max_in_flight must be >= 1")
-        if self.first_chunk_ids < 10 or self.chunk_target_ids < self.first_chunk_ids:
-            raise ValueError("need 10 <= first_chunk_ids <= chunk_target_ids")
-        if self.sentence_silence_ms < 0 or self.fade_ms < 0:
-            raise ValueError("sentence_silence_ms and fade_ms must be >= 0")
+
+def text_blocks(text: str, size: int = BLOCK_CHARACTERS) -> Iterator[str]:
+    """``text`` in consecutive blocks of about ``size`` characters, cut after a sentence end
+    where one is near the cut, else at whitespace; never inside a word."""
+    start = 0
+    n = len(text)
+    while start < n:
+        end = start + size
+        if end >= n:
+            yield text[start:]
+            return
+        # Prefer the last sentence end in the second half of the block, then any space.
+        cut = max(text.rfind(p, start + size // 2, end) for p in (". ", "? ", "! "))
+        cut = cut + 1 if cut > start else text.rfind(" ", start, end)
+        if cut <= start:  # one enormous word: cut at the next whitespace after it
+            nxt = text.find(" ", end)
+            cut = n if nxt < 0 else nxt
+        yield text[start:cut]
+        start = cut
 
 
 def plan_chunks(
-    text: str, settings: StreamSettings, max_ids: int, count_ids: Callable[[str], int]
-) -> list[Chunk]:
-    """Normalize and split ``text`` so every chunk fits the phonemizer's limit.
+    text: str, settings: StreamSettings, phonemizer: Phonemizer, normalize: bool
+) -> Iterator[PlannedChunk]:
+    """Chunks of ``text`` in order, each within ``settings.max_phoneme_ids`` phoneme ids.
 
-    Packing uses a cheap estimate; each chunk is then checked with the real phoneme count and
-    split further (clauses, then words) where the estimate was optimistic.
+    Packing uses a cheap estimate; each chunk is then phonemized for real and split further
+    (clauses, then words) where the estimate was optimistic. Chunks with nothing speakable
+    (a lone symbol) are skipped; a text with nothing speakable at all is an InvalidInputError.
     """
     if len(text) > settings.max_characters:
         raise InvalidInputError(
             f"text is {len(text)} characters; the limit is {settings.max_characters}: "
             "send it in several requests"
         )
-    spoken = normalize(text)
-    if not spoken:
-        raise InvalidInputError("text has nothing speakable after normalization")
-    target = min(settings.chunk_target_ids, max_ids)
-    chunks = split_text(spoken, max_ids, target_len=target, first_len=settings.first_chunk_ids)
-    checked: list[Chunk] = []
-    for chunk in chunks:
-        if count_ids(chunk.text) <= max_ids:
-            checked.append(chunk)
+    max_ids = settings.max_phoneme_ids
+
+    def count_ids(piece: str) -> int:
+        try:
+            return len(phonemizer.ids(piece))
+        except InvalidInputError:
+            return 0
+
+    index = 0
+    for block_number, block in enumerate(text_blocks(text)):
+        spoken = normalize_english(block) if normalize else " ".join(block.split())
+        if not spoken:
             continue
+        first = settings.first_chunk_ids if index == 0 and block_number == 0 else None
+        for chunk in split_text(spoken, max_ids, target_len=settings.chunk_target_ids,
+                                first_len=first):  # fmt: skip
+            for piece in _fit(chunk, max_ids, phonemizer, count_ids):
+                try:
+                    ids = phonemizer.ids(piece.text)
+                except InvalidInputError:
+                    continue  # nothing speakable in this piece (e.g. a lone symbol)
+                yield PlannedChunk(index, piece.text, ids, piece.sentence_end)
+                index += 1
+    if index == 0:
+        raise InvalidInputError("text has nothing speakable after normalization")
+
+
+def _fit(chunk: Chunk, max_ids: int, phonemizer: Phonemizer, count_ids) -> list[Chunk]:
+    if count_ids(chunk.text) <= max_ids:
+        return [chunk]
+    try:
         pieces = split_text(chunk.text, max_ids, measure=count_ids)
-        checked.extend(Chunk(p.text, p.sentence_end and chunk.sentence_end) for p in pieces)
-    return checked
+    except ValueError as e:  # one word longer than a whole request
+        raise InvalidInputError(str(e)) from None
+    return [Chunk(p.text, p.sentence_end and chunk.sentence_end) for p in pieces]
 
 
 def finish_chunk(

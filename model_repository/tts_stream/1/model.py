@@ -1,21 +1,33 @@
 """tts_stream: long text -> ordered audio chunks over a decoupled (streaming) response.
 
-Chunks go to the `tts` ensemble with async BLS calls, so the dynamic batchers batch them with
-every other user's requests; at most ``max_in_flight`` chunks of one stream wait at once.
+The text is planned into chunks lazily (normalized and phonemized here, once); each chunk's
+ids go to ``acoustic`` and its latent to ``vocoder`` with async BLS calls, so the dynamic
+batchers batch them with every other user's requests. tts_serving.scheduler keeps the order,
+the in-flight window, cancellation and errors; this file only wires it to pb_utils.
 """
 
 import asyncio
-from collections import deque
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from tts_serving.config import parse_dataclass
+from tts_client.protocol import (
+    AUDIO,
+    CHUNK_TEXT,
+    NOISE_SCALE,
+    NOISE_W,
+    NORMALIZE,
+    SPEED,
+    TEXT,
+    stream_error_message,
+)
+from tts_serving import scheduler
 from tts_serving.errors import InvalidInputError, ModelConfigError
-from tts_serving.streaming import StreamSettings, finish_chunk, plan_chunks
-from tts_serving.triton_adapter import ModelContext
+from tts_serving.scheduler import InFlight, StreamResponse, run_stream
+from tts_serving.settings import StreamSettings
+from tts_serving.streaming import finish_chunk, plan_chunks
+from tts_serving.triton_adapter import ModelContext, stage_error, stream_option
 from tts_serving.voice import (
-    DEFAULT_MAX_PHONEME_IDS,
     Phonemizer,
     decode_text,
     load_voice_config,
@@ -24,122 +36,120 @@ from tts_serving.voice import (
 )
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-INVALID_PREFIX = "invalid input: "  # the client maps stream errors by this prefix
+FINALIZE_WAIT_S = 30.0
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        self.ctx = ModelContext.from_args(args)
+        self.ctx = ModelContext.from_args(args, StreamSettings)
         if not pb_utils.using_decoupled_model_transaction_policy(self.ctx.config):
             raise ModelConfigError("tts_stream needs model_transaction_policy { decoupled: true }")
-        self.settings = parse_dataclass(StreamSettings, self.ctx.params)
+        self.settings = self.ctx.settings
         self.voice = load_voice_config(self.ctx.file("voice.json"))
-        self.max_ids = int(self.ctx.params.get("max_phoneme_ids", DEFAULT_MAX_PHONEME_IDS))
-        self.phonemizer = Phonemizer(self.voice, max_phoneme_ids=1 << 30)
+        self.phonemizer = Phonemizer(self.voice)
+        self.phonemizer.check()
+        if self.settings.normalize_text and not self.phonemizer.is_english:
+            raise ModelConfigError(
+                f"normalize_text is true but the voice speaks {self.voice.espeak_voice!r}: "
+                "the text normalizer is English only; set it to false"
+            )
+        self.in_flight = InFlight()
+        # pb_utils.TritonError exists only once the stub is up, not at import.
+        self.codes = {
+            scheduler.INVALID_ARGUMENT: pb_utils.TritonError.INVALID_ARG,
+            scheduler.UNAVAILABLE: pb_utils.TritonError.UNAVAILABLE,
+            scheduler.CANCELLED: pb_utils.TritonError.CANCELLED,
+            scheduler.INTERNAL: pb_utils.TritonError.INTERNAL,
+        }
         self.logger = pb_utils.Logger
         self.logger.log_info(f"tts_stream ready: {self.settings}")
-
-    def count_ids(self, text):
-        try:
-            return len(self.phonemizer.ids(text))
-        except InvalidInputError:
-            return 0  # nothing speakable: tts will say so for this chunk
-
-    def optional(self, request, name, default):
-        tensor = pb_utils.get_input_tensor_by_name(request, name)
-        return default if tensor is None else float(tensor.as_numpy().reshape(-1)[0])
 
     async def execute(self, requests):
         # Decoupled + async: each stream runs concurrently with the others on the stub's loop.
         await asyncio.gather(*(self.stream(r) for r in requests))
         return None
 
-    async def synthesize(self, text, extra_inputs):
+    def parse(self, request):
+        raw = stream_option(request, TEXT, None)
+        if raw is None:
+            raise InvalidInputError("input 'text' is missing")
+        text = decode_text(raw)
+        scalars = {SPEED: validate_speed(stream_option(request, SPEED, 1.0))}
+        for name in (NOISE_SCALE, NOISE_W):
+            value = stream_option(request, name, None)
+            if value is not None:  # absent: acoustic uses the voice's default
+                scalars[name] = validate_noise(name, value)
+        normalize = bool(stream_option(request, NORMALIZE, self.settings.normalize_text))
+        if normalize and not self.phonemizer.is_english:
+            raise InvalidInputError("normalize=true needs an English voice; send false")
+        extra = [pb_utils.Tensor(k, np.array([[v]], np.float32)) for k, v in scalars.items()]
+        return plan_chunks(text, self.settings, self.phonemizer, normalize), extra
+
+    async def bls(self, model, inputs, output):
         request = pb_utils.InferenceRequest(
-            model_name="tts",
-            requested_output_names=["audio"],
-            inputs=[pb_utils.Tensor("text", np.array([[text.encode()]], dtype=np.object_))]
-            + extra_inputs,
+            model_name=model, requested_output_names=[output], inputs=inputs
         )
         response = await request.async_exec()
         if response.has_error():
-            error = response.error()
-            if error.code() == pb_utils.TritonError.INVALID_ARG:
-                raise InvalidInputError(error.message())
-            raise RuntimeError(error.message())
-        return pb_utils.get_output_tensor_by_name(response, "audio").as_numpy().reshape(-1)
+            raise stage_error(model, response.error())
+        return pb_utils.get_output_tensor_by_name(response, output)
 
-    async def stream(self, request):
-        sender = request.get_response_sender()
-        pending = deque()
-        sent = 0
-        try:
-            text_tensor = pb_utils.get_input_tensor_by_name(request, "text")
-            text = decode_text(text_tensor.as_numpy().reshape(-1)[0])
-            scalars = {"speed": validate_speed(self.optional(request, "speed", 1.0))}
-            for name in ("noise_scale", "noise_w"):
-                value = self.optional(request, name, None)
-                if value is not None:  # absent: tts uses the voice's default
-                    scalars[name] = validate_noise(name, value)
-            extra = [pb_utils.Tensor(k, np.array([[v]], np.float32)) for k, v in scalars.items()]
-            chunks = plan_chunks(text, self.settings, self.max_ids, self.count_ids)
-            issued = 0
-            while sent < len(chunks):
-                if request.is_cancelled():
-                    self.logger.log_info(f"tts_stream: cancelled after {sent}/{len(chunks)} chunks")
-                    sender.send(
-                        pb_utils.InferenceResponse(
-                            error=pb_utils.TritonError(
-                                "request cancelled", pb_utils.TritonError.CANCELLED
-                            )
-                        )
-                    )
-                    return
-                # The first chunk goes alone, so it is not batched behind the chunks after it.
-                window = 1 if sent == 0 else self.settings.max_in_flight
-                while issued < len(chunks) and len(pending) < window:
-                    pending.append(
-                        asyncio.ensure_future(self.synthesize(chunks[issued].text, extra))
-                    )
-                    issued += 1
-                audio = await pending.popleft()
-                chunk = chunks[sent]
-                last = sent == len(chunks) - 1
-                audio = finish_chunk(
-                    audio, self.voice.sample_rate, self.settings, chunk.sentence_end and not last
-                )
-                sender.send(
+    async def synthesize(self, chunk, extra):
+        ids = pb_utils.Tensor("phoneme_ids", np.array([chunk.ids], dtype=np.int64))
+        latent = await self.bls("acoustic", [ids, *extra], "latent")
+        audio = await self.bls("vocoder", [latent], AUDIO)
+        return audio.as_numpy().reshape(-1)
+
+    def sender(self, request):
+        response_sender = request.get_response_sender()
+        rate = self.voice.sample_rate
+
+        def send(response: StreamResponse):
+            if response.final:
+                response_sender.send(flags=FINAL)
+            elif response.error_code is not None:
+                message = stream_error_message(response.error_code, response.error_message)
+                error = pb_utils.TritonError(message, self.codes[response.error_code])
+                response_sender.send(pb_utils.InferenceResponse(error=error))
+            else:
+                chunk = response.chunk
+                pause = chunk.sentence_end and not response.last
+                audio = finish_chunk(response.audio, rate, self.settings, pause)
+                caption = np.array([chunk.text.encode()], dtype=np.object_)
+                response_sender.send(
                     pb_utils.InferenceResponse(
                         output_tensors=[
-                            pb_utils.Tensor("audio", audio),
-                            pb_utils.Tensor(
-                                "chunk_text", np.array([chunk.text.encode()], dtype=np.object_)
-                            ),
+                            pb_utils.Tensor(AUDIO, audio),
+                            pb_utils.Tensor(CHUNK_TEXT, caption),
                         ]
                     )
                 )
-                sent += 1
-        except InvalidInputError as e:
-            # A gRPC stream carries only the message, not the code: the prefix says which it is.
-            sender.send(
-                pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(
-                        f"{INVALID_PREFIX}{e}", pb_utils.TritonError.INVALID_ARG
-                    )
-                )
+
+        return send
+
+    async def stream(self, request):
+        send = self.sender(request)
+        with self.in_flight:
+            try:
+                plan, extra = self.parse(request)
+            except InvalidInputError as e:
+                send(StreamResponse(error_code=scheduler.INVALID_ARGUMENT, error_message=str(e)))
+                send(StreamResponse(final=True))
+                return
+            outcome = await run_stream(
+                plan,
+                lambda chunk: self.synthesize(chunk, extra),
+                send,
+                request.is_cancelled,
+                self.settings.max_in_flight,
+                lambda message: self.logger.log_error(f"tts_stream: {message}"),
             )
-        except Exception as e:  # a failure is an error the client sees, never a short stream
-            self.logger.log_error(f"tts_stream failed after {sent} chunks: {e!r}")
-            sender.send(
-                pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(
-                        f"tts_stream failed after {sent} chunks ({type(e).__name__}); "
-                        "see the server log",
-                        pb_utils.TritonError.INTERNAL,
-                    )
-                )
+            if outcome.error_code == scheduler.CANCELLED:
+                self.logger.log_info(f"tts_stream: cancelled after {outcome.sent} chunks")
+
+    def finalize(self):
+        # Let streams still running finish (as python_backend's decoupled examples do).
+        if not self.in_flight.wait_idle(FINALIZE_WAIT_S):
+            self.logger.log_warn(
+                f"tts_stream: {self.in_flight.count} streams still running at unload"
             )
-        finally:
-            for task in pending:
-                task.cancel()
-            sender.send(flags=FINAL)
