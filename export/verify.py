@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 from piper.config import PiperConfig
 
-from tts_serving.inference import AcousticModel, RuntimeOptions, Vocoder, create_session
+from tts_serving.inference import AcousticModel, Vocoder, create_session
+from tts_serving.settings import OnnxRuntimeSettings
 from tts_serving.voice import Phonemizer
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,8 @@ class VerifyResult:
     batch1_max_diff: float
     batch8_max_diff: float
     mixed_max_diff: float
+    # The split pipeline's raw audio of SENTENCES at batch 1, noise 0 (loudness calibration).
+    audio: list[np.ndarray] = field(default_factory=list, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -65,7 +68,7 @@ def verify(
     source_onnx: Path, acoustic_onnx: Path, vocoder_onnx: Path, voice: PiperConfig
 ) -> VerifyResult:
     """Compare split vs whole model with noise scales 0 (the graph draws random noise)."""
-    options = RuntimeOptions(intra_op_threads=0)
+    options = OnnxRuntimeSettings(intra_op_threads=0, max_padded_length=0)
     whole = create_session(source_onnx, options)
     acoustic = AcousticModel(create_session(acoustic_onnx, options), options)
     vocoder = Vocoder(create_session(vocoder_onnx, options), voice.hop_length, options)
@@ -91,6 +94,7 @@ def verify(
         batch1_max_diff=_max_diff(batch1, reference),
         batch8_max_diff=_max_diff(batch8, reference),
         mixed_max_diff=_max_diff(mixed, mixed_reference),
+        audio=batch1,
     )
     log.info(
         "verify on %d sentences, noise 0: max |split - whole| batch 1 %.2e, padded batch 8 %.2e,"

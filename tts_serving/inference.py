@@ -6,14 +6,17 @@ call and cut every result back to the item's own length.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
 from .batching import pad_stack, run_in_buckets, split_by_lengths
+from .errors import ModelConfigError
+from .settings import OnnxRuntimeSettings
 
 # Tensor names inside the exported ONNX files (see export/).
 ACOUSTIC_INPUTS = ("phoneme_ids", "phoneme_lengths", "scales")
@@ -30,46 +33,17 @@ _OPT_LEVELS = {
 }
 
 
-@dataclass(frozen=True)
-class RuntimeOptions:
-    """ONNX Runtime settings; exposed as ``parameters`` in each model's config.pbtxt."""
-
-    intra_op_threads: int = 1
-    inter_op_threads: int = 1
-    graph_optimization: str = "all"
-    device: str = "auto"  # "auto" uses CUDA when ONNX Runtime has it, else the CPU
-    bucket_max_waste: float = 1.0  # >= 1: never split a batch for padding waste
-    # Budget per ONNX Runtime call: items x longest item (phoneme ids for acoustic, frames for
-    # vocoder); 0 = the whole batch in one call. See length_buckets.
-    max_padded_length: int = 0
-    # Busy-waiting worker threads cost cycles the other model's process needs on a small CPU.
-    allow_spinning: bool = False
-
-    def __post_init__(self) -> None:
-        if self.intra_op_threads < 0 or self.inter_op_threads < 0:
-            raise ValueError("thread counts must be >= 0 (0 = ONNX Runtime's default)")
-        if self.graph_optimization not in _OPT_LEVELS:
-            raise ValueError(
-                f"graph_optimization must be one of {sorted(_OPT_LEVELS)}, "
-                f"got {self.graph_optimization!r}"
-            )
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if self.bucket_max_waste <= 0:
-            raise ValueError("bucket_max_waste must be > 0")
-        if self.max_padded_length < 0:
-            raise ValueError("max_padded_length must be >= 0 (0 = no budget)")
-
-    def providers(self) -> list[str]:
-        available = ort.get_available_providers()
-        if self.device == "cuda" and "CUDAExecutionProvider" not in available:
-            raise ValueError("device=cuda but ONNX Runtime has no CUDAExecutionProvider")
-        if self.device != "cpu" and "CUDAExecutionProvider" in available:
-            return ["CUDAExecutionProvider", "CPUExecutionProvider"]
-        return ["CPUExecutionProvider"]
+def providers(options: OnnxRuntimeSettings) -> list[str]:
+    """ONNX Runtime execution providers for ``options.device``."""
+    available = ort.get_available_providers()
+    if options.device == "cuda" and "CUDAExecutionProvider" not in available:
+        raise ModelConfigError("device=cuda but ONNX Runtime has no CUDAExecutionProvider")
+    if options.device != "cpu" and "CUDAExecutionProvider" in available:
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
 
 
-def create_session(path: str | Path, options: RuntimeOptions) -> ort.InferenceSession:
+def create_session(path: str | Path, options: OnnxRuntimeSettings) -> ort.InferenceSession:
     so = ort.SessionOptions()
     so.intra_op_num_threads = options.intra_op_threads
     so.inter_op_num_threads = options.inter_op_threads
@@ -82,13 +56,13 @@ def create_session(path: str | Path, options: RuntimeOptions) -> ort.InferenceSe
     )
     # Sequential execution: the graph is one chain, parallel mode only adds thread hops.
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return ort.InferenceSession(str(path), sess_options=so, providers=options.providers())
+    return ort.InferenceSession(str(path), sess_options=so, providers=providers(options))
 
 
 class AcousticModel:
     """Phoneme ids + per-item scales -> latent frames [192, T_i] per item."""
 
-    def __init__(self, session: ort.InferenceSession, options: RuntimeOptions) -> None:
+    def __init__(self, session: ort.InferenceSession, options: OnnxRuntimeSettings) -> None:
         self.session = session
         self.options = options
 
@@ -118,7 +92,7 @@ class Vocoder:
     """Latent frames [192, T_i] -> audio, exactly T_i * hop_length samples per item."""
 
     def __init__(
-        self, session: ort.InferenceSession, hop_length: int, options: RuntimeOptions
+        self, session: ort.InferenceSession, hop_length: int, options: OnnxRuntimeSettings
     ) -> None:
         self.session = session
         self.hop_length = hop_length
@@ -134,6 +108,61 @@ class Vocoder:
         lengths = [lat.shape[-1] for lat in latents]
         o = self.options
         return run_in_buckets(list(latents), lengths, run, o.bucket_max_waste, o.max_padded_length)
+
+
+# One gain per voice, so every request and every stream chunk has the same level. Measured at
+# export on fixed sentences: the raw VITS level is steady (about -24 to -28 dBFS RMS for joe),
+# while normalizing each item's peak, as Piper does, moved chunks of one paragraph from -16 to
+# -23 dBFS. The target is EBU R128's -23 (as RMS), capped so the loudest peak stays under 0.95.
+LOUDNESS_FILE = "loudness.json"
+TARGET_RMS_DBFS = -23.0
+PEAK_CEILING = 0.95
+
+
+@dataclass(frozen=True)
+class VoiceLoudness:
+    gain: float
+    rms_dbfs: float  # the voice's median raw level on the calibration sentences
+    peak: float  # the loudest raw peak there
+
+    @classmethod
+    def measure(cls, audios: Sequence[np.ndarray]) -> VoiceLoudness:
+        levels = [rms_dbfs(a) for a in audios]
+        median = float(np.median(levels))
+        peak = max(float(np.max(np.abs(a))) for a in audios)
+        gain = min(10 ** ((TARGET_RMS_DBFS - median) / 20), PEAK_CEILING / peak)
+        return cls(round(gain, 4), round(median, 2), round(peak, 4))
+
+    @classmethod
+    def read(cls, path: str | Path) -> VoiceLoudness:
+        data = json.loads(Path(path).read_text())
+        loudness = cls(float(data["gain"]), float(data["rms_dbfs"]), float(data["peak"]))
+        if not 0 < loudness.gain < 100:
+            raise ModelConfigError(f"{path}: gain {loudness.gain} is out of range")
+        return loudness
+
+    def write(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+
+def rms_dbfs(audio: np.ndarray) -> float:
+    """Root-mean-square level in dB relative to full scale (-inf for silence)."""
+    rms = float(np.sqrt(np.mean(np.square(audio, dtype=np.float64)))) if audio.size else 0.0
+    return 20 * np.log10(rms) if rms > 0 else float("-inf")
+
+
+def active_level_dbfs(audio: np.ndarray, frame: int = 512, gate_dbfs: float = -50.0) -> float:
+    """Speech level: the RMS over frames louder than ``gate_dbfs``, so pauses do not count."""
+    n = len(audio) // frame
+    if n == 0:
+        return rms_dbfs(audio)
+    power = np.mean(np.square(audio[: n * frame].reshape(n, frame), dtype=np.float64), axis=1)
+    active = power[power > 10 ** (gate_dbfs / 10)]
+    return 10 * float(np.log10(np.mean(active))) if active.size else float("-inf")
+
+
+def apply_gain(audio: np.ndarray, gain: float) -> np.ndarray:
+    return np.clip(audio * np.float32(gain), -1.0, 1.0).astype(np.float32, copy=False)
 
 
 def peak_normalize(audio: np.ndarray) -> np.ndarray:

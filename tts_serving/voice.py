@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 import unicodedata
-from dataclasses import dataclass
 from pathlib import Path
 
-from piper.config import PiperConfig
-from piper.phoneme_ids import phonemes_to_ids
-from piper.phonemize_espeak import ESPEAK_DATA_DIR, EspeakPhonemizer
+from piper import PiperVoice
+from piper.config import PhonemeType, PiperConfig
 
-from .errors import InvalidInputError
+from tts_client.protocol import TEXT_TOO_LONG
+
+from .errors import InvalidInputError, ModelConfigError
 
 MIN_SPEED = 0.25
 MAX_SPEED = 4.0
-DEFAULT_MAX_PHONEME_IDS = 400
 
 
 def load_voice_config(path: str | Path) -> PiperConfig:
@@ -65,33 +63,41 @@ def validate_noise(name: str, value: float) -> float:
     return value
 
 
-# espeak-ng keeps global state in the C library: one engine and one call at a time per process.
-_ESPEAK_LOCK = threading.Lock()
-_ESPEAK: EspeakPhonemizer | None = None
-
-
-def _espeak() -> EspeakPhonemizer:
-    global _ESPEAK
-    if _ESPEAK is None:
-        _ESPEAK = EspeakPhonemizer(ESPEAK_DATA_DIR)
-    return _ESPEAK
-
-
-@dataclass(frozen=True)
 class Phonemizer:
-    """Text -> phoneme ids for one voice, with a limit on ids per request."""
+    """Text -> phoneme ids for one voice through piper's own ``PiperVoice.phonemize``.
 
-    config: PiperConfig
-    max_phoneme_ids: int = DEFAULT_MAX_PHONEME_IDS
+    Piper picks the phonemizer by the voice's ``phoneme_type`` (espeak-ng, raw text, or the
+    language-specific ones) and serializes espeak-ng's global state behind its own lock; no
+    ONNX session is needed for that, so none is loaded.
+    """
+
+    def __init__(self, config: PiperConfig, max_phoneme_ids: int = 1 << 30) -> None:
+        self.config = config
+        self.max_phoneme_ids = max_phoneme_ids
+        self._voice = PiperVoice(session=None, config=config)  # type: ignore[arg-type]
+
+    @property
+    def is_english(self) -> bool:
+        """The English text normalizer only makes sense for an English espeak-ng voice."""
+        return self.config.phoneme_type == PhonemeType.ESPEAK and (
+            self.config.espeak_voice.lower().startswith("en")
+        )
+
+    def check(self) -> None:
+        """Phonemize a word once (loads espeak-ng data) or refuse the voice with a reason."""
+        try:
+            self.phonemes("Warm up.")
+        except Exception as e:
+            raise ModelConfigError(
+                f"cannot phonemize for this voice (phoneme_type "
+                f"{self.config.phoneme_type.value!r}, language {self.config.espeak_voice!r}): "
+                f"{type(e).__name__}: {e}"
+            ) from None
 
     def phonemes(self, text: str) -> list[str]:
         """One phoneme list for the whole text; sentences joined by a space."""
-        with _ESPEAK_LOCK:
-            sentences = _espeak().phonemize(
-                self.config.espeak_voice, text, vowel_clusters=self.config.vowel_clusters
-            )
         joined: list[str] = []
-        for sentence in sentences:
+        for sentence in self._voice.phonemize(text):
             if sentence:
                 if joined:
                     joined.append(" ")
@@ -105,11 +111,21 @@ class Phonemizer:
             raise InvalidInputError(
                 "text has nothing speakable (no letters or digits after phonemization)"
             )
-        ids = phonemes_to_ids(phonemes, self.config.phoneme_id_map)
+        ids = self._voice.phonemes_to_ids(phonemes)
         if len(ids) > self.max_phoneme_ids:
             raise InvalidInputError(
-                f"text is too long: {len(ids)} phoneme ids, the limit is {self.max_phoneme_ids} "
+                f"{TEXT_TOO_LONG}: {len(ids)} phoneme ids, the limit is {self.max_phoneme_ids} "
                 f"(about {len(text) * self.max_phoneme_ids // len(ids)} characters of this text); "
                 "split it into shorter requests or use the streaming model"
             )
         return ids
+
+
+def check_characters(text: str, limit: int) -> str:
+    """Refuse text over ``limit`` characters before any work is done on it."""
+    if len(text) > limit:
+        raise InvalidInputError(
+            f"{TEXT_TOO_LONG}: {len(text)} characters, the limit is {limit}; "
+            "split it into shorter requests or use the streaming model"
+        )
+    return text

@@ -13,9 +13,7 @@ from tests import fake_pb_utils as pb
 
 pb.install()
 
-from tts_serving.config import config_parameters, parse_dataclass  # noqa: E402
 from tts_serving.errors import ModelConfigError  # noqa: E402
-from tts_serving.inference import RuntimeOptions  # noqa: E402
 
 
 def load_model(repository, name, params=None, max_batch_size=16):
@@ -46,27 +44,17 @@ def text_request(text: bytes) -> pb.InferenceRequest:
     return pb.InferenceRequest(text=np.array([[text]], dtype=object))
 
 
-def test_config_parameters_and_typed_parsing():
-    config = {
-        "parameters": {"intra_op_threads": {"string_value": "2"}, "device": {"string_value": "cpu"}}
-    }
-    params = config_parameters(config)
-    assert params == {"intra_op_threads": "2", "device": "cpu"}
-    options = parse_dataclass(RuntimeOptions, params)
-    assert options.intra_op_threads == 2 and options.device == "cpu"
-
-
 @pytest.mark.parametrize(
-    "params, message",
+    "name, params, message",
     [
-        ({"intra_op_threads": "two"}, "not a valid int"),
-        ({"graph_optimization": "max"}, "graph_optimization must be one of"),
-        ({"device": "tpu"}, "device must be auto, cpu or cuda"),
+        ("acoustic", {"intra_op_threads": "two"}, "not a valid int"),
+        ("vocoder", {"loudness": "loud"}, "loudness must be voice or peak"),
+        ("phonemizer", {"normalise_text": "true"}, "unknown parameter.*normalise_text"),
     ],
 )
-def test_bad_parameters_fail_initialize(params, message):
+def test_bad_parameters_fail_initialize(exported_repository, name, params, message):
     with pytest.raises(ModelConfigError, match=message):
-        parse_dataclass(RuntimeOptions, params)
+        load_model(exported_repository, name, params)
 
 
 def test_acoustic_requires_a_batching_config(exported_repository):
@@ -130,9 +118,38 @@ def test_acoustic_and_vocoder_batch_equals_single(exported_repository):
         r.output("audio")[0]
         for r in vocoder.execute([pb.InferenceRequest(latent=lat) for lat in latents])
     ]
-    for a, lat in zip(audio, latents):
+    gain = json.loads((exported_repository / "vocoder/1/loudness.json").read_text())["gain"]
+    raw = vocoder.model([lat[0] for lat in latents])
+    for a, lat, r in zip(audio, latents, raw):
         assert a.shape == (lat.shape[-1] * 256,)
-        assert np.max(np.abs(a)) == pytest.approx(1.0)  # peak-normalized like Piper
+        assert np.max(np.abs(a - np.clip(r * gain, -1, 1))) < 1e-6  # one gain for the voice
+
+
+def test_mixed_speeds_share_one_batch_and_each_equals_alone(exported_repository):
+    phonemizer = load_model(exported_repository, "phonemizer")
+    acoustic = load_model(exported_repository, "acoustic")
+    (ids,) = [r.output("phoneme_ids") for r in phonemizer.execute([text_request(b"Good day.")])]
+    zero = np.zeros((1, 1), np.float32)
+
+    def request(speed):
+        return pb.InferenceRequest(
+            phoneme_ids=ids, speed=np.array([[speed]], np.float32), noise_scale=zero, noise_w=zero
+        )
+
+    speeds = [1.0, 2.0, 0.5, 1.0]
+    together = [r.output("latent") for r in acoustic.execute([request(s) for s in speeds])]
+    frames = [lat.shape[-1] for lat in together]
+    assert frames[1] < frames[0] < frames[2] and frames[3] == frames[0]
+    for speed, lat in zip(speeds, together):
+        (alone,) = acoustic.execute([request(speed)])
+        assert np.max(np.abs(alone.output("latent") - lat)) < 1e-3
+
+
+def test_vocoder_peak_mode_normalizes_each_item(exported_repository):
+    vocoder = load_model(exported_repository, "vocoder", {"loudness": "peak"})
+    latent = np.random.default_rng(0).normal(size=(1, 192, 20)).astype(np.float32)
+    (response,) = vocoder.execute([pb.InferenceRequest(latent=latent)])
+    assert np.max(np.abs(response.output("audio"))) == pytest.approx(1.0)
 
 
 def test_acoustic_bad_item_does_not_fail_the_batch(exported_repository):
@@ -187,12 +204,63 @@ def test_internal_failure_is_an_error_not_silence(exported_repository):
     assert any("onnxruntime exploded" in m for level, m in pb.Logger.lines if level == "error")
 
 
-def test_phonemizer_normalizes_text_first(exported_repository):
+def test_phonemizer_normalizes_text_first_unless_asked_not_to(exported_repository):
     model = load_model(exported_repository, "phonemizer")
     plain = load_model(exported_repository, "phonemizer", {"normalize_text": "false"})
 
-    def ids(m, text):
-        return m.execute([text_request(text.encode())])[0].output("phoneme_ids").tolist()
+    def ids(m, text, **options):
+        request = text_request(text.encode())
+        for name, value in options.items():
+            request.inputs[name] = pb.Tensor(name, np.array([[value]]))
+        return m.execute([request])[0].output("phoneme_ids").tolist()
 
-    assert ids(model, "$5.50") == ids(model, "five dollars and fifty cents")
-    assert ids(plain, "$5.50") != ids(plain, "five dollars and fifty cents")
+    spoken = "five dollars and fifty cents"
+    assert ids(model, "$5.50") == ids(model, spoken)
+    assert ids(plain, "$5.50") != ids(plain, spoken)
+    assert ids(model, "$5.50", normalize=False) == ids(plain, "$5.50")  # per request
+    assert ids(plain, "$5.50", normalize=True) == ids(model, spoken)
+
+
+def test_phonemizer_refuses_long_text_before_any_work(exported_repository):
+    model = load_model(exported_repository, "phonemizer", {"max_characters": "50"})
+    (response,) = model.execute([text_request(b"a" * 51)])
+    assert response.error().code() == pb.TritonError.INVALID_ARG
+    assert response.error().message().startswith("text is too long: 51 characters")
+
+
+def voice_repository(exported_repository, tmp_path, **changes):
+    """A phonemizer folder whose voice.json differs from the bundled voice by ``changes``."""
+    repo = tmp_path / "repo"
+    shutil.copytree(exported_repository / "phonemizer", repo / "phonemizer")
+    path = repo / "phonemizer" / "1" / "voice.json"
+    voice = json.loads(path.read_text())
+    voice.update(changes)
+    path.write_text(json.dumps(voice))
+    return repo
+
+
+def test_english_normalizer_is_refused_for_a_non_english_voice(exported_repository, tmp_path):
+    repo = voice_repository(exported_repository, tmp_path, espeak={"voice": "de"})
+    with pytest.raises(ModelConfigError, match="normalizer is English only"):
+        load_model(repo, "phonemizer")
+    model = load_model(repo, "phonemizer", {"normalize_text": "false"})
+    asked = pb.InferenceRequest(
+        text=np.array([[b"Guten Tag."]], dtype=object), normalize=np.array([[True]])
+    )
+    ok, refused = model.execute([text_request(b"Guten Tag."), asked])
+    assert not ok.has_error()
+    assert "needs an English voice" in refused.error().message()
+
+
+def test_a_phoneme_type_piper_cannot_run_here_is_refused_clearly(exported_repository, tmp_path):
+    repo = voice_repository(exported_repository, tmp_path, phoneme_type="pinyin")
+    with pytest.raises(ModelConfigError, match="cannot phonemize for this voice.*pinyin"):
+        load_model(repo, "phonemizer", {"normalize_text": "false"})
+
+
+def test_text_phoneme_type_is_phonemized_by_piper(exported_repository, tmp_path):
+    # phoneme_type "text": phonemes are the characters themselves (piper's own rule).
+    repo = voice_repository(exported_repository, tmp_path, phoneme_type="text")
+    model = load_model(repo, "phonemizer", {"normalize_text": "false"})
+    (response,) = model.execute([text_request(b"abc")])
+    assert not response.has_error()

@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.conftest import ROOT
-from tests.texts import SENTENCES
 from tts_client import ServerOverloaded, TTSClient
-from tts_serving.server import ServerProcess
+from tts_tools.server import ServerProcess
+from tts_tools.texts import SENTENCES
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,16 @@ def test_perf_analyzer_smoke(server, tmp_path):
         (m, p) for m in ("tts", "phonemizer", "acoustic", "vocoder") for p in ("grpc", "http")
     } | {("tts_stream", "grpc")}  # streaming is gRPC only
     for r in rows:
-        assert float(r["requests_per_s"]) > 0 and float(r["p50_ms"]) > 0
-    tts = next(r for r in rows if r["model"] == "tts" and r["protocol"] == "grpc")
-    breakdown = json.loads(tts["breakdown"])
-    assert set(breakdown) == {"phonemizer", "acoustic", "vocoder"}
+        assert float(r["requests_per_s"]) > 0
+        assert 0 < float(r["p50_ms"]) <= float(r["p99_ms"])
+    for protocol in ("grpc", "http"):
+        tts = next(r for r in rows if r["model"] == "tts" and r["protocol"] == protocol)
+        assert float(tts["audio_s_per_s"]) > 0
+        # The load really went through every stage: each saw at least one count window.
+        breakdown = json.loads(tts["breakdown"])
+        assert set(breakdown) == {"phonemizer", "acoustic", "vocoder"}
+        for stage in breakdown.values():
+            assert stage["requests"] >= run.SMOKE_REQUESTS and stage["avg_batch"] >= 1
+    stream = next(r for r in rows if r["model"] == "tts_stream")
+    assert float(stream["audio_s_per_s"]) > 0
     assert (tmp_path / "perf.png").stat().st_size > 10_000

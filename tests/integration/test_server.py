@@ -14,9 +14,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.texts import SENTENCES
 from tts_client import AsyncTTSClient, InvalidInput, TTSClient
-from tts_serving.statistics import model_statistics
+from tts_tools.statistics import model_statistics
+from tts_tools.texts import SENTENCES
 
 MODELS = ("phonemizer", "acoustic", "vocoder", "tts")
 
@@ -84,9 +84,10 @@ def test_batching_is_real_and_batched_equals_alone(server, grpc_client):
         assert np.max(np.abs(audio.samples - ref)) < 1e-3, text
 
 
-def test_mixed_speeds_in_one_batch(grpc_client):
+def test_mixed_speeds_in_one_batch(server, grpc_client):
     text = "Every morning the baker wakes up before sunrise to prepare fresh bread."
     speeds = [1.0, 2.0, 0.5] * 4
+    before = stats(server)["acoustic"]
     with ThreadPoolExecutor(len(speeds)) as pool:
         results = list(
             pool.map(
@@ -100,6 +101,9 @@ def test_mixed_speeds_in_one_batch(grpc_client):
     # Durations are whole frames per phoneme (rounded up), so "half" is approximate.
     assert 0.4 < results[1].duration / normal < 0.65
     assert 1.7 < results[2].duration / normal < 2.2
+    # Each speed has 4 requests, so any acoustic batch of 5 or more mixed speeds.
+    batches = (stats(server)["acoustic"] - before).batch_sizes
+    assert max(batches) >= 5, batches
 
 
 BAD_INPUTS = [

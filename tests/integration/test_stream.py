@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import queue
 import subprocess
@@ -15,16 +16,18 @@ import tritonclient.grpc as grpcclient
 
 from tests.conftest import REPOSITORY
 from tests.integration.test_intelligibility import transcribe, words
-from tests.paragraphs import PARAGRAPH
-from tts_client import InvalidInput
-from tts_serving.config import parse_dataclass, pbtxt_parameters
-from tts_serving.statistics import model_statistics
-from tts_serving.streaming import StreamSettings, finish_chunk
+from tts_client import AsyncTTSClient, InvalidInput
+from tts_serving.config import parse_settings, pbtxt_parameters
+from tts_serving.inference import active_level_dbfs
+from tts_serving.settings import StreamSettings
+from tts_serving.streaming import finish_chunk
 from tts_serving.text import normalize
+from tts_tools.statistics import model_statistics
+from tts_tools.texts import PARAGRAPH
 
 
 def stream_settings() -> StreamSettings:
-    return parse_dataclass(StreamSettings, pbtxt_parameters(REPOSITORY / "tts_stream/config.pbtxt"))
+    return parse_settings(StreamSettings, pbtxt_parameters(REPOSITORY / "tts_stream/config.pbtxt"))
 
 
 def raw_stream(server, text: str, **scalars: float) -> list[tuple[np.ndarray, str]]:
@@ -79,11 +82,14 @@ def test_joins_are_click_free(server):
 def test_client_stream_yields_in_order_and_synthesize_joins_long_text(grpc_client):
     start = time.perf_counter()
     first = None
-    parts = []
-    for part in grpc_client.stream(PARAGRAPH):
+    chunks = []
+    for chunk in grpc_client.stream(PARAGRAPH):
         first = first or time.perf_counter() - start
-        parts.append(part)
+        chunks.append(chunk)
     total = time.perf_counter() - start
+    parts = [c.samples for c in chunks]
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+    assert " ".join(c.text for c in chunks).split() == normalize(PARAGRAPH).split()  # captions
     seconds = sum(len(p) for p in parts) / 22050
     print(
         f"\n{len(PARAGRAPH)} characters: first audio {first:.2f} s, all {total:.2f} s, "
@@ -98,26 +104,82 @@ def test_client_stream_yields_in_order_and_synthesize_joins_long_text(grpc_clien
 def test_twenty_thousand_characters_complete(grpc_client):
     text = (PARAGRAPH + " ") * 11
     assert len(text) > 20_000
-    samples = sum(len(p) for p in grpc_client.stream(text, speed=3.0))
+    samples = sum(len(c.samples) for c in grpc_client.stream(text, speed=3.0))
     # ~14 characters per second of speech at speed 1; speed 3 is about a third as long.
     assert samples / 22050 > len(text) / 14 / 3 * 0.6
 
 
 def test_cancel_mid_stream_frees_the_server(server, grpc_client):
+    address = f"localhost:{server.grpc_port}"
+
     def vocoder_inferences() -> int:
-        address = f"localhost:{server.grpc_port}"
         return model_statistics(address, ["vocoder"])["vocoder"].inferences
 
-    for i, _ in enumerate(grpc_client.stream(PARAGRAPH * 10)):
-        if i == 1:
-            break  # closing the generator cancels the request
-    time.sleep(0.5)
+    text = PARAGRAPH * 10  # about 250 chunks: minutes of work if it were not cancelled
     before = vocoder_inferences()
-    time.sleep(2.0)
-    assert vocoder_inferences() - before <= stream_settings().max_in_flight
-    start = time.perf_counter()
-    grpc_client.synthesize("Still fast.")
-    assert time.perf_counter() - start < 2.0
+    for chunk in grpc_client.stream(text):
+        if chunk.index == 1:
+            break  # closing the generator cancels the request
+    # Wait (bounded) until the server stops synthesizing, then count what it did.
+    deadline = time.monotonic() + 60
+    last = vocoder_inferences()
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = vocoder_inferences()
+        if now == last:
+            break
+        last = now
+    done = last - before
+    # Chunks 0 and 1 were received; at most the window plus one look-ahead were in flight.
+    assert done <= 2 + stream_settings().max_in_flight + 1, done
+    assert "tts_stream: cancelled after" in server.log_tail(400)
+    assert grpc_client.synthesize("Still fast.").duration > 0.3
+
+
+def test_stream_loudness_is_consistent_across_chunks(server):
+    chunks = raw_stream(server, PARAGRAPH)
+    whole = active_level_dbfs(np.concatenate([a for a, _ in chunks]))
+    levels = [active_level_dbfs(a) for a, _ in chunks]
+    print(
+        f"\nstream level {whole:.1f} dBFS; chunks {min(levels):.1f} to {max(levels):.1f} dBFS "
+        f"({len(levels)} chunks)"
+    )
+    assert all(abs(level - whole) <= 3.0 for level in levels), (whole, levels)
+
+
+def test_a_long_tts_request_sounds_like_the_same_text_streamed(server, grpc_client):
+    sentence = "The keeper, a quiet man named Thomas, climbed the narrow stairs each evening."
+    chunks = raw_stream(server, sentence, noise_scale=0.0, noise_w=0.0)
+    streamed = np.concatenate([a for a, _ in chunks])  # cut at a clause: the first is capped
+    alone = grpc_client.synthesize(sentence, noise_scale=0.0, noise_w=0.0).samples
+    assert len(chunks) > 1
+    assert abs(active_level_dbfs(streamed) - active_level_dbfs(alone)) < 1.0
+
+
+def test_normalization_is_a_per_request_option(grpc_client):
+    spoken = [c.text for c in grpc_client.stream("It costs $5.", normalize=True)]
+    verbatim = [c.text for c in grpc_client.stream("It costs $5.", normalize=False)]
+    assert spoken == ["It costs five dollars."] and verbatim == ["It costs $5."]
+    text, quiet = "It costs $5.50.", {"noise_scale": 0.0, "noise_w": 0.0}
+    default = grpc_client.synthesize(text, **quiet).samples
+    normalized = grpc_client.synthesize(text, normalize=True, **quiet).samples
+    verbatim = grpc_client.synthesize(text, normalize=False, **quiet).samples
+    assert np.array_equal(default, normalized)  # on by default (normalize_text)
+    assert verbatim.shape != default.shape or np.max(np.abs(verbatim - default)) > 0.1
+
+
+def test_async_client_streams_with_captions_and_joins_long_text(server):
+    async def go():
+        async with AsyncTTSClient(server.grpc_url) as client:
+            chunks = [c async for c in client.stream(PARAGRAPH[:600])]
+            joined = await client.synthesize(PARAGRAPH[:600])
+            with pytest.raises(InvalidInput, match="empty or only whitespace"):
+                [c async for c in client.stream("   ")]
+            return chunks, joined
+
+    chunks, joined = asyncio.run(go())
+    assert len(chunks) > 1 and all(c.text for c in chunks)
+    assert joined.duration == pytest.approx(sum(c.duration for c in chunks), rel=0.15)
 
 
 @pytest.mark.parametrize(

@@ -80,6 +80,35 @@ CASES = [
     ("salt & pepper + 2", "salt and pepper plus two"),
     ("fun 🎸🔥 times", "fun times"),
     ("tab\there\x07bell", "tab here bell"),
+    # a.m./p.m. that also end a sentence keep the sentence end
+    ("at 10:05 am. The company's", "at ten oh five a m. The company's"),
+    ("at 3:30 p.m. today", "at three thirty p m today"),
+    ("open 9 am to 5 pm", "open nine a m to five p m"),
+    # decades are not seconds
+    ("the 1990s", "the nineteen nineties"),
+    ("the '80s and 1800s", "the eighties and eighteen hundreds"),
+    # phone numbers are read as digit groups
+    ("call 555-123-4567", "call five five five, one two three, four five six seven"),
+    ("(555) 123-4567", "five five five, one two three, four five six seven"),
+    ("+1 555.123.4567", "one, five five five, one two three, four five six seven"),
+    # fractions
+    ("1/2 cup", "one half cup"),
+    ("3/4 of it", "three quarters of it"),
+    ("2 1/3 more", "two and one third more"),
+    ("5/8 inch", "five eighths inch"),
+    ("open 24/7", "open twenty-four seven"),
+    # versions and addresses are not decimals followed by a sentence end
+    ("version 2.0.1.", "version two point zero point one."),
+    ("v1.10.3 is out", "version one point ten point three is out"),
+    (
+        "ping 192.168.0.1 now",
+        "ping one hundred ninety-two dot one hundred sixty-eight dot zero dot one now",
+    ),
+    # numbers past the spelled-out range are read digit by digit, never an exception
+    (
+        "id 12345678901234567890",
+        "id one two three four five six seven eight nine zero one two three four five six seven eight nine zero",
+    ),
 ]
 
 
@@ -93,6 +122,12 @@ def test_normalize_leaves_no_digits_and_is_idempotent(text, _):
     once = normalize(text)
     assert not any(c.isdigit() for c in once)
     assert normalize(once) == once
+
+
+@pytest.mark.parametrize("text", ["9" * 5000, "1," * 3000 + "1", "12.34.56.78.90." * 200])
+def test_huge_numbers_never_raise(text):
+    spoken = normalize(text)
+    assert spoken and not any(c.isdigit() for c in spoken)
 
 
 def test_normalize_keeps_every_word():

@@ -14,7 +14,7 @@ import re
 import unicodedata
 from collections.abc import Callable
 
-from .numbers import cardinal, decimal, ordinal, year
+from .numbers import cardinal, decimal, digits, fraction, ordinal, plural, year
 
 MONTHS = (
     "January February March April May June July August September October November December"
@@ -166,9 +166,51 @@ def _time(m: re.Match) -> str:
         words = f"{cardinal(hour)} oh {cardinal(minute)}"
     else:
         words = f"{cardinal(hour)} {cardinal(minute)}"
-    if ampm:
-        words += " " + " ".join(ampm.replace(".", "").lower())
-    return words
+    return words + _ampm(m, ampm)
+
+
+def _ampm(m: re.Match, ampm: str | None) -> str:
+    """' a m' for am/a.m.; a final period that also ends the sentence is kept."""
+    if not ampm:
+        return ""
+    spoken = " " + " ".join(ampm.replace(".", "").lower())
+    rest = m.string[m.end() : m.end() + 2]
+    if ampm.endswith(".") and (not rest.strip() or re.match(r"\s[A-Z\"'(]", rest)):
+        spoken += "."
+    return spoken
+
+
+def _hour_ampm(m: re.Match) -> str:
+    hour = int(m.group(1))
+    if not 1 <= hour <= 12:
+        return m.group(0)
+    return cardinal(hour) + _ampm(m, m.group(2))
+
+
+def _decade(m: re.Match) -> str:
+    n = m.group(1)
+    return plural(year(int(n)) if len(n) == 4 else cardinal(int(n)))
+
+
+def _phone(m: re.Match) -> str:
+    groups = [g for g in m.groups() if g]
+    return ", ".join(digits(g) for g in groups)
+
+
+def _fraction(m: re.Match) -> str:
+    whole, num, den = m.group(1), int(m.group(2)), int(m.group(3))
+    if den == 0 or (num, den) == (24, 7):
+        return m.group(0).replace("/", " ")  # 24/7 reads "twenty-four seven"
+    words = fraction(num, den)
+    return f"{cardinal(int(whole))} and {words}" if whole else words
+
+
+def _dotted_numbers(m: re.Match) -> str:
+    """192.168.0.1 (four parts up to 255): an address, read with 'dot'; 2.0.1: a version."""
+    parts = m.group(2).split(".")
+    is_address = len(parts) == 4 and all(int(p) <= 255 for p in parts) and not m.group(1)
+    joined = (" dot " if is_address else " point ").join(cardinal(int(p)) for p in parts)
+    return ("version " if m.group(1) else "") + joined
 
 
 def _date_text(month: int, day: int, yr: int | None) -> str:
@@ -258,6 +300,14 @@ RULES: list[tuple[re.Pattern, str | Callable[[re.Match], str]]] = [
     (re.compile(r"\b([\w.+-]+)@([\w-]+(?:\.[\w-]+)+)\b"), _email),
     (re.compile(r"\b(?:https?://|www\.)\S+[^\s.,;:!?)\]]"), _url),
     (re.compile(r"\b[a-z0-9-]+\.(?:com|org|net|io|dev|edu|gov|ai)\b(?:/\S*[^\s.,;:!?)\]])?"), _url),
+    # Digit runs past what any number rule reads (CLDR stops below 10**15): digit by digit.
+    (re.compile(r"\d(?:,?\d){15,}"), lambda m: f" {digits(m.group(0))} "),
+    # (555) 123-4567, 555-123-4567, +1 555.123.4567: digit groups, not numbers.
+    (
+        re.compile(r"(?<![\w+-])(?:\+?(1)[\s.-])?\(?(\d{3})\)?[\s.-](\d{3})[.-](\d{4})(?![\w-])"),
+        _phone,
+    ),
+    (re.compile(r"(?<![\w.])([vV])?(\d{1,9}(?:\.\d{1,9}){2,})(?!\w|\.\d)"), _dotted_numbers),
     (re.compile(r"(?<![\w.])(" + _ABBREVIATION_PATTERN + r")(?=\s|$)"), _abbreviation),
     (re.compile(r"\bSt\.(?=\s+([A-Z]))|(?<=\w )St\.(?!\w)"), _saint_or_street),
     (re.compile(r"\bNo\.\s?(?=\d)"), "number "),
@@ -274,13 +324,16 @@ RULES: list[tuple[re.Pattern, str | Callable[[re.Match], str]]] = [
         _money,
     ),
     (re.compile(r"(\d+)(?:\.(\d+))?\s?%"), _percent),
-    (re.compile(r"\b(\d{1,2}):(\d{2})(?:\s?([AaPp]\.?[Mm]\.?))?(?!\d)"), _time),
+    (re.compile(r"\b(\d{1,2}):(\d{2})(?:\s?([AaPp]\.?[Mm]\b\.?))?(?!\d)"), _time),
     (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), _iso_date),
     (re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})\b"), _us_date),
     (
         re.compile(r"\b" + _MONTH_PATTERN + r"\s+(\d{1,2})(?:st|nd|rd|th)?(?:,?\s+(\d{4}))?\b"),
         _month_day,
     ),
+    (re.compile(r"\b(\d{1,2})\s?([AaPp]\.?[Mm]\b\.?)"), _hour_ampm),
+    (re.compile(r"(?<![\w/.])(?:(\d{1,3})\s)?(\d{1,3})/(\d{1,3})(?![\w/]|\.\d)"), _fraction),
+    (re.compile(r"(?<![\w.,])['\u2019]?(\d0|\d{3}0)['\u2019]?s\b"), _decade),
     (re.compile(r"\b(\d+)(?:st|nd|rd|th)\b"), _ordinal),
     (re.compile(r"(-?\d+(?:,\d{3})*)(?:\.(\d+))?\s?°\s?([CF])\b"), _temperature),
     (
