@@ -76,23 +76,25 @@ def single_item(request, name: str, optional: bool = False) -> np.ndarray | None
     return array[0]
 
 
-def scalar(request, name: str, default: float) -> float:
+def _one_value(request, name: str):
     item = single_item(request, name, optional=True)
     if item is None:
-        return default
+        return None
     if item.size != 1:
         raise InvalidInputError(f"input {name!r} must hold one value, got {item.size}")
-    return float(item.reshape(-1)[0])
+    return item.reshape(-1)[0]
+
+
+def scalar(request, name: str, default: float) -> float:
+    """An optional number input of one value (batched models)."""
+    value = _one_value(request, name)
+    return default if value is None else float(value)
 
 
 def flag(request, name: str, default: bool) -> bool:
     """An optional BOOL input of one value (batched models)."""
-    item = single_item(request, name, optional=True)
-    if item is None:
-        return default
-    if item.size != 1:
-        raise InvalidInputError(f"input {name!r} must hold one value, got {item.size}")
-    return bool(item.reshape(-1)[0])
+    value = _one_value(request, name)
+    return default if value is None else bool(value)
 
 
 def stream_option(request, name: str, default: Any) -> Any:

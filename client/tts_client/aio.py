@@ -121,8 +121,7 @@ class AsyncTTSClient:
             }
 
         responses = self._client.stream_infer(requests())
-        index = 0
-        finished = False
+        reader = protocol.StreamReader(rate)
         try:
             while True:
                 try:
@@ -135,19 +134,17 @@ class AsyncTTSClient:
                     ) from None
                 if error is not None:
                     raise await self._error(error)
-                chunk = protocol.chunk_from_result(result, index, rate)
+                chunk = reader.read(result)
                 if chunk is not None:
-                    index += 1
                     yield chunk
-                if protocol.is_final(result):
-                    finished = True
+                if reader.finished:
                     return
         except TTSError:
             raise
         except Exception as e:
             raise await self._error(e) from None
         finally:
-            if not finished:
+            if not reader.finished:
                 responses.cancel()
 
     async def synthesize_many(

@@ -183,11 +183,10 @@ class TTSClient:
         )
         results: queue.Queue = queue.Queue()
         client = grpcclient.InferenceServerClient(self.endpoint.address)  # one stream each
-        finished = False
+        reader = protocol.StreamReader(rate)
         try:
             client.start_stream(callback=lambda result, error: results.put((result, error)))
             client.async_stream_infer(self.stream_model, inputs, enable_empty_final_response=True)
-            index = 0
             while True:
                 try:
                     result, error = results.get(timeout=self.timeout)
@@ -197,12 +196,10 @@ class TTSClient:
                     ) from None
                 if error is not None:
                     raise self._error(error)
-                chunk = protocol.chunk_from_result(result, index, rate)
+                chunk = reader.read(result)
                 if chunk is not None:
-                    index += 1
                     yield chunk
-                if protocol.is_final(result):
-                    finished = True
+                if reader.finished:
                     return
         except TTSError:
             raise
@@ -210,7 +207,7 @@ class TTSClient:
             raise self._error(e) from None
         finally:
             try:
-                client.stop_stream(cancel_requests=not finished)
+                client.stop_stream(cancel_requests=not reader.finished)
             finally:
                 client.close()
 

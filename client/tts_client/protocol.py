@@ -190,5 +190,21 @@ def is_final(result) -> bool:
     return final is not None and final.bool_param
 
 
+class StreamReader:
+    """Turns one stream's responses into numbered AudioChunks and notices the final flag."""
+
+    def __init__(self, sample_rate: int) -> None:
+        self.sample_rate = sample_rate
+        self.index = 0
+        self.finished = False
+
+    def read(self, result) -> AudioChunk | None:
+        chunk = chunk_from_result(result, self.index, self.sample_rate)
+        if chunk is not None:
+            self.index += 1
+        self.finished = is_final(result)
+        return chunk
+
+
 # tts_stream sends one empty response with the final flag, so the end is always seen.
 STREAM_PARAMETERS = {"triton_enable_empty_final_response": True}
