@@ -20,16 +20,15 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from tts_client.protocol import CANCELLED, INTERNAL, INVALID_ARGUMENT, UNAVAILABLE
+
 from .errors import InvalidInputError
+
+__all__ = ["CANCELLED", "INTERNAL", "INVALID_ARGUMENT", "UNAVAILABLE", "run_stream"]
 
 C = TypeVar("C")  # a planned chunk
 A = TypeVar("A")  # its audio
 
-# Error codes, by their gRPC status names (tts_client.protocol spells the same names).
-INVALID_ARGUMENT = "INVALID_ARGUMENT"
-UNAVAILABLE = "UNAVAILABLE"
-CANCELLED = "CANCELLED"
-INTERNAL = "INTERNAL"
 
 CANCEL_POLL_S = 0.05  # how often a waiting stream asks whether its client went away
 

@@ -18,7 +18,7 @@ import triton_python_backend_utils as pb_utils
 
 from .config import config_parameters, parse_settings
 from .errors import InvalidInputError, ModelConfigError
-from .scheduler import StageError
+from .scheduler import UNAVAILABLE, StageError
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -122,7 +122,7 @@ def stage_error(model: str, error) -> Exception:
     if error.code() == pb_utils.TritonError.INVALID_ARG:
         return InvalidInputError(message)
     if error.code() == pb_utils.TritonError.UNAVAILABLE:
-        return StageError("UNAVAILABLE", f"{model}: {message}")
+        return StageError(UNAVAILABLE, f"{model}: {message}")
     return RuntimeError(f"{model} failed: {message}")
 
 
