@@ -126,6 +126,21 @@ def stage_error(model: str, error) -> Exception:
     return RuntimeError(f"{model} failed: {message}")
 
 
+class NonFiniteOutput(Exception):
+    """Returned by ``run`` in place of an item's outputs: NaN or infinity came out of it."""
+
+
+def output_or_error(
+    name: str, array: np.ndarray, finish: Callable[[np.ndarray], np.ndarray] | None = None
+) -> list | NonFiniteOutput:
+    """One item's output tensor list, or the error to send when it holds NaN or infinity
+    (a non-finite result is an INTERNAL error, never a 200)."""
+    bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
+    if bad:
+        return NonFiniteOutput(f"{name} holds {bad} non-finite values")
+    return [pb_utils.Tensor(name, (finish(array) if finish else array)[None])]
+
+
 def execute_batched(
     requests: Sequence,
     parse: Callable[[Any], T],
@@ -136,7 +151,8 @@ def execute_batched(
     """One response per request: bad requests get INVALID_ARG, the rest run as one batch.
 
     ``parse(request)`` validates one request (raising InvalidInputError); ``run(items)``
-    returns, per item, the list of output ``pb_utils.Tensor``s.
+    returns, per item, the list of output ``pb_utils.Tensor``s, or a NonFiniteOutput for an
+    item whose result is unusable (that item alone gets INTERNAL).
     """
     responses: list = [None] * len(requests)
     valid: list[tuple[int, T]] = []
@@ -164,6 +180,14 @@ def execute_batched(
         for k, (i, _) in enumerate(valid):
             if outputs is None:
                 responses[i] = pb_utils.InferenceResponse(error=error)
+            elif isinstance(outputs[k], NonFiniteOutput):
+                logger.log_error(f"{model_name}: {outputs[k]}")
+                responses[i] = pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(
+                        f"{model_name} produced no valid output for this item; see the server log",
+                        pb_utils.TritonError.INTERNAL,
+                    )
+                )
             else:
                 responses[i] = pb_utils.InferenceResponse(output_tensors=outputs[k])
         logger.log_verbose(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import unicodedata
 from pathlib import Path
 
@@ -63,6 +64,29 @@ def validate_noise(name: str, value: float) -> float:
     return value
 
 
+# espeak-ng 1.52 (in piper-tts 1.8.0) segfaults on a word holding a long run of dotted single
+# letters ("A.B.C.D..." past about 80 letters, "I.B.M.-I.B.M.-..."; found by
+# bench/fuzz_phonemizer.py). A reader spells such a run letter by letter, so the letters of a
+# word with more than MAX_DOTTED_LETTERS of them are given to espeak-ng separated by spaces.
+MAX_DOTTED_LETTERS = 8
+_WORD = re.compile(r"\S+")
+_DOTTED_LETTER = re.compile(r"([^\W\d_])\.")
+
+
+def _spell_dotted_runs(word: re.Match) -> str:
+    text = word.group(0)
+    if text.count(".") <= MAX_DOTTED_LETTERS:
+        return text
+    if len(_DOTTED_LETTER.findall(text)) <= MAX_DOTTED_LETTERS:
+        return text
+    return _DOTTED_LETTER.sub(r"\1 ", text).strip()
+
+
+def shape_for_espeak(text: str) -> str:
+    """Rewrite the shapes espeak-ng is known to crash on into what a reader would say."""
+    return _WORD.sub(_spell_dotted_runs, text)
+
+
 class Phonemizer:
     """Text -> phoneme ids for one voice through piper's own ``PiperVoice.phonemize``.
 
@@ -96,6 +120,8 @@ class Phonemizer:
 
     def phonemes(self, text: str) -> list[str]:
         """One phoneme list for the whole text; sentences joined by a space."""
+        if self.config.phoneme_type == PhonemeType.ESPEAK:
+            text = shape_for_espeak(text)
         joined: list[str] = []
         for sentence in self._voice.phonemize(text):
             if sentence:

@@ -264,3 +264,24 @@ def test_text_phoneme_type_is_phonemized_by_piper(exported_repository, tmp_path)
     model = load_model(repo, "phonemizer", {"normalize_text": "false"})
     (response,) = model.execute([text_request(b"abc")])
     assert not response.has_error()
+
+
+def test_huge_latents_are_refused_and_non_finite_audio_is_an_error(exported_repository):
+    vocoder = load_model(exported_repository, "vocoder")
+    (huge,) = vocoder.execute([pb.InferenceRequest(latent=np.full((1, 192, 5), 3e38, np.float32))])
+    assert huge.error().code() == pb.TritonError.INVALID_ARG
+    assert "latent values must lie within" in huge.error().message()
+
+    real_model = vocoder.model
+
+    def one_bad_item(items):
+        audio = real_model(items)
+        audio[1] = np.full_like(audio[1], np.nan)
+        return audio
+
+    vocoder.model = one_bad_item
+    latent = np.zeros((1, 192, 5), np.float32)
+    responses = vocoder.execute([pb.InferenceRequest(latent=latent) for _ in range(3)])
+    assert not responses[0].has_error() and not responses[2].has_error()
+    assert responses[1].error().code() == pb.TritonError.INTERNAL  # never a 200 with NaN audio
+    assert "see the server log" in responses[1].error().message()

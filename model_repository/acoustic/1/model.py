@@ -10,7 +10,13 @@ import triton_python_backend_utils as pb_utils
 from tts_serving.errors import InvalidInputError
 from tts_serving.inference import AcousticModel, create_session
 from tts_serving.settings import AcousticSettings
-from tts_serving.triton_adapter import ModelContext, execute_batched, scalar, single_item
+from tts_serving.triton_adapter import (
+    ModelContext,
+    execute_batched,
+    output_or_error,
+    scalar,
+    single_item,
+)
 from tts_serving.voice import load_voice_config, validate_noise, validate_speed
 
 
@@ -44,7 +50,7 @@ class TritonPythonModel:
 
     def run(self, items):
         latents = self.model([ids for ids, _ in items], np.stack([s for _, s in items]))
-        return [[pb_utils.Tensor("latent", latent[None])] for latent in latents]
+        return [output_or_error("latent", latent) for latent in latents]
 
     def execute(self, requests):
         return execute_batched(requests, self.parse, self.run, self.logger, "acoustic")

@@ -14,8 +14,17 @@ from tts_serving.inference import (
     peak_normalize,
 )
 from tts_serving.settings import VocoderSettings
-from tts_serving.triton_adapter import ModelContext, execute_batched, single_item
+from tts_serving.triton_adapter import (
+    ModelContext,
+    execute_batched,
+    output_or_error,
+    single_item,
+)
 from tts_serving.voice import load_voice_config
+
+# The acoustic model's latents stay within a few units; far larger values are not a latent
+# (3e38 gave all-NaN audio) and are refused before any work.
+MAX_LATENT = 1e4
 
 
 class TritonPythonModel:
@@ -48,6 +57,8 @@ class TritonPythonModel:
             raise InvalidInputError(f"latent must have 1..{self.settings.max_frames} frames")
         if not np.isfinite(latent).all():
             raise InvalidInputError("latent holds NaN or infinite values")
+        if np.abs(latent).max() > MAX_LATENT:
+            raise InvalidInputError(f"latent values must lie within +-{MAX_LATENT:g}")
         return latent
 
     def level(self, audio):
@@ -56,7 +67,7 @@ class TritonPythonModel:
         return apply_gain(audio, self.loudness.gain)
 
     def run(self, items):
-        return [[pb_utils.Tensor("audio", self.level(a)[None])] for a in self.model(items)]
+        return [output_or_error("audio", audio, self.level) for audio in self.model(items)]
 
     def execute(self, requests):
         return execute_batched(requests, self.parse, self.run, self.logger, "vocoder")
