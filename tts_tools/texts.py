@@ -42,3 +42,30 @@ PARAGRAPH = (
     "story, and it ends with a simple line: he kept the light. The museum is open daily from 9 "
     "am to 5 pm, and tickets cost $7.50 for adults."
 )
+
+
+def hostile_texts(n: int = 100_000) -> dict[str, str]:
+    """Adversarial shapes of ``n`` characters for the text pipeline's cost (tests, benchmark):
+    each once made a regular expression backtrack (quadratic) or a number conversion raise."""
+    units = {
+        "a.a.a.": "a.",
+        "a-a-a-": "a-",
+        "www.www.": "www.",
+        "1.2.1.2.": "1.2.",
+        "one digit run": "9",
+        "1,1,1,": "1,",
+        "dots": ".",
+        "spaces then a": " ",
+        "a@a@": "a@",
+        "https://https://": "https://",
+        "x.com/x.com/": "x.com/",
+        "1/1/": "1/",
+        "10:10:": "10:",
+        "-1 -1 ": "-1 ",
+        "one letter": "a",
+        "dollar signs": "$",
+    }
+    texts = {name: (unit * (n // len(unit) + 1))[:n] for name, unit in units.items()}
+    texts["spaces then a"] = " " * (n - 1) + "a"
+    texts["a.a.a.@x.com"] = ("a." * n)[: n - 6] + "@x.com"
+    return texts

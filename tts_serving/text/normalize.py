@@ -297,9 +297,20 @@ _MONTH_PATTERN = r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*\.?"
 
 # Order matters: addresses before symbols, money/percent/time/dates before plain numbers.
 RULES: list[tuple[re.Pattern, str | Callable[[re.Match], str]]] = [
-    (re.compile(r"\b([\w.+-]+)@([\w-]+(?:\.[\w-]+)+)\b"), _email),
-    (re.compile(r"\b(?:https?://|www\.)\S+[^\s.,;:!?)\]]"), _url),
-    (re.compile(r"\b[a-z0-9-]+\.(?:com|org|net|io|dev|edu|gov|ai)\b(?:/\S*[^\s.,;:!?)\]])?"), _url),
+    # Linear in the input: each pattern may start only where its run begins (look-behind)
+    # and its parts are bounded, so 'a.a.a.…' or 'www.www.…' cannot make it backtrack.
+    (
+        re.compile(r"(?<![\w.+-])([\w.+-]{1,64})@([\w-]{1,63}(?:\.[\w-]{1,63}){1,8})\b"),
+        _email,
+    ),
+    (re.compile(r"(?<![\w./:-])(?:https?://|www\.)\S{0,2000}[^\s.,;:!?)\]]"), _url),
+    (
+        re.compile(
+            r"(?<![a-z0-9-])[a-z0-9-]{1,63}\.(?:com|org|net|io|dev|edu|gov|ai)\b"
+            r"(?:/\S{0,2000}[^\s.,;:!?)\]])?"
+        ),
+        _url,
+    ),
     # Digit runs past what any number rule reads (CLDR stops below 10**15): digit by digit.
     (re.compile(r"\d(?:,?\d){15,}"), lambda m: f" {digits(m.group(0))} "),
     # (555) 123-4567, 555-123-4567, +1 555.123.4567: digit groups, not numbers.
@@ -362,6 +373,7 @@ def normalize(text: str) -> str:
     """Rewrite ``text`` the way an English reader would say it."""
     text = unicodedata.normalize("NFKC", text)
     text = "".join(" " if unicodedata.category(c) == "Cc" else c for c in text)
+    text = " ".join(text.split())  # single spaces: no rule below meets a long whitespace run
     # Emoji and other pictographs have no reading here: drop them, keep the words around them.
     text = "".join(c if _speakable(c) else " " for c in text)
     text = text.replace("\u2019", "'").replace("\u2018", "'")
@@ -369,5 +381,5 @@ def normalize(text: str) -> str:
         text = pattern.sub(replacement, text)
     for symbol, words in SYMBOLS.items():
         text = text.replace(symbol, words)
-    text = re.sub(r"\s+([,.;:!?])", r"\1", text)
+    text = re.sub(r" ([,.;:!?])", r"\1", " ".join(text.split()))
     return " ".join(text.split())
