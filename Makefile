@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
+# Loopback by default; BIND=0.0.0.0 opens HTTP, gRPC and metrics to the network.
+BIND ?= 127.0.0.1
 PYTEST_ARGS ?=
 
 .PHONY: setup system-deps export serve test unit lint format clean perf perf-smoke bench flops
@@ -36,7 +38,8 @@ export: $(VENV)/.installed
 
 serve: setup export
 	exec $(PY) -m tts_tools.server --model-repository model_repository \
-	  --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT)
+	  --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) \
+	  --bind $(BIND)
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .

@@ -157,7 +157,8 @@ class OursGRPC:
         return self.client.synthesize(text).duration
 
     def statistics(self) -> dict[str, ModelStatistics]:
-        return model_statistics(f"localhost:{self.server.grpc_port}", ("acoustic", "vocoder"))
+        address = f"localhost:{self.server.grpc_port}"
+        return model_statistics(address, ("acoustic", "vocoder"), self.server.admin_headers)
 
     def close(self) -> None:
         self.client.close()

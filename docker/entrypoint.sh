@@ -9,5 +9,15 @@ if [ ! -f /opt/tts/.installed ]; then
   mkdir -p /opt/tts && touch /opt/tts/.installed
 fi
 python3 -m export --repository model_repository
+# Closed by default, as `make serve`: the admin APIs need the tts-admin-key header with the key
+# from $TTS_ADMIN_KEY or the file $TTS_ADMIN_KEY_FILE; with neither they are refused to all.
+key="${TTS_ADMIN_KEY:-}"
+if [ -z "$key" ] && [ -n "${TTS_ADMIN_KEY_FILE:-}" ]; then key="$(tr -d '[:space:]' < "$TTS_ADMIN_KEY_FILE")"; fi
+if [ -z "$key" ]; then key="$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"; fi
+restricted="model-repository,logging,trace,shared-memory,statistics"
+bind="${BIND:-0.0.0.0}"  # inside the container; the compose file decides what is published
 exec tritonserver --model-repository=/workspace/model_repository \
+  --http-address="$bind" --grpc-address="$bind" --metrics-address="$bind" \
+  --http-restricted-api="$restricted:tts-admin-key=$key" \
+  --grpc-restricted-protocol="$restricted:tts-admin-key=$key" \
   --http-port=8000 --grpc-port=8001 --metrics-port=8002 --strict-readiness=true "$@"

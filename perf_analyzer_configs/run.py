@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tts_tools.server import ServerProcess
+from tts_tools.server import ADMIN_KEY_ENV, ServerProcess, admin_headers, admin_key
 from tts_tools.statistics import model_statistics
 
 HERE = Path(__file__).resolve().parent
@@ -196,7 +196,9 @@ def run_perf_analyzer(
     return row
 
 
-def sweep(args, grpc_port: int, http_port: int, metrics_port: int, out_dir: Path) -> list[Row]:
+def sweep(
+    args, grpc_port: int, http_port: int, metrics_port: int, out_dir: Path, headers: dict
+) -> list[Row]:
     texts = load_texts(args.texts)
     work = out_dir / "inputs"
     work.mkdir(parents=True, exist_ok=True)
@@ -222,14 +224,14 @@ def sweep(args, grpc_port: int, http_port: int, metrics_port: int, out_dir: Path
             for protocol in ["grpc"] if model == "tts_stream" else args.protocols:
                 port = grpc_port if protocol == "grpc" else http_port
                 for c in args.concurrency:
-                    before = model_statistics(f"localhost:{grpc_port}", STAGES)
+                    before = model_statistics(f"localhost:{grpc_port}", STAGES, headers)
                     csv_path = work / f"{model}_{protocol}_{c}.csv"
                     r = run_perf_analyzer(
                         model, protocol, port, metrics_port, inputs[model], c,
                         args.interval_ms, args.max_trials, args.stability_percentage,
                         csv_path, log, args.request_count,
                     )  # fmt: skip
-                    after = model_statistics(f"localhost:{grpc_port}", STAGES)
+                    after = model_statistics(f"localhost:{grpc_port}", STAGES, headers)
                     rows.append(
                         make_row(model, protocol, c, r, before, after, seconds.get(model, 0.0))
                     )
@@ -370,11 +372,18 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     if args.grpc_port:
-        rows = sweep(args, args.grpc_port, args.http_port or 8000, args.metrics_port, args.out)
+        # A running server's statistics need its admin key ($TTS_ADMIN_KEY, as for make serve).
+        key, configured = admin_key()
+        if not configured:
+            raise SystemExit(f"set ${ADMIN_KEY_ENV} to the server's admin key to read statistics")
+        headers = admin_headers(key)
+        http_port = args.http_port or 8000
+        rows = sweep(args, args.grpc_port, http_port, args.metrics_port, args.out, headers)
     else:
         log = Path(tempfile.mkdtemp(prefix="perf-")) / "triton.log"
         with ServerProcess(ROOT / "model_repository", log, cache_dir=ROOT / ".cache/triton") as srv:
-            rows = sweep(args, srv.grpc_port, srv.http_port, srv.metrics_port, args.out)
+            ports = (srv.grpc_port, srv.http_port, srv.metrics_port)
+            rows = sweep(args, *ports, args.out, srv.admin_headers)
     write_csv(rows, args.out / "results.csv")
     plot(rows, args.out / "perf.png", f"perf_analyzer, {args.texts.name}, {os.cpu_count()} CPUs")
     if args.plot:

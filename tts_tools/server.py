@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -72,6 +73,38 @@ def has_gpu() -> bool:
 CPU_ONLY_ARGS = ("--allow-gpu-metrics=false",)
 
 
+# Closed by default: what changes or reveals the server's state needs the admin key, sent as
+# this header; inference, health and model metadata stay open. Model configuration stays open
+# too, because clients read the sample rate from the tts config (README, security).
+ADMIN_HEADER = "tts-admin-key"
+GRPC_HEADER_PREFIX = "triton-grpc-protocol-"  # what Triton 2.51 checks over gRPC
+RESTRICTED = "model-repository,logging,trace,shared-memory,statistics"
+ADMIN_KEY_ENV = "TTS_ADMIN_KEY"
+ADMIN_KEY_FILE_ENV = "TTS_ADMIN_KEY_FILE"
+DEFAULT_BIND = "127.0.0.1"
+
+
+def admin_key(environ: dict[str, str] | None = None) -> tuple[str, bool]:
+    """(key, configured): from $TTS_ADMIN_KEY or the file named by $TTS_ADMIN_KEY_FILE.
+
+    With neither, a random key nobody is told: the admin APIs are then refused to everyone.
+    """
+    env = os.environ if environ is None else environ
+    if env.get(ADMIN_KEY_ENV):
+        return env[ADMIN_KEY_ENV], True
+    if env.get(ADMIN_KEY_FILE_ENV):
+        key = Path(env[ADMIN_KEY_FILE_ENV]).read_text().strip()
+        if not key:
+            raise SystemExit(f"{env[ADMIN_KEY_FILE_ENV]} is empty: put the admin key in it")
+        return key, True
+    return secrets.token_urlsafe(32), False
+
+
+def admin_headers(key: str) -> dict[str, str]:
+    """Headers carrying the admin key, for HTTP and gRPC alike (gRPC expects Triton's prefix)."""
+    return {ADMIN_HEADER: key, f"{GRPC_HEADER_PREFIX}{ADMIN_HEADER}": key}
+
+
 def server_command(
     model_repository: Path,
     http_port: int = 8000,
@@ -79,15 +112,28 @@ def server_command(
     metrics_port: int = 8002,
     cache_dir: Path = Path(".cache/triton"),
     extra_args: list[str] | None = None,
+    bind: str = DEFAULT_BIND,
+    key: str | None = None,
 ) -> list[str]:
+    """The tritonserver command line. ``key``: the admin key (None: a random, unknown one).
+
+    Triton 2.51 takes the key only as a flag, so it is in tritonserver's own argv (readable by
+    the same user in /proc); it is never printed, logged, or typed on a command line.
+    """
     backends = prepare_backends(cache_dir)
+    key = key or secrets.token_urlsafe(32)
     return [
         str(tritonserver_binary()),
         f"--model-repository={Path(model_repository).resolve()}",
         f"--backend-directory={backends.resolve()}",
+        f"--http-address={bind}",
+        f"--grpc-address={bind}",
+        f"--metrics-address={bind}",
         f"--http-port={http_port}",
         f"--grpc-port={grpc_port}",
         f"--metrics-port={metrics_port}",
+        f"--http-restricted-api={RESTRICTED}:{ADMIN_HEADER}={key}",
+        f"--grpc-restricted-protocol={RESTRICTED}:{ADMIN_HEADER}={key}",
         "--allow-metrics=true",
         "--exit-on-error=true",
         "--strict-readiness=true",
@@ -116,7 +162,10 @@ class ServerProcess:
         ports: tuple[int, int, int] | None = None,
         cache_dir: Path = Path(".cache/triton"),
         extra_args: list[str] | None = None,
+        key: str | None = None,
     ) -> None:
+        # Tests and benchmarks hold the key of their own server: they read its statistics.
+        self.admin_key = key or secrets.token_urlsafe(32)
         self.http_port, self.grpc_port, self.metrics_port = ports or (
             free_port(),
             free_port(),
@@ -130,8 +179,13 @@ class ServerProcess:
             self.metrics_port,
             cache_dir,
             extra_args,
+            key=self.admin_key,
         )
         self.process: subprocess.Popen | None = None
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        return admin_headers(self.admin_key)
 
     @property
     def grpc_url(self) -> str:
@@ -194,7 +248,13 @@ def main(argv: list[str] | None = None) -> None:
         "--metrics-port", type=int, default=int(os.environ.get("METRICS_PORT", 8002))
     )
     parser.add_argument("--cache-dir", type=Path, default=Path(".cache/triton"))
+    parser.add_argument(
+        "--bind",
+        default=os.environ.get("BIND", DEFAULT_BIND),
+        help="address for HTTP, gRPC and metrics (default 127.0.0.1; 0.0.0.0 opens them)",
+    )
     args, extra = parser.parse_known_args(argv)
+    key, configured = admin_key()
     cmd = server_command(
         args.model_repository,
         args.http_port,
@@ -202,10 +262,18 @@ def main(argv: list[str] | None = None) -> None:
         args.metrics_port,
         args.cache_dir,
         extra,
+        bind=args.bind,
+        key=key,
+    )
+    admin = (
+        f"need the {ADMIN_HEADER} header (key from ${ADMIN_KEY_ENV} / ${ADMIN_KEY_FILE_ENV})"
+        if configured
+        else f"are refused (set ${ADMIN_KEY_ENV} or ${ADMIN_KEY_FILE_ENV} to use them)"
     )
     print(
-        f"tritonserver: HTTP on :{args.http_port}, gRPC on :{args.grpc_port}, "
-        f"metrics on :{args.metrics_port}/metrics; model repository {args.model_repository}",
+        f"tritonserver: HTTP on {args.bind}:{args.http_port}, gRPC on {args.bind}:{args.grpc_port},"
+        f" metrics on {args.bind}:{args.metrics_port}/metrics; model repository "
+        f"{args.model_repository}; admin APIs ({RESTRICTED}) {admin}",
         flush=True,
     )
     os.execve(cmd[0], cmd, server_env())

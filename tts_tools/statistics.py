@@ -36,14 +36,20 @@ class ModelStatistics:
         return self.inferences / max(1, self.executions)
 
 
-def model_statistics(grpc_address: str, models: Sequence[str]) -> dict[str, ModelStatistics]:
-    """Read the statistics of ``models`` from a server's gRPC endpoint (``host:port``)."""
+def model_statistics(
+    grpc_address: str, models: Sequence[str], headers: dict[str, str] | None = None
+) -> dict[str, ModelStatistics]:
+    """Read the statistics of ``models`` from a server's gRPC endpoint (``host:port``).
+
+    Statistics are an admin API: ``headers`` carries the admin key (ServerProcess.admin_headers).
+    """
     import tritonclient.grpc as grpcclient
 
     client = grpcclient.InferenceServerClient(grpc_address)
     out = {}
     for model in models:
-        s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+        stats = client.get_inference_statistics(model, headers=headers, as_json=True)
+        s = stats["model_stats"][0]
         st = s.get("inference_stats", {})
         out[model] = ModelStatistics(
             requests=int(st.get("success", {}).get("count", 0)),

@@ -6,7 +6,8 @@ import json
 from perf_analyzer_configs import run
 
 
-def test_perf_analyzer_smoke(server, tmp_path):
+def test_perf_analyzer_smoke(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("TTS_ADMIN_KEY", server.admin_key)  # it reads Triton's statistics
     code = run.main(
         [
             "--smoke",

@@ -34,7 +34,8 @@ def raw_request(module, text, speed=None):
 
 
 def stats(server):
-    return model_statistics(f"localhost:{server.grpc_port}", ("acoustic", "vocoder"))
+    address = f"localhost:{server.grpc_port}"
+    return model_statistics(address, ("acoustic", "vocoder"), server.admin_headers)
 
 
 def test_every_model_is_ready(server):

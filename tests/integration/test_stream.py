@@ -113,7 +113,7 @@ def test_cancel_mid_stream_frees_the_server(server, grpc_client):
     address = f"localhost:{server.grpc_port}"
 
     def vocoder_inferences() -> int:
-        return model_statistics(address, ["vocoder"])["vocoder"].inferences
+        return model_statistics(address, ["vocoder"], server.admin_headers)["vocoder"].inferences
 
     text = PARAGRAPH * 10  # about 250 chunks: minutes of work if it were not cancelled
     before = vocoder_inferences()

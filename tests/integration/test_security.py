@@ -1,0 +1,100 @@
+"""The admin surface is closed by default: refused without the key, allowed with it."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from tts_tools.server import ADMIN_HEADER, DEFAULT_BIND, admin_key, server_command
+
+
+def http(server, method: str, path: str, body: dict | None = None, headers=None) -> int:
+    request = urllib.request.Request(
+        f"http://localhost:{server.http_port}{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        method=method,
+        headers=headers or {},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+ADMIN_CALLS = [
+    ("POST", "/v2/logging", {"log_verbose_level": 1000}),  # turn logs into a flood
+    ("POST", "/v2/logging", {"log_error": False}),  # or silence them
+    ("POST", "/v2/repository/index", {}),
+    ("POST", "/v2/repository/models/tts/unload", {}),
+    ("GET", "/v2/systemsharedmemory/status", None),
+    ("GET", "/v2/models/tts/stats", None),
+    ("GET", "/v2/trace/setting", None),
+]
+
+
+@pytest.mark.parametrize("method, path, body", ADMIN_CALLS)
+def test_admin_http_apis_are_refused_without_the_key(server, method, path, body):
+    assert http(server, method, path, body) in (401, 403)
+    wrong = {ADMIN_HEADER: "guess"}
+    assert http(server, method, path, body, wrong) in (401, 403)
+
+
+def test_admin_apis_work_with_the_key_and_open_ones_without(server):
+    key = server.admin_headers
+    assert http(server, "GET", "/v2/models/tts/stats", None, key) == 200
+    assert http(server, "GET", "/v2/logging", None, key) == 200
+    for path in ("/v2/health/ready", "/v2/models/tts", "/v2/models/tts/config"):
+        assert http(server, "GET", path) == 200, path
+
+
+def test_admin_grpc_protocols_are_refused_without_the_key(server):
+    client = grpcclient.InferenceServerClient(f"localhost:{server.grpc_port}")
+    for call in (
+        lambda **kw: client.get_model_repository_index(**kw),
+        lambda **kw: client.get_inference_statistics("tts", **kw),
+        lambda **kw: client.update_log_settings({"log_verbose_level": 1000}, **kw),
+        lambda **kw: client.get_system_shared_memory_status(**kw),
+    ):
+        with pytest.raises(InferenceServerException) as info:
+            call()
+        assert info.value.status() in ("StatusCode.UNAVAILABLE", "StatusCode.PERMISSION_DENIED")
+        call(headers=server.admin_headers)  # allowed with the key
+    assert client.is_model_ready("tts")  # health stays open
+
+
+def test_binds_are_loopback_by_default(server):
+    command = server.command
+    for flag in ("--http-address", "--grpc-address", "--metrics-address"):
+        assert f"{flag}={DEFAULT_BIND}" in command
+    # A non-loopback address of this machine does not reach the server.
+    outside = None
+    try:  # the address of the interface a packet to elsewhere would leave from (none is sent)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("10.255.255.255", 1))
+            outside = probe.getsockname()[0]
+    except OSError:
+        pass
+    if not outside or outside.startswith("127."):
+        pytest.skip("this machine has no non-loopback address to try")
+    with pytest.raises(OSError), socket.create_connection((outside, server.http_port), 2):
+        pass
+
+
+def test_without_a_configured_key_nobody_has_it(monkeypatch, tmp_path):
+    monkeypatch.delenv("TTS_ADMIN_KEY", raising=False)
+    monkeypatch.delenv("TTS_ADMIN_KEY_FILE", raising=False)
+    first, configured = admin_key()
+    assert not configured and first != admin_key()[0] and len(first) >= 32
+    key_file = tmp_path / "key"
+    key_file.write_text("s3cret\n")
+    monkeypatch.setenv("TTS_ADMIN_KEY_FILE", str(key_file))
+    assert admin_key() == ("s3cret", True)
+    command = " ".join(server_command(tmp_path, key="s3cret"))
+    assert f"{ADMIN_HEADER}=s3cret" in command and "statistics" in command
