@@ -14,7 +14,7 @@ python3 -m export --repository model_repository
 key="${TTS_ADMIN_KEY:-}"
 if [ -z "$key" ] && [ -n "${TTS_ADMIN_KEY_FILE:-}" ]; then key="$(tr -d '[:space:]' < "$TTS_ADMIN_KEY_FILE")"; fi
 if [ -z "$key" ]; then key="$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"; fi
-restricted="model-repository,logging,trace,shared-memory,statistics"
+restricted="model-repository,logging,trace,shared-memory"
 bind="${BIND:-0.0.0.0}"  # inside the container; the compose file decides what is published
 exec tritonserver --model-repository=/workspace/model_repository \
   --http-address="$bind" --grpc-address="$bind" --metrics-address="$bind" \

@@ -121,6 +121,10 @@ class VocoderSettings(OnnxRuntimeSettings):
 @dataclass(frozen=True)
 class StreamSettings:
     max_characters: int = field(default=100_000, metadata=doc("longest text one stream accepts"))
+    max_streams: int = field(
+        default=16,
+        metadata=doc("streams served at once; one more is answered UNAVAILABLE at once"),
+    )
     max_in_flight: int = field(
         default=2,
         metadata=doc("chunks of one stream queued at once (the first chunk always goes alone)"),
@@ -137,8 +141,8 @@ class StreamSettings:
     normalize_text: bool = field(default=True, metadata=doc(_NORMALIZE_DOC))
 
     def __post_init__(self) -> None:
-        if self.max_characters < 1 or self.max_in_flight < 1:
-            raise ValueError("max_characters and max_in_flight must be >= 1")
+        if min(self.max_characters, self.max_in_flight, self.max_streams) < 1:
+            raise ValueError("max_characters, max_streams and max_in_flight must be >= 1")
         if self.first_chunk_ids < 10 or self.chunk_target_ids < self.first_chunk_ids:
             raise ValueError("need 10 <= first_chunk_ids <= chunk_target_ids")
         if self.chunk_target_ids > self.max_phoneme_ids:

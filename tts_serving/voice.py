@@ -147,6 +147,17 @@ class Phonemizer:
         return ids
 
 
+def check_encoded_size(raw: bytes | str, limit: int) -> bytes | str:
+    """Refuse text whose UTF-8 size alone proves it is over ``limit`` characters (4 bytes per
+    character at most), before it is decoded or copied: a 50 MB body costs nothing."""
+    if isinstance(raw, bytes) and len(raw) > 4 * limit:
+        raise InvalidInputError(
+            f"{TEXT_TOO_LONG}: {len(raw)} bytes, the limit is {limit} characters; "
+            "split it into shorter requests or use the streaming model"
+        )
+    return raw
+
+
 def check_characters(text: str, limit: int) -> str:
     """Refuse text over ``limit`` characters before any work is done on it."""
     if len(text) > limit:

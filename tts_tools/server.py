@@ -73,12 +73,14 @@ def has_gpu() -> bool:
 CPU_ONLY_ARGS = ("--allow-gpu-metrics=false",)
 
 
-# Closed by default: what changes or reveals the server's state needs the admin key, sent as
-# this header; inference, health and model metadata stay open. Model configuration stays open
-# too, because clients read the sample rate from the tts config (README, security).
+# Closed by default: what changes the server or reaches into its memory needs the admin key,
+# sent as this header; inference, health and model metadata stay open. Two read-only APIs stay
+# open by default too: model configuration (clients read the sample rate from the tts config)
+# and statistics (perf_analyzer reads them and cannot send a header over gRPC); an operator
+# who does not need them closes them with --restricted-apis (README, security).
 ADMIN_HEADER = "tts-admin-key"
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"  # what Triton 2.51 checks over gRPC
-RESTRICTED = "model-repository,logging,trace,shared-memory,statistics"
+RESTRICTED = "model-repository,logging,trace,shared-memory"
 ADMIN_KEY_ENV = "TTS_ADMIN_KEY"
 ADMIN_KEY_FILE_ENV = "TTS_ADMIN_KEY_FILE"
 DEFAULT_BIND = "127.0.0.1"
@@ -114,6 +116,7 @@ def server_command(
     extra_args: list[str] | None = None,
     bind: str = DEFAULT_BIND,
     key: str | None = None,
+    restricted: str = RESTRICTED,
 ) -> list[str]:
     """The tritonserver command line. ``key``: the admin key (None: a random, unknown one).
 
@@ -132,8 +135,8 @@ def server_command(
         f"--http-port={http_port}",
         f"--grpc-port={grpc_port}",
         f"--metrics-port={metrics_port}",
-        f"--http-restricted-api={RESTRICTED}:{ADMIN_HEADER}={key}",
-        f"--grpc-restricted-protocol={RESTRICTED}:{ADMIN_HEADER}={key}",
+        f"--http-restricted-api={restricted}:{ADMIN_HEADER}={key}",
+        f"--grpc-restricted-protocol={restricted}:{ADMIN_HEADER}={key}",
         "--allow-metrics=true",
         "--exit-on-error=true",
         "--strict-readiness=true",
@@ -253,6 +256,12 @@ def main(argv: list[str] | None = None) -> None:
         default=os.environ.get("BIND", DEFAULT_BIND),
         help="address for HTTP, gRPC and metrics (default 127.0.0.1; 0.0.0.0 opens them)",
     )
+    parser.add_argument(
+        "--restricted-apis",
+        default=RESTRICTED,
+        help=f"APIs that need the admin key (default {RESTRICTED}; add statistics, "
+        "model-config to close those too)",
+    )
     args, extra = parser.parse_known_args(argv)
     key, configured = admin_key()
     cmd = server_command(
@@ -264,6 +273,7 @@ def main(argv: list[str] | None = None) -> None:
         extra,
         bind=args.bind,
         key=key,
+        restricted=args.restricted_apis,
     )
     admin = (
         f"need the {ADMIN_HEADER} header (key from ${ADMIN_KEY_ENV} / ${ADMIN_KEY_FILE_ENV})"
@@ -273,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"tritonserver: HTTP on {args.bind}:{args.http_port}, gRPC on {args.bind}:{args.grpc_port},"
         f" metrics on {args.bind}:{args.metrics_port}/metrics; model repository "
-        f"{args.model_repository}; admin APIs ({RESTRICTED}) {admin}",
+        f"{args.model_repository}; admin APIs ({args.restricted_apis}) {admin}",
         flush=True,
     )
     os.execve(cmd[0], cmd, server_env())

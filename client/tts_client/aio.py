@@ -33,7 +33,10 @@ class AsyncTTSClient:
             import tritonclient.http as module
             import tritonclient.http.aio as aio
         self._module = module
-        self._client = aio.InferenceServerClient(self.endpoint.address)
+        if self.endpoint.protocol == "grpc":
+            self._client = aio.InferenceServerClient(self.endpoint.address)
+        else:
+            self._client = aio.InferenceServerClient(self.endpoint.address, conn_timeout=timeout)
 
     async def close(self) -> None:
         await self._client.close()
@@ -81,7 +84,8 @@ class AsyncTTSClient:
             if self.endpoint.protocol == "grpc":
                 result = await self._client.infer(self.model, inputs, client_timeout=self.timeout)
             else:
-                result = await self._client.infer(self.model, inputs, timeout=int(self.timeout))
+                # (infer's `timeout` is Triton's queue timeout in microseconds, not seconds.)
+                result = await self._client.infer(self.model, inputs)
         except Exception as e:
             error = await self._error(e)
             if protocol.is_text_too_long(error):

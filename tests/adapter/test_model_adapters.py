@@ -226,6 +226,9 @@ def test_phonemizer_refuses_long_text_before_any_work(exported_repository):
     (response,) = model.execute([text_request(b"a" * 51)])
     assert response.error().code() == pb.TritonError.INVALID_ARG
     assert response.error().message().startswith("text is too long: 51 characters")
+    # Its size alone proves it too long: refused before decoding (these bytes are not UTF-8).
+    (response,) = model.execute([text_request(b"\xff" * 201)])
+    assert response.error().message().startswith("text is too long: 201 bytes")
 
 
 def voice_repository(exported_repository, tmp_path, **changes):

@@ -7,7 +7,7 @@ from perf_analyzer_configs import run
 
 
 def test_perf_analyzer_smoke(server, tmp_path, monkeypatch):
-    monkeypatch.setenv("TTS_ADMIN_KEY", server.admin_key)  # it reads Triton's statistics
+    monkeypatch.setenv("TTS_ADMIN_KEY", server.admin_key)  # as an operator of this server
     code = run.main(
         [
             "--smoke",

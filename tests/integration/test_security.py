@@ -34,7 +34,11 @@ ADMIN_CALLS = [
     ("POST", "/v2/repository/index", {}),
     ("POST", "/v2/repository/models/tts/unload", {}),
     ("GET", "/v2/systemsharedmemory/status", None),
-    ("GET", "/v2/models/tts/stats", None),
+    (
+        "POST",
+        "/v2/systemsharedmemory/region/x/register",
+        {"key": "/x", "offset": 0, "byte_size": 8},
+    ),
     ("GET", "/v2/trace/setting", None),
 ]
 
@@ -48,9 +52,11 @@ def test_admin_http_apis_are_refused_without_the_key(server, method, path, body)
 
 def test_admin_apis_work_with_the_key_and_open_ones_without(server):
     key = server.admin_headers
-    assert http(server, "GET", "/v2/models/tts/stats", None, key) == 200
     assert http(server, "GET", "/v2/logging", None, key) == 200
-    for path in ("/v2/health/ready", "/v2/models/tts", "/v2/models/tts/config"):
+    assert http(server, "GET", "/v2/systemsharedmemory/status", None, key) == 200
+    # Open by default: read-only, and perf_analyzer needs statistics (README, security).
+    open_paths = ("/v2/models/tts/stats", "/v2/models/tts/config")
+    for path in ("/v2/health/ready", "/v2/models/tts", *open_paths):
         assert http(server, "GET", path) == 200, path
 
 
@@ -58,7 +64,7 @@ def test_admin_grpc_protocols_are_refused_without_the_key(server):
     client = grpcclient.InferenceServerClient(f"localhost:{server.grpc_port}")
     for call in (
         lambda **kw: client.get_model_repository_index(**kw),
-        lambda **kw: client.get_inference_statistics("tts", **kw),
+        lambda **kw: client.get_trace_settings(**kw),
         lambda **kw: client.update_log_settings({"log_verbose_level": 1000}, **kw),
         lambda **kw: client.get_system_shared_memory_status(**kw),
     ):
@@ -97,4 +103,6 @@ def test_without_a_configured_key_nobody_has_it(monkeypatch, tmp_path):
     monkeypatch.setenv("TTS_ADMIN_KEY_FILE", str(key_file))
     assert admin_key() == ("s3cret", True)
     command = " ".join(server_command(tmp_path, key="s3cret"))
-    assert f"{ADMIN_HEADER}=s3cret" in command and "statistics" in command
+    assert f"{ADMIN_HEADER}=s3cret" in command and "shared-memory" in command
+    closed = " ".join(server_command(tmp_path, key="k", restricted="logging,statistics"))
+    assert "--http-restricted-api=logging,statistics:" in closed

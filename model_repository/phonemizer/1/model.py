@@ -8,7 +8,13 @@ from tts_serving.errors import InvalidInputError, ModelConfigError
 from tts_serving.settings import PhonemizerSettings
 from tts_serving.text import normalize
 from tts_serving.triton_adapter import ModelContext, execute_batched, flag, single_item
-from tts_serving.voice import Phonemizer, check_characters, decode_text, load_voice_config
+from tts_serving.voice import (
+    Phonemizer,
+    check_characters,
+    check_encoded_size,
+    decode_text,
+    load_voice_config,
+)
 
 
 class TritonPythonModel:
@@ -31,7 +37,8 @@ class TritonPythonModel:
         raw = single_item(request, TEXT).reshape(-1)
         if raw.size != 1:
             raise InvalidInputError("text must hold one string per request")
-        text = check_characters(decode_text(raw[0]), self.settings.max_characters)
+        limit = self.settings.max_characters
+        text = check_characters(decode_text(check_encoded_size(raw[0], limit)), limit)
         if flag(request, NORMALIZE, self.settings.normalize_text):
             if not self.phonemizer.is_english:
                 raise InvalidInputError("normalize=true needs an English voice; send false")

@@ -29,6 +29,7 @@ from tts_serving.streaming import finish_chunk, plan_chunks
 from tts_serving.triton_adapter import ModelContext, stage_error, stream_option
 from tts_serving.voice import (
     Phonemizer,
+    check_encoded_size,
     decode_text,
     load_voice_config,
     validate_noise,
@@ -73,7 +74,7 @@ class TritonPythonModel:
         raw = stream_option(request, TEXT, None)
         if raw is None:
             raise InvalidInputError("input 'text' is missing")
-        text = decode_text(raw)
+        text = decode_text(check_encoded_size(raw, self.settings.max_characters))
         scalars = {SPEED: validate_speed(stream_option(request, SPEED, 1.0))}
         for name in (NOISE_SCALE, NOISE_W):
             value = stream_option(request, name, None)
@@ -129,6 +130,12 @@ class TritonPythonModel:
 
     async def stream(self, request):
         send = self.sender(request)
+        if self.in_flight.count >= self.settings.max_streams:
+            # Shed load at once rather than queue a stream behind minutes of others.
+            message = f"{self.settings.max_streams} streams are running; retry later"
+            send(StreamResponse(error_code=scheduler.UNAVAILABLE, error_message=message))
+            send(StreamResponse(final=True))
+            return
         with self.in_flight:
             try:
                 plan, extra = self.parse(request)
