@@ -116,6 +116,9 @@ def stream_option(request, name: str, default: Any) -> Any:
     return float(value)
 
 
+SHUTTING_DOWN = "Server not ready"  # Triton's answer to a request during shutdown
+
+
 def stage_error(model: str, error) -> Exception:
     """The exception for a BLS call's error response: bad input, a full queue, or a failure."""
     message = error.message()
@@ -123,6 +126,10 @@ def stage_error(model: str, error) -> Exception:
         return InvalidInputError(message)
     if error.code() == pb_utils.TritonError.UNAVAILABLE:
         return StageError(UNAVAILABLE, f"{model}: {message}")
+    if SHUTTING_DOWN in message:
+        # After SIGTERM Triton 2.51 refuses new requests, a stream's own BLS calls included;
+        # the stream cannot finish here: say so with a code a client retries elsewhere.
+        return StageError(UNAVAILABLE, "the server is shutting down; retry on another instance")
     return RuntimeError(f"{model} failed: {message}")
 
 

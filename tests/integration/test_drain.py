@@ -1,0 +1,90 @@
+"""SIGTERM: no client hangs, every request is served or refused with a retryable error, exit 0,
+nothing left behind (no stub process, no /dev/shm region).
+
+This is what Triton 2.51 gives, not yet a drain: after SIGTERM each stage refuses new requests,
+so a `tts` request between two stages is refused at the next one, and a stream's next chunk
+too (issue 8 keeps a drain in front of Triton as open work).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+from tests.conftest import ROOT
+from tts_client import ServerUnavailable
+from tts_tools.server import ServerProcess
+from tts_tools.texts import PARAGRAPH, SENTENCES
+
+
+def stubs_of(pid: int) -> list[str]:
+    """The Python-backend stub processes whose parent is ``pid``."""
+    out = subprocess.run(
+        ["ps", "-ww", "-o", "pid=,ppid=,args=", "-e"], capture_output=True, text=True
+    )
+    return [
+        line for line in out.stdout.splitlines()
+        if "triton_python_backend_stub" in line and line.split()[1] == str(pid)
+    ]  # fmt: skip
+
+
+def test_sigterm_ends_everything_clearly_and_leaves_nothing(exported_repository, tmp_path):
+    from tts_client import TTSClient
+
+    shm_before = set(os.listdir("/dev/shm"))
+    server = ServerProcess(
+        exported_repository, tmp_path / "triton.log", cache_dir=ROOT / ".cache" / "triton"
+    )
+    server.start()
+    pid = server.process.pid
+    try:
+        assert stubs_of(pid)  # the models' stubs are running
+        results: dict = {}
+        streaming = threading.Barrier(3)
+
+        with TTSClient(server.grpc_url, concurrency=8) as client:
+            client.synthesize("Warm up.")
+
+            def stream(k: int) -> None:
+                chunks = client.stream(PARAGRAPH)
+                try:
+                    next(chunks)
+                    streaming.wait(60)  # SIGTERM comes while both streams are mid-way
+                    results[f"stream{k}"] = sum(1 for _ in chunks) + 1
+                except Exception as e:
+                    results[f"stream{k}"] = e
+
+            def request(k: int) -> None:
+                try:
+                    results[k] = client.synthesize(SENTENCES[k]).duration
+                except Exception as e:
+                    results[k] = e
+
+            threads = [threading.Thread(target=stream, args=(k,)) for k in range(2)]
+            for t in threads:
+                t.start()
+            streaming.wait(60)
+            threads += [threading.Thread(target=request, args=(k,)) for k in range(8)]
+            for t in threads[2:]:
+                t.start()
+            time.sleep(0.3)  # let the 8 requests reach the server
+            server.process.send_signal(signal.SIGTERM)
+            for t in threads:
+                t.join(120)
+                assert not t.is_alive(), "a client hung after SIGTERM"
+        code = server.process.wait(120)
+    finally:
+        server.stop()
+    print(f"\n{results}")
+    assert code == 0
+    served = [results[k] for k in range(8)]
+    # Each request is either served or refused with a retryable error (ServerOverloaded is one).
+    assert all(isinstance(r, float) or isinstance(r, ServerUnavailable) for r in served), served
+    for k in range(2):  # a stream either finished or ended with a clear, retryable error
+        r = results[f"stream{k}"]
+        assert isinstance(r, int) or isinstance(r, ServerUnavailable), r
+    assert not stubs_of(pid)
+    assert set(os.listdir("/dev/shm")) - shm_before == set()
