@@ -20,11 +20,13 @@ class AsyncTTSClient:
         model: str = DEFAULT_MODEL,
         timeout: float = 120.0,
         stream_model: str = DEFAULT_STREAM_MODEL,
+        retry: protocol.RetryPolicy | None = None,
     ) -> None:
         self.endpoint = Endpoint.parse(url)
         self.model = model
         self.stream_model = stream_model
         self.timeout = timeout
+        self.retry = retry or protocol.RetryPolicy()
         self._sample_rate: int | None = None
         if self.endpoint.protocol == "grpc":
             import tritonclient.grpc as module
@@ -80,14 +82,19 @@ class AsyncTTSClient:
         """Speak ``text``; over gRPC, text too long for one request is streamed and joined."""
         rate = await self.sample_rate()
         inputs = protocol.build_inputs(self._module, text, speed, noise_scale, noise_w, normalize)
-        try:
-            if self.endpoint.protocol == "grpc":
-                result = await self._client.infer(self.model, inputs, client_timeout=self.timeout)
-            else:
+
+        async def infer():
+            try:
+                if self.endpoint.protocol == "grpc":
+                    return await self._client.infer(self.model, inputs, client_timeout=self.timeout)
                 # (infer's `timeout` is Triton's queue timeout in microseconds, not seconds.)
-                result = await self._client.infer(self.model, inputs)
-        except Exception as e:
-            error = await self._error(e)
+                return await self._client.infer(self.model, inputs)
+            except Exception as e:
+                raise await self._error(e) from None
+
+        try:
+            result = await protocol.acall_with_retries(infer, self.retry)
+        except TTSError as error:
             if protocol.is_text_too_long(error):
                 if self.endpoint.protocol == "grpc":
                     chunks = [

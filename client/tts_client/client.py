@@ -61,12 +61,16 @@ class TTSClient:
         timeout: float = 120.0,
         concurrency: int = 16,
         stream_model: str = DEFAULT_STREAM_MODEL,
+        retry: protocol.RetryPolicy | None = None,
     ) -> None:
+        """``retry``: how ``synthesize`` retries a request refused for overload (default 3
+        retries with jittered exponential backoff; ``protocol.NO_RETRY`` never retries)."""
         self.endpoint = Endpoint.parse(url)
         self.model = model
         self.stream_model = stream_model
         self.timeout = timeout
         self.concurrency = concurrency
+        self.retry = retry or protocol.RetryPolicy()
         self._sample_rate: int | None = None
         try:
             if self.endpoint.protocol == "grpc":
@@ -145,13 +149,18 @@ class TTSClient:
         """
         rate = self.sample_rate
         inputs = protocol.build_inputs(self._module, text, speed, noise_scale, noise_w, normalize)
+
+        def infer():
+            try:
+                if self.endpoint.protocol == "grpc":
+                    return self._client.infer(self.model, inputs, client_timeout=self.timeout)
+                return self._client.infer(self.model, inputs)
+            except Exception as e:
+                raise self._error(e) from None
+
         try:
-            if self.endpoint.protocol == "grpc":
-                result = self._client.infer(self.model, inputs, client_timeout=self.timeout)
-            else:
-                result = self._client.infer(self.model, inputs)
-        except Exception as e:
-            error = self._error(e)
+            result = protocol.call_with_retries(infer, self.retry)
+        except TTSError as error:
             if protocol.is_text_too_long(error):
                 if self.endpoint.protocol == "grpc":
                     chunks = list(self.stream(text, speed, noise_scale, noise_w, normalize))

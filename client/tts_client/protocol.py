@@ -7,13 +7,21 @@ sync and asyncio clients are thin layers over these functions.
 
 from __future__ import annotations
 
+import asyncio
+import random
 import re
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from types import ModuleType
+from typing import TypeVar
 
 import numpy as np
 
 from .audio import Audio, AudioChunk
 from .errors import InferenceFailed, InvalidInput, ServerOverloaded, ServerUnavailable, TTSError
+
+T = TypeVar("T")
 
 # Tensor names, identical in tts, tts_stream and every stage.
 TEXT = "text"
@@ -208,3 +216,67 @@ class StreamReader:
 
 # tts_stream sends one empty response with the final flag, so the end is always seen.
 STREAM_PARAMETERS = {"triton_enable_empty_final_response": True}
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a client retries a request the server refused for overload (ServerOverloaded).
+
+    Every request of this client is idempotent (synthesis has no side effects), so a retry is
+    safe. Delays grow exponentially with full jitter (uniform in [0, min(max_delay,
+    base_delay * 2**k)]), so many clients refused together do not come back together.
+    """
+
+    retries: int = 3  # after the first attempt; 0 = never retry
+    base_delay: float = 0.1
+    max_delay: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.retries < 0 or self.base_delay < 0 or self.max_delay < 0:
+            raise ValueError("retries and delays must be >= 0")
+
+    def delays(self, rng: random.Random | None = None) -> Iterator[float]:
+        rng = rng or random.Random()
+        for k in range(self.retries):
+            yield rng.uniform(0, min(self.max_delay, self.base_delay * 2**k))
+
+
+NO_RETRY = RetryPolicy(retries=0)
+
+
+def _exhausted(error: ServerOverloaded, policy: RetryPolicy) -> ServerOverloaded:
+    if not policy.retries:
+        return error
+    return ServerOverloaded(f"{error} (refused {policy.retries + 1} times)")
+
+
+def call_with_retries(
+    call: Callable[[], T], policy: RetryPolicy, sleep: Callable[[float], None] = time.sleep
+) -> T:
+    """``call()``, retried on ServerOverloaded as ``policy`` says; other errors at once."""
+    delays = policy.delays()
+    while True:
+        try:
+            return call()
+        except ServerOverloaded as e:
+            delay = next(delays, None)
+            if delay is None:
+                raise _exhausted(e, policy) from None
+            sleep(delay)
+
+
+async def acall_with_retries(
+    call: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> T:
+    """The asyncio twin of :func:`call_with_retries`."""
+    delays = policy.delays()
+    while True:
+        try:
+            return await call()
+        except ServerOverloaded as e:
+            delay = next(delays, None)
+            if delay is None:
+                raise _exhausted(e, policy) from None
+            await sleep(delay)

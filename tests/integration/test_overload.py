@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tts_client import ServerOverloaded, TTSClient
+from tts_client.protocol import NO_RETRY
 from tts_tools.server import ServerProcess
 from tts_tools.texts import PARAGRAPH, SENTENCES
 
@@ -62,7 +63,8 @@ def outcomes_of(client: TTSClient, n: int) -> tuple[list, list[str]]:
 
 
 def test_full_queue_is_a_clear_overload_error(small_queue_server):
-    with TTSClient(small_queue_server.grpc_url, concurrency=32) as client:
+    # No retries: this test looks at the refusals themselves.
+    with TTSClient(small_queue_server.grpc_url, concurrency=32, retry=NO_RETRY) as client:
         outcomes, messages = outcomes_of(client, 32)
         assert "overloaded" in outcomes and True in outcomes
         assert all("queue" in m.lower() for m in messages), messages

@@ -1,3 +1,5 @@
+import asyncio
+
 import numpy as np
 import pytest
 import soundfile
@@ -12,6 +14,10 @@ from tts_client import (
 )
 from tts_client.errors import TTSError
 from tts_client.protocol import (
+    NO_RETRY,
+    RetryPolicy,
+    acall_with_retries,
+    call_with_retries,
     is_text_too_long,
     map_exception,
     parse_stream_error,
@@ -99,3 +105,61 @@ def test_audio_writes_wav_and_flac(tmp_path, suffix):
 def test_audio_rejects_unknown_format(tmp_path):
     with pytest.raises(ValueError, match="unsupported audio format"):
         Audio(np.zeros(10, np.float32), 22050).write(tmp_path / "a.mp3")
+
+
+def flaky(refusals: int, error: Exception | None = None):
+    """A call refused ``refusals`` times with ``error``, then answering 'audio'."""
+    error = error or ServerOverloaded("queue full")
+    calls = []
+
+    def call():
+        calls.append(1)
+        if len(calls) <= refusals:
+            raise error
+        return "audio"
+
+    return call, calls
+
+
+def test_overload_is_retried_with_growing_jittered_delays():
+    slept: list[float] = []
+    call, calls = flaky(3)
+    policy = RetryPolicy(retries=3, base_delay=0.1, max_delay=0.3)
+    assert call_with_retries(call, policy, sleep=slept.append) == "audio"
+    assert len(calls) == 4 and len(slept) == 3
+    caps = [0.1, 0.2, 0.3]  # base * 2**k, capped at max_delay
+    assert all(0 <= s <= cap for s, cap in zip(slept, caps))
+
+
+def test_retries_are_bounded_and_say_so():
+    call, calls = flaky(10)
+    with pytest.raises(ServerOverloaded, match=r"queue full \(refused 3 times\)"):
+        call_with_retries(call, RetryPolicy(retries=2), sleep=lambda _s: None)
+    assert len(calls) == 3
+    call, calls = flaky(10)
+    with pytest.raises(ServerOverloaded, match=r"^queue full$"):
+        call_with_retries(call, NO_RETRY, sleep=lambda _s: None)
+    assert len(calls) == 1
+
+
+def test_only_overload_is_retried():
+    for error in (InvalidInput("bad text"), ServerUnavailable("down"), InferenceFailed("x")):
+        call, calls = flaky(1, error)
+        with pytest.raises(type(error)):
+            call_with_retries(call, RetryPolicy(retries=5), sleep=lambda _s: None)
+        assert len(calls) == 1
+
+
+def test_async_retries_match_the_sync_ones():
+    slept: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        slept.append(delay)
+
+    call, calls = flaky(2)
+
+    async def acall():
+        return call()
+
+    assert asyncio.run(acall_with_retries(acall, RetryPolicy(retries=2), sleep)) == "audio"
+    assert len(calls) == 3 and len(slept) == 2
