@@ -12,6 +12,7 @@ import argparse
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +20,8 @@ import sysconfig
 import time
 import urllib.request
 from pathlib import Path
+
+from .supervisor import SUPERVISED_ARGS, Supervisor
 
 PY_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -166,9 +169,15 @@ class ServerProcess:
         cache_dir: Path = Path(".cache/triton"),
         extra_args: list[str] | None = None,
         key: str | None = None,
+        supervise: bool = True,
     ) -> None:
-        # Tests and benchmarks hold the key of their own server: they read its statistics.
+        # Tests and benchmarks hold the key of their own server, as the supervisor does.
         self.admin_key = key or secrets.token_urlsafe(32)
+        self.model_repository = Path(model_repository)
+        self.supervise = supervise
+        self.supervisor: Supervisor | None = None
+        if supervise:
+            extra_args = [*SUPERVISED_ARGS, *(extra_args or [])]
         self.http_port, self.grpc_port, self.metrics_port = ports or (
             free_port(),
             free_port(),
@@ -219,6 +228,8 @@ class ServerProcess:
             try:
                 with urllib.request.urlopen(ready_url, timeout=2) as response:
                     if response.status == 200:
+                        if self.supervise:
+                            self.supervisor = self._supervisor().start()
                         return self
             except OSError:
                 pass
@@ -226,7 +237,18 @@ class ServerProcess:
         self.stop()
         raise RuntimeError(f"tritonserver not ready after {timeout:.0f} s:\n{self.log_tail()}")
 
+    def _supervisor(self) -> Supervisor:
+        def log(line: str) -> None:
+            with open(self.log_path, "a") as f:
+                f.write(line + "\n")
+
+        return Supervisor(
+            self.process.pid, self.http_port, self.model_repository, self.admin_headers, log
+        )
+
     def stop(self) -> None:
+        if self.supervisor:
+            self.supervisor.stop()
         if self.process and self.process.poll() is None:
             self.process.terminate()
             try:
@@ -286,7 +308,41 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.model_repository}; admin APIs ({args.restricted_apis}) {admin}",
         flush=True,
     )
-    os.execve(cmd[0], cmd, server_env())
+    sys.exit(supervise(cmd, args.http_port, args.model_repository, admin_headers(key)))
+
+
+def supervise(cmd: list[str], http_port: int, repository: Path, headers: dict[str, str]) -> int:
+    """Run tritonserver as a child with the supervisor beside it; forward SIGTERM/SIGINT."""
+    cmd = [cmd[0], *SUPERVISED_ARGS, *cmd[1:]]
+    # Its own session: a terminal's Ctrl-C reaches only us, and we forward it once.
+    process = subprocess.Popen(cmd, env=server_env(), start_new_session=True)
+
+    supervisors: list[Supervisor] = []
+
+    def forward(signum, _frame) -> None:
+        print(f"launcher: {signal.Signals(signum).name}, stopping tritonserver", flush=True)
+        for s in supervisors:  # stubs stop on purpose now: nothing to heal
+            s.stop(wait=False)
+        process.send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    supervisor = None
+    ready_url = f"http://localhost:{http_port}/v2/health/ready"
+    while process.poll() is None and supervisor is None:
+        try:
+            with urllib.request.urlopen(ready_url, timeout=2) as response:
+                if response.status == 200:
+                    supervisor = Supervisor(
+                        process.pid, http_port, repository, headers, lambda m: print(m, flush=True)
+                    ).start()
+                    supervisors.append(supervisor)
+        except OSError:
+            time.sleep(0.5)
+    code = process.wait()
+    if supervisor:
+        supervisor.stop()
+    return code
 
 
 if __name__ == "__main__":

@@ -1,0 +1,57 @@
+"""kill -9 of any model's stub: the supervisor brings the model back within 30 s, no manual
+step, and clients meanwhile get errors, never hangs or empty audio."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tests.conftest import ROOT
+from tts_client import TTSClient, TTSError
+from tts_client.protocol import NO_RETRY
+from tts_tools.server import ServerProcess
+from tts_tools.supervisor import python_models, stubs_by_model
+
+
+@pytest.fixture(scope="module")
+def supervised(exported_repository, tmp_path_factory):
+    log = tmp_path_factory.mktemp("healing") / "triton.log"
+    with ServerProcess(exported_repository, log, cache_dir=ROOT / ".cache" / "triton") as srv:
+        assert srv.supervisor is not None
+        yield srv
+
+
+def works(client: TTSClient, model: str) -> bool:
+    """One real request through ``model`` (tts_stream is checked with a stream)."""
+    if model == "tts_stream":
+        return next(iter(client.stream("Back again."))).duration > 0.3
+    return client.synthesize("Back again.").duration > 0.3
+
+
+@pytest.mark.parametrize("model", ["phonemizer", "acoustic", "vocoder", "tts_stream"])
+def test_a_killed_stub_comes_back_within_30_s(supervised, model):
+    assert model in python_models(supervised.model_repository)
+    with TTSClient(supervised.grpc_url, retry=NO_RETRY, timeout=30) as client:
+        assert works(client, model)
+        regions: dict[int, str] = {}
+        (pid, *_) = stubs_by_model(supervised.process.pid, [model], regions)[model]
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        errors: list[str] = []
+        while time.monotonic() - killed < 60:
+            try:
+                if works(client, model):
+                    break
+            except TTSError as e:  # a clear error while it is down, never a hang
+                errors.append(f"{type(e).__name__}: {e}")
+            time.sleep(0.5)
+        back = time.monotonic() - killed
+    print(f"\n{model}: back after {back:.1f} s; {len(errors)} errors meanwhile {errors[:1]}")
+    assert back < 30, errors[-3:]
+    assert f"supervisor: {model} is back" in supervised.log_tail(400)
+    assert supervised.process.poll() is None  # the server itself never went down
+    region = "removed triton_python_backend_shm_region_"
+    assert region in supervised.log_tail(400)  # the dead stub's /dev/shm region is gone
