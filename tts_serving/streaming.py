@@ -69,13 +69,6 @@ def plan_chunks(
             "send it in several requests"
         )
     max_ids = settings.max_phoneme_ids
-
-    def count_ids(piece: str) -> int:
-        try:
-            return len(phonemizer.ids(piece))
-        except InvalidInputError:
-            return 0
-
     index = 0
     for block_number, block in enumerate(text_blocks(text)):
         spoken = normalize_english(block) if normalize else " ".join(block.split())
@@ -84,25 +77,37 @@ def plan_chunks(
         first = settings.first_chunk_ids if index == 0 and block_number == 0 else None
         for chunk in split_text(spoken, max_ids, target_len=settings.chunk_target_ids,
                                 first_len=first):  # fmt: skip
-            for piece in _fit(chunk, max_ids, phonemizer, count_ids):
-                try:
-                    ids = phonemizer.ids(piece.text)
-                except InvalidInputError:
-                    continue  # nothing speakable in this piece (e.g. a lone symbol)
+            for piece, ids in _fit(chunk, max_ids, phonemizer):
                 yield PlannedChunk(index, piece.text, ids, piece.sentence_end)
                 index += 1
     if index == 0:
         raise InvalidInputError("text has nothing speakable after normalization")
 
 
-def _fit(chunk: Chunk, max_ids: int, phonemizer: Phonemizer, count_ids) -> list[Chunk]:
-    if count_ids(chunk.text) <= max_ids:
-        return [chunk]
+def _ids(phonemizer: Phonemizer, text: str) -> list[int]:
+    """The phoneme ids of ``text``; empty when it has nothing speakable (a lone symbol)."""
     try:
-        pieces = split_text(chunk.text, max_ids, measure=count_ids)
+        return phonemizer.ids(text)
+    except InvalidInputError:
+        return []
+
+
+def _fit(chunk: Chunk, max_ids: int, phonemizer: Phonemizer) -> Iterator[tuple[Chunk, list[int]]]:
+    """``chunk`` with its ids, phonemized once; where the real count passes ``max_ids``, its
+    pieces (clauses, then words) with theirs. Pieces with nothing speakable are left out."""
+    ids = _ids(phonemizer, chunk.text)
+    if len(ids) <= max_ids:
+        if ids:
+            yield chunk, ids
+        return
+    try:
+        pieces = split_text(chunk.text, max_ids, measure=lambda t: len(_ids(phonemizer, t)))
     except ValueError as e:  # one word longer than a whole request
         raise InvalidInputError(str(e)) from None
-    return [Chunk(p.text, p.sentence_end and chunk.sentence_end) for p in pieces]
+    for piece in pieces:
+        ids = _ids(phonemizer, piece.text)
+        if ids:
+            yield Chunk(piece.text, piece.sentence_end and chunk.sentence_end), ids
 
 
 def finish_chunk(
