@@ -9,6 +9,7 @@ directory first on LD_LIBRARY_PATH, and this environment's ``bin/`` first on PAT
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import secrets
 import shutil
@@ -18,10 +19,9 @@ import subprocess
 import sys
 import sysconfig
 import time
-import urllib.request
 from pathlib import Path
 
-from .supervisor import SUPERVISED_ARGS, Supervisor
+from .supervisor import SUPERVISED_ARGS, Supervisor, is_ready
 
 PY_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -120,8 +120,10 @@ def server_command(
     bind: str = DEFAULT_BIND,
     key: str | None = None,
     restricted: str = RESTRICTED,
+    supervised: bool = True,
 ) -> list[str]:
-    """The tritonserver command line. ``key``: the admin key (None: a random, unknown one).
+    """The tritonserver command line. ``key``: the admin key (None: a random, unknown one);
+    ``supervised``: with the model-control flags the supervisor needs.
 
     Triton 2.51 takes the key only as a flag, so it is in tritonserver's own argv (readable by
     the same user in /proc); it is never printed, logged, or typed on a command line.
@@ -138,6 +140,7 @@ def server_command(
         f"--http-port={http_port}",
         f"--grpc-port={grpc_port}",
         f"--metrics-port={metrics_port}",
+        *(SUPERVISED_ARGS if supervised else ()),
         f"--http-restricted-api={restricted}:{ADMIN_HEADER}={key}",
         f"--grpc-restricted-protocol={restricted}:{ADMIN_HEADER}={key}",
         "--allow-metrics=true",
@@ -176,8 +179,6 @@ class ServerProcess:
         self.model_repository = Path(model_repository)
         self.supervise = supervise
         self.supervisor: Supervisor | None = None
-        if supervise:
-            extra_args = [*SUPERVISED_ARGS, *(extra_args or [])]
         self.http_port, self.grpc_port, self.metrics_port = ports or (
             free_port(),
             free_port(),
@@ -192,6 +193,7 @@ class ServerProcess:
             cache_dir,
             extra_args,
             key=self.admin_key,
+            supervised=supervise,
         )
         self.process: subprocess.Popen | None = None
 
@@ -219,20 +221,15 @@ class ServerProcess:
                 self.command, stdout=log, stderr=subprocess.STDOUT, env=server_env()
             )
         deadline = time.monotonic() + timeout
-        ready_url = f"http://localhost:{self.http_port}/v2/health/ready"
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(
                     f"tritonserver exited ({self.process.returncode}):\n{self.log_tail()}"
                 )
-            try:
-                with urllib.request.urlopen(ready_url, timeout=2) as response:
-                    if response.status == 200:
-                        if self.supervise:
-                            self.supervisor = self._supervisor().start()
-                        return self
-            except OSError:
-                pass
+            if is_ready(self.http_port):
+                if self.supervise:
+                    self.supervisor = self._supervisor().start()
+                return self
             time.sleep(0.5)
         self.stop()
         raise RuntimeError(f"tritonserver not ready after {timeout:.0f} s:\n{self.log_tail()}")
@@ -313,32 +310,23 @@ def main(argv: list[str] | None = None) -> None:
 
 def supervise(cmd: list[str], http_port: int, repository: Path, headers: dict[str, str]) -> int:
     """Run tritonserver as a child with the supervisor beside it; forward SIGTERM/SIGINT."""
-    cmd = [cmd[0], *SUPERVISED_ARGS, *cmd[1:]]
     # Its own session: a terminal's Ctrl-C reaches only us, and we forward it once.
     process = subprocess.Popen(cmd, env=server_env(), start_new_session=True)
-
-    supervisors: list[Supervisor] = []
+    supervisor: Supervisor | None = None
 
     def forward(signum, _frame) -> None:
         print(f"launcher: {signal.Signals(signum).name}, stopping tritonserver", flush=True)
-        for s in supervisors:  # stubs stop on purpose now: nothing to heal
-            s.stop(wait=False)
+        if supervisor:  # stubs stop on purpose now: nothing to heal
+            supervisor.stop(wait=False)
         process.send_signal(signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    supervisor = None
-    ready_url = f"http://localhost:{http_port}/v2/health/ready"
-    while process.poll() is None and supervisor is None:
-        try:
-            with urllib.request.urlopen(ready_url, timeout=2) as response:
-                if response.status == 200:
-                    supervisor = Supervisor(
-                        process.pid, http_port, repository, headers, lambda m: print(m, flush=True)
-                    ).start()
-                    supervisors.append(supervisor)
-        except OSError:
-            time.sleep(0.5)
+    while process.poll() is None and not is_ready(http_port):
+        time.sleep(0.5)
+    if process.poll() is None:
+        log = functools.partial(print, flush=True)
+        supervisor = Supervisor(process.pid, http_port, repository, headers, log).start()
     code = process.wait()
     if supervisor:
         supervisor.stop()

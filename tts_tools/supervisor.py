@@ -26,6 +26,16 @@ STUB = "triton_python_backend_stub"
 SUPERVISED_ARGS = ("--model-control-mode=explicit", "--load-model=*")
 
 
+def is_ready(http_port: int) -> bool:
+    """The server on ``http_port`` answers ready (not starting, not shutting down)."""
+    try:
+        url = f"http://localhost:{http_port}/v2/health/ready"
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
 def python_models(repository: Path) -> list[str]:
     """The models of ``repository`` that run in a Python-backend stub."""
     return sorted(p.parent.parent.name for p in Path(repository).glob("*/1/model.py"))
@@ -90,20 +100,12 @@ class Supervisor:
         if wait and self._thread:
             self._thread.join(30)
 
-    def _server_ready(self) -> bool:
-        # Not ready: starting or shutting down, when stubs come and go on purpose.
-        url = f"http://localhost:{self.http_port}/v2/health/ready"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             living = stubs_by_model(self.server_pid, self.models, self.regions)
             dead = {m: n - len(living[m]) for m, n in self.expected.items() if len(living[m]) < n}
-            if not dead or not self._server_ready():
+            # Not ready: starting or shutting down, when stubs come and go on purpose.
+            if not dead or not is_ready(self.http_port):
                 continue
             for model, count in dead.items():
                 if not self._stop.is_set():
