@@ -19,9 +19,8 @@ from pathlib import Path
 
 import onnx
 
-from tts_serving.config import parse_settings, pbtxt_parameters
 from tts_serving.inference import LOUDNESS_FILE, VoiceLoudness
-from tts_serving.settings import SETTINGS
+from tts_serving.settings import load_settings
 from tts_serving.voice import load_voice_config
 
 from .graph import make_scales_per_item, split
@@ -65,8 +64,7 @@ def check_config_parameters(repo: Path, sample_rate: int, hop_length: int) -> No
         ("vocoder", "sample_rate", sample_rate),
         ("vocoder", "hop_length", hop_length),
     ):
-        params = pbtxt_parameters(repo / model / "config.pbtxt")
-        value = getattr(parse_settings(SETTINGS[model], params, model), key)
+        value = getattr(load_settings(repo, model), key)
         if value != want:
             raise SystemExit(
                 f"{model}/config.pbtxt parameter {key} is {value}, "

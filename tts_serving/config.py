@@ -1,15 +1,8 @@
-"""Model ``parameters`` as typed settings: one dataclass per model, defaults in one place.
-
-Each model's settings are a frozen dataclass whose field defaults are the shipped values and
-whose ``metadata["doc"]`` says what the knob does. ``config.pbtxt`` lists every field with its
-default (checked by a repository test) and README's knob table is generated from the same
-fields (``python -m tts_serving.settings``), so the three cannot drift apart.
-"""
+"""Reading model configs: ``config.pbtxt`` with Triton's schema, string parameters into the
+settings dataclasses of ``tts_serving.settings`` (no pb_utils: usable anywhere)."""
 
 from __future__ import annotations
 
-import types
-import typing
 from dataclasses import MISSING, Field, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,7 +21,7 @@ def doc(text: str) -> dict[str, str]:
 
 
 def parse_bool(raw: str, what: str = "value") -> bool:
-    """The one boolean parser for parameters and per-request options."""
+    """The one boolean parser for string parameters."""
     value = raw.strip().lower()
     if value in _TRUE:
         return True
@@ -64,8 +57,6 @@ def _field_kind(f: Field) -> type:
     kind = f.type
     if isinstance(kind, str):  # from __future__ annotations: resolve the simple names we use
         kind = {"bool": bool, "int": int, "float": float, "str": str}.get(kind, str)
-    if isinstance(kind, types.UnionType):
-        kind = next(a for a in typing.get_args(kind) if a is not type(None))
     return kind
 
 

@@ -20,11 +20,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from tts_client.protocol import CANCELLED, INTERNAL, INVALID_ARGUMENT, UNAVAILABLE
+from tts_client.protocol import CANCELLED, INTERNAL, INVALID_ARGUMENT
 
 from .errors import InvalidInputError
-
-__all__ = ["CANCELLED", "INTERNAL", "INVALID_ARGUMENT", "UNAVAILABLE", "run_stream"]
 
 C = TypeVar("C")  # a planned chunk
 A = TypeVar("A")  # its audio

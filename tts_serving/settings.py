@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from .config import defaults, doc, parse_settings, pbtxt_parameters
 
@@ -64,21 +65,33 @@ class OnnxRuntimeSettings:
             raise ValueError("max_padded_length must be >= 0 (0 = no budget)")
 
 
-_MAX_IDS_DOC = "phoneme ids per `tts` request or stream chunk; more is INVALID_ARG (must agree)"
-_NORMALIZE_DOC = (
-    "default of the per-request `normalize` input: write out numbers, dates... (English voices)"
-)
-_SAMPLE_RATE_DOC = "the voice's rate (checked); clients read it from `tts`"
+# Fields several models share: declared once, so their defaults and docs cannot differ.
+def _max_phoneme_ids() -> Any:
+    doc_ = "phoneme ids per `tts` request or stream chunk; more is INVALID_ARG (must agree)"
+    return field(default=400, metadata=doc(doc_))
+
+
+def _normalize_text() -> Any:
+    doc_ = (
+        "default of the per-request `normalize` input: write out numbers, dates... (English voices)"
+    )
+    return field(default=True, metadata=doc(doc_))
+
+
+def _sample_rate() -> Any:
+    return field(
+        default=22050, metadata=doc("the voice's rate (checked); clients read it from `tts`")
+    )
 
 
 @dataclass(frozen=True)
 class PhonemizerSettings:
-    max_phoneme_ids: int = field(default=400, metadata=doc(_MAX_IDS_DOC))
+    max_phoneme_ids: int = _max_phoneme_ids()
     max_characters: int = field(
         default=1000,
         metadata=doc("characters per `tts` request, checked before any work is done"),
     )
-    normalize_text: bool = field(default=True, metadata=doc(_NORMALIZE_DOC))
+    normalize_text: bool = _normalize_text()
 
     def __post_init__(self) -> None:
         if self.max_phoneme_ids < 3 or self.max_characters < 1:
@@ -87,7 +100,7 @@ class PhonemizerSettings:
 
 @dataclass(frozen=True)
 class AcousticSettings(OnnxRuntimeSettings):
-    max_phoneme_ids: int = field(default=400, metadata=doc(_MAX_IDS_DOC))
+    max_phoneme_ids: int = _max_phoneme_ids()
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -97,7 +110,7 @@ class AcousticSettings(OnnxRuntimeSettings):
 
 @dataclass(frozen=True)
 class VocoderSettings(OnnxRuntimeSettings):
-    sample_rate: int = field(default=22050, metadata=doc(_SAMPLE_RATE_DOC))
+    sample_rate: int = _sample_rate()
     hop_length: int = field(default=256, metadata=doc("samples per frame; must match the voice"))
     max_frames: int = field(
         default=4000, metadata=doc("latent frames accepted per request (about 46 s)")
@@ -137,8 +150,8 @@ class StreamSettings:
     )
     sentence_silence_ms: float = field(default=200.0, metadata=doc("pause after each sentence"))
     fade_ms: float = field(default=3.0, metadata=doc("raised-cosine fade at chunk edges"))
-    max_phoneme_ids: int = field(default=400, metadata=doc(_MAX_IDS_DOC))
-    normalize_text: bool = field(default=True, metadata=doc(_NORMALIZE_DOC))
+    max_phoneme_ids: int = _max_phoneme_ids()
+    normalize_text: bool = _normalize_text()
 
     def __post_init__(self) -> None:
         if min(self.max_characters, self.max_in_flight, self.max_streams) < 1:
@@ -155,7 +168,7 @@ class StreamSettings:
 class TtsSettings:
     """The ensemble runs no code; clients read these from its config."""
 
-    sample_rate: int = field(default=22050, metadata=doc(_SAMPLE_RATE_DOC))
+    sample_rate: int = _sample_rate()
 
 
 SETTINGS: dict[str, type] = {

@@ -16,9 +16,11 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from tts_client.protocol import UNAVAILABLE
+
 from .config import config_parameters, parse_settings
 from .errors import InvalidInputError, ModelConfigError
-from .scheduler import UNAVAILABLE, StageError
+from .scheduler import StageError
 
 T = TypeVar("T")
 S = TypeVar("S")

@@ -11,16 +11,9 @@ import threading
 
 import pytest
 
+from tts_client.protocol import CANCELLED, INTERNAL, INVALID_ARGUMENT, UNAVAILABLE
 from tts_serving.errors import InvalidInputError
-from tts_serving.scheduler import (
-    CANCELLED,
-    INTERNAL,
-    INVALID_ARGUMENT,
-    UNAVAILABLE,
-    InFlight,
-    StageError,
-    run_stream,
-)
+from tts_serving.scheduler import InFlight, StageError, run_stream
 
 
 class Fake:

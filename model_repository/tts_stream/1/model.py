@@ -13,15 +13,18 @@ import triton_python_backend_utils as pb_utils
 
 from tts_client.protocol import (
     AUDIO,
+    CANCELLED,
     CHUNK_TEXT,
+    INTERNAL,
+    INVALID_ARGUMENT,
     NOISE_SCALE,
     NOISE_W,
     NORMALIZE,
     SPEED,
     TEXT,
+    UNAVAILABLE,
     stream_error_message,
 )
-from tts_serving import scheduler
 from tts_serving.errors import InvalidInputError, ModelConfigError
 from tts_serving.scheduler import InFlight, StreamResponse, run_stream
 from tts_serving.settings import StreamSettings
@@ -57,10 +60,10 @@ class TritonPythonModel:
         self.in_flight = InFlight()
         # pb_utils.TritonError exists only once the stub is up, not at import.
         self.codes = {
-            scheduler.INVALID_ARGUMENT: pb_utils.TritonError.INVALID_ARG,
-            scheduler.UNAVAILABLE: pb_utils.TritonError.UNAVAILABLE,
-            scheduler.CANCELLED: pb_utils.TritonError.CANCELLED,
-            scheduler.INTERNAL: pb_utils.TritonError.INTERNAL,
+            INVALID_ARGUMENT: pb_utils.TritonError.INVALID_ARG,
+            UNAVAILABLE: pb_utils.TritonError.UNAVAILABLE,
+            CANCELLED: pb_utils.TritonError.CANCELLED,
+            INTERNAL: pb_utils.TritonError.INTERNAL,
         }
         self.logger = pb_utils.Logger
         self.logger.log_info(f"tts_stream ready: {self.settings}")
@@ -133,14 +136,14 @@ class TritonPythonModel:
         if self.in_flight.count >= self.settings.max_streams:
             # Shed load at once rather than queue a stream behind minutes of others.
             message = f"{self.settings.max_streams} streams are running; retry later"
-            send(StreamResponse(error_code=scheduler.UNAVAILABLE, error_message=message))
+            send(StreamResponse(error_code=UNAVAILABLE, error_message=message))
             send(StreamResponse(final=True))
             return
         with self.in_flight:
             try:
                 plan, extra = self.parse(request)
             except InvalidInputError as e:
-                send(StreamResponse(error_code=scheduler.INVALID_ARGUMENT, error_message=str(e)))
+                send(StreamResponse(error_code=INVALID_ARGUMENT, error_message=str(e)))
                 send(StreamResponse(final=True))
                 return
             outcome = await run_stream(
@@ -151,7 +154,7 @@ class TritonPythonModel:
                 self.settings.max_in_flight,
                 lambda message: self.logger.log_error(f"tts_stream: {message}"),
             )
-            if outcome.error_code == scheduler.CANCELLED:
+            if outcome.error_code == CANCELLED:
                 self.logger.log_info(f"tts_stream: cancelled after {outcome.sent} chunks")
 
     def finalize(self):
