@@ -126,7 +126,7 @@ def audio_from_result(result, sample_rate: int) -> Audio:
 def error_code(exc: BaseException) -> str | None:
     """The gRPC status name of a tritonclient error (HTTP statuses translated), or None."""
     status_fn = getattr(exc, "status", None)
-    status = str(status_fn() if callable(status_fn) else "" or "")
+    status = str((status_fn() if callable(status_fn) else None) or "")
     if status.startswith("StatusCode."):
         return status[len("StatusCode.") :]
     return _HTTP_CODES.get(status)
