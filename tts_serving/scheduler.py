@@ -29,6 +29,12 @@ A = TypeVar("A")  # its audio
 
 
 CANCEL_POLL_S = 0.05  # how often a waiting stream asks whether its client went away
+CANCEL_GRACE_S = 1.0  # how long an ending stream waits for its cancelled syntheses
+
+
+def _retrieve(task: asyncio.Future) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class StageError(Exception):
@@ -145,10 +151,14 @@ async def run_stream(
             INTERNAL, f"stream failed after {sent} chunks ({type(e).__name__}); see the server log"
         )
     finally:
-        for _, task in pending:
+        tasks = [t for _, t in pending]
+        for task in tasks:
             task.cancel()
-        if pending:  # collect them, so no task's exception goes unretrieved
-            await asyncio.gather(*(t for _, t in pending), return_exceptions=True)
+            task.add_done_callback(_retrieve)  # no "exception was never retrieved" warnings
+        if tasks:
+            # Bounded: a BLS call the server will never answer (it is shutting down) must not
+            # keep this stream, and so the model's unload, waiting.
+            await asyncio.wait(tasks, timeout=CANCEL_GRACE_S)
         send(StreamResponse(final=True))
     return StreamOutcome(sent, error_code)
 

@@ -40,7 +40,7 @@ from tts_serving.voice import (
 )
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-FINALIZE_WAIT_S = 30.0
+FINALIZE_WAIT_S = 20.0  # inside Triton's default 30 s exit timeout, so unloading ends
 
 
 class TritonPythonModel:
