@@ -11,6 +11,21 @@ from .client import DEFAULT_MODEL, DEFAULT_STREAM_MODEL, Endpoint
 from .errors import InvalidInput, ServerUnavailable, TTSError
 
 
+async def _final_arrives(responses) -> bool:
+    """After a stream error, wait (bounded) for the final flag the server always sends."""
+
+    async def final() -> bool:
+        async for result, _ in responses:
+            if result is not None and protocol.is_final(result):
+                return True
+        return False
+
+    try:
+        return await asyncio.wait_for(final(), protocol.FINAL_AFTER_ERROR_S)
+    except Exception:  # timed out, or the stream broke: it is over either way
+        return False
+
+
 class AsyncTTSClient:
     """The asyncio twin of :class:`TTSClient`, over tritonclient's aio clients."""
 
@@ -144,7 +159,9 @@ class AsyncTTSClient:
                         f"no audio from the server in {self.timeout} s"
                     ) from None
                 if error is not None:
-                    raise await self._error(error)
+                    failure = await self._error(error)
+                    reader.finished = await _final_arrives(responses)
+                    raise failure
                 chunk = reader.read(result)
                 if chunk is not None:
                     yield chunk

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,6 +47,19 @@ class Endpoint:
         except ValueError:
             raise ValueError(f"URL {url!r} has an invalid port") from None
         return cls(parts.scheme, parts.hostname, port)  # type: ignore[arg-type]
+
+
+def _final_arrives(results: queue.Queue) -> bool:
+    """After a stream error, wait (bounded) for the final flag the server always sends."""
+    deadline = time.monotonic() + protocol.FINAL_AFTER_ERROR_S
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            result, _ = results.get(timeout=left)
+        except queue.Empty:
+            return False
+        if result is not None and protocol.is_final(result):
+            return True
+    return False
 
 
 class TTSClient:
@@ -204,7 +218,9 @@ class TTSClient:
                         f"no audio from the server in {self.timeout} s"
                     ) from None
                 if error is not None:
-                    raise self._error(error)
+                    failure = self._error(error)
+                    reader.finished = _final_arrives(results)
+                    raise failure
                 chunk = reader.read(result)
                 if chunk is not None:
                     yield chunk

@@ -214,6 +214,11 @@ class StreamReader:
         return chunk
 
 
+# How long a client waits for the final flag after a stream error before closing it. Closing
+# (cancelling) a stream while Triton 2.51 still completes its final response once crashed the
+# server (segfault in the gRPC stream handler), so the client lets the stream end first.
+FINAL_AFTER_ERROR_S = 5.0
+
 # tts_stream sends one empty response with the final flag, so the end is always seen.
 STREAM_PARAMETERS = {"triton_enable_empty_final_response": True}
 
