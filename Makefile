@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 HTTP_PORT ?= 8000
 GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
+# The OpenAI-compatible gateway (tts_gateway); 0 serves Triton alone.
+GATEWAY_PORT ?= 8080
 # Loopback by default; BIND=0.0.0.0 opens HTTP, gRPC and metrics to the network.
 BIND ?= 127.0.0.1
 PYTEST_ARGS ?=
@@ -23,7 +25,7 @@ system-deps:
 	fi
 
 $(VENV)/.installed: requirements.txt pyproject.toml client/pyproject.toml
-	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "Python >= 3.10 needed"'
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 needed"'
 	@test -x $(PY) || { echo "creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade "pip==24.3.1"
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
@@ -39,7 +41,7 @@ export: $(VENV)/.installed
 serve: setup export
 	exec $(PY) -m tts_tools.server --model-repository model_repository \
 	  --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) \
-	  --bind $(BIND)
+	  --gateway-port $(GATEWAY_PORT) --bind $(BIND)
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .

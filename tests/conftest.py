@@ -46,6 +46,15 @@ def pytest_runtest_makereport(item, call):
 
 
 @pytest.fixture(scope="session")
+def gateway(server, tmp_path_factory):
+    """The OpenAI-compatible gateway on the test server (voices: tests/gateway_support.py)."""
+    from tests.gateway_support import gateway_on
+
+    with gateway_on(server, tmp_path_factory, "--max-input-chars=20000") as gw:
+        yield gw
+
+
+@pytest.fixture(scope="session")
 def grpc_client(server):
     from tts_client import TTSClient
 

@@ -18,11 +18,15 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from .supervisor import SUPERVISED_ARGS, Supervisor, is_ready
 
+# How long a stopping gateway may take to finish its requests (uvicorn's graceful shutdown).
+GATEWAY_DRAIN_S = 35.0
 PY_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
@@ -276,6 +280,12 @@ def main(argv: list[str] | None = None) -> None:
         help="address for HTTP, gRPC and metrics (default 127.0.0.1; 0.0.0.0 opens them)",
     )
     parser.add_argument(
+        "--gateway-port",
+        type=int,
+        default=int(os.environ.get("GATEWAY_PORT", 8080)),
+        help="port of the OpenAI-compatible gateway, on --bind (0: no gateway)",
+    )
+    parser.add_argument(
         "--restricted-apis",
         default=RESTRICTED,
         help=f"APIs that need the admin key (default {RESTRICTED}; add statistics, "
@@ -305,28 +315,147 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.model_repository}; admin APIs ({args.restricted_apis}) {admin}",
         flush=True,
     )
-    sys.exit(supervise(cmd, args.http_port, args.model_repository, admin_headers(key)))
+    gateway = None
+    if args.gateway_port:
+        triton = f"grpc://127.0.0.1:{args.grpc_port}"
+        gateway = gateway_command(triton, args.bind, args.gateway_port)
+        print(
+            f"gateway: OpenAI-compatible API on http://{args.bind}:{args.gateway_port}/v1",
+            flush=True,
+        )
+    headers = admin_headers(key)
+    sys.exit(supervise(cmd, args.http_port, args.model_repository, headers, gateway))
 
 
-def supervise(cmd: list[str], http_port: int, repository: Path, headers: dict[str, str]) -> int:
-    """Run tritonserver as a child with the supervisor beside it; forward SIGTERM/SIGINT."""
-    # Its own session: a terminal's Ctrl-C reaches only us, and we forward it once.
-    process = subprocess.Popen(cmd, env=server_env(), start_new_session=True)
-    supervisor: Supervisor | None = None
+def gateway_command(
+    triton_url: str, bind: str, port: int, extra_args: list[str] | None = None
+) -> list[str]:
+    """The OpenAI-compatible gateway (``tts_gateway``) in front of a tritonserver."""
+    return [
+        sys.executable,
+        "-m",
+        "tts_gateway",
+        f"--triton-url={triton_url}",
+        f"--host={bind}",
+        f"--port={port}",
+        *(extra_args or []),
+    ]
 
-    def forward(signum, _frame) -> None:
-        print(f"launcher: {signal.Signals(signum).name}, stopping tritonserver", flush=True)
-        if supervisor:  # stubs stop on purpose now: nothing to heal
-            supervisor.stop(wait=False)
-        process.send_signal(signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    while process.poll() is None and not is_ready(http_port):
-        time.sleep(0.5)
+class GatewayProcess:
+    """``python -m tts_gateway`` as a child on a free port, logging to a file (tests, bench).
+
+    ``with GatewayProcess(server.grpc_url, log_path) as gateway:`` waits for ``/health``.
+    """
+
+    def __init__(
+        self,
+        triton_url: str,
+        log_path: Path,
+        port: int | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.log_path = Path(log_path)
+        self.command = gateway_command(triton_url, "127.0.0.1", self.port, extra_args)
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def log_tail(self, lines: int = 60) -> str:
+        if not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def start(self, timeout: float = 60.0) -> GatewayProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"gateway exited ({self.process.returncode}):\n{self.log_tail()}"
+                )
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"gateway not up after {timeout:.0f} s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.process:
+            _stop(self.process, GATEWAY_DRAIN_S)
+
+    def __enter__(self) -> GatewayProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _stop(process: subprocess.Popen, grace: float) -> None:
     if process.poll() is None:
-        log = functools.partial(print, flush=True)
-        supervisor = Supervisor(process.pid, http_port, repository, headers, log).start()
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def supervise(
+    cmd: list[str],
+    http_port: int,
+    repository: Path,
+    headers: dict[str, str],
+    gateway_cmd: list[str] | None = None,
+    drain_s: float = GATEWAY_DRAIN_S,
+) -> int:
+    """Run tritonserver (and the gateway) as children with the supervisor beside them.
+
+    SIGTERM/SIGINT stop the gateway first, which stops accepting and lets its requests finish
+    (up to ``drain_s``) while Triton still serves them; then tritonserver. A gateway that dies
+    is started again.
+    """
+    # Their own sessions: a terminal's Ctrl-C reaches only us, and we forward it once.
+    process = subprocess.Popen(cmd, env=server_env(), start_new_session=True)
+    stopping = threading.Event()
+    say = functools.partial(print, flush=True)
+
+    def on_signal(signum, _frame) -> None:
+        if not stopping.is_set():
+            say(f"launcher: {signal.Signals(signum).name}, stopping")
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    while process.poll() is None and not stopping.is_set() and not is_ready(http_port):
+        stopping.wait(0.5)
+    supervisor: Supervisor | None = None
+    gateway: subprocess.Popen | None = None
+    if process.poll() is None and not stopping.is_set():
+        supervisor = Supervisor(process.pid, http_port, repository, headers, say).start()
+        if gateway_cmd:
+            gateway = subprocess.Popen(gateway_cmd, start_new_session=True)
+    while process.poll() is None and not stopping.is_set():
+        if gateway and gateway.poll() is not None:
+            say(f"launcher: the gateway exited ({gateway.returncode}); starting it again")
+            gateway = subprocess.Popen(gateway_cmd, start_new_session=True)
+        stopping.wait(0.5)
+    if gateway:
+        _stop(gateway, drain_s)
+    if supervisor:  # stubs stop on purpose now: nothing to heal
+        supervisor.stop(wait=False)
+    if process.poll() is None:
+        say("launcher: stopping tritonserver")
+        process.send_signal(signal.SIGTERM)
     code = process.wait()
     if supervisor:
         supervisor.stop()

@@ -64,6 +64,17 @@ class AsyncTTSClient:
     async def __aexit__(self, *exc) -> None:
         await self.close()
 
+    async def is_ready(self) -> bool:
+        """True when the server and both models (``model`` and ``stream_model``) are ready."""
+        try:
+            return bool(
+                await self._client.is_server_ready()
+                and await self._client.is_model_ready(self.model)
+                and await self._client.is_model_ready(self.stream_model)
+            )
+        except Exception:
+            return False
+
     async def _error(self, exc: BaseException) -> TTSError:
         code = protocol.error_code(exc)
         alive = True
@@ -154,7 +165,7 @@ class AsyncTTSClient:
                     result, error = await asyncio.wait_for(anext(responses), self.timeout)
                 except StopAsyncIteration:
                     raise ServerUnavailable("the stream ended without its final response") from None
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     raise ServerUnavailable(
                         f"no audio from the server in {self.timeout} s"
                     ) from None

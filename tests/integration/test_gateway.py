@@ -1,0 +1,323 @@
+"""The OpenAI-compatible gateway against the real tritonserver, through the official `openai` SDK.
+
+Formats decode to audio of the right length; long input streams; concurrent requests are
+batched inside Triton; every error class answers in OpenAI's envelope and the next request is
+served; fuzzed bodies never get a 5xx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+import time
+
+import httpx2 as httpx
+import numpy as np
+import openai
+import pytest
+
+from tests.gateway_support import decode, gateway_on, good_request, rms_dbfs
+from tts_tools.server import GatewayProcess, free_port
+from tts_tools.statistics import model_statistics
+from tts_tools.texts import PARAGRAPH, SENTENCES
+
+SENTENCE = (
+    "A rainbow is a meteorological phenomenon caused by reflection, refraction and "
+    "dispersion of light in water droplets."
+)
+
+
+@pytest.fixture(scope="module")
+def sdk(gateway):
+    return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "opus", "aac", "flac", "wav", "pcm"])
+def test_every_format_decodes_to_the_same_audio_length(sdk, fmt):
+    reference = sdk.audio.speech.create(
+        model="tts-1", voice="joe-exact", input=SENTENCE, response_format="wav"
+    ).read()
+    wav, rate = decode(reference, "wav")
+    data = sdk.audio.speech.create(
+        model="tts-1", voice="joe-exact", input=SENTENCE, response_format=fmt
+    ).read()
+    samples, got_rate = decode(data, fmt)
+    assert got_rate == (48000 if fmt == "opus" else 22050)
+    duration, expected = len(samples) / got_rate, len(wav) / rate
+    assert abs(duration - expected) <= 0.05 * expected, (fmt, duration, expected)
+    assert rms_dbfs(samples) > -40, "not silent"
+    if fmt in ("wav", "pcm", "flac"):  # lossless: the very same samples
+        np.testing.assert_allclose(samples[: len(wav)], wav, atol=1 / 32768)
+
+
+def test_voices_aliases_models_and_voice_defaults(gateway, sdk):
+    listed = httpx.get(f"{gateway.url}/v1/audio/voices").json()["voices"]
+    assert [v["id"] for v in listed] == ["joe", "joe-exact", "joe-slow"]
+    models = httpx.get(f"{gateway.url}/v1/models").json()
+    assert {m["id"] for m in models["data"]} >= {"tts-1", "tts-1-hd", "gpt-4o-mini-tts"}
+    normal = sdk.audio.speech.create(
+        model="tts-1-hd", voice="joe-exact", input=SENTENCE, response_format="pcm"
+    ).read()
+    slow = sdk.audio.speech.create(
+        model="gpt-4o-mini-tts", voice="joe-slow", input=SENTENCE, response_format="pcm"
+    ).read()
+    assert 1.5 < len(slow) / len(normal) < 2.2  # joe-slow speaks at half speed (pauses fixed)
+    faster = sdk.audio.speech.create(
+        model="tts-1", voice="joe-exact", input=SENTENCE, response_format="pcm", speed=2.0
+    ).read()
+    assert 0.45 < len(faster) / len(normal) < 0.7
+    echo = sdk.audio.speech.create(model="tts-1", voice="echo", input="Hi.", response_format="pcm")
+    assert len(echo.read()) > 0
+
+
+def test_audio_streams_with_the_sdk(sdk):
+    text = " ".join(SENTENCES[:6])
+    with sdk.audio.speech.with_streaming_response.create(
+        model="tts-1", voice="alloy", input=text, response_format="pcm"
+    ) as response:
+        assert response.headers["x-audio-streaming"] == "true"
+        assert response.headers["x-sample-rate"] == "22050"
+        parts = [part for part in response.iter_bytes() if part]
+    audio = np.frombuffer(b"".join(parts), dtype="<i2")
+    assert len(parts) > 1 and len(audio) > 22050 * 5
+
+
+def test_sse_events_carry_the_audio(sdk):
+    text = " ".join(SENTENCES[:6])
+    with sdk.audio.speech.with_streaming_response.create(
+        model="tts-1",
+        voice="alloy",
+        input=text,
+        response_format="pcm",
+        extra_body={"stream_format": "sse"},
+    ) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line]
+    *deltas, done = events
+    assert {e["type"] for e in deltas} == {"speech.audio.delta"} and len(deltas) > 1
+    assert done["type"] == "speech.audio.done"
+    audio = b"".join(base64.b64decode(e["audio"]) for e in deltas)
+    seconds = len(audio) / 2 / 22050
+    assert abs(done["usage"]["audio_seconds"] - seconds) < 0.01
+    assert done["usage"]["input_characters"] == len(text)
+
+
+def test_a_10000_character_input_starts_early(gateway):
+    text = (PARAGRAPH + " ") * (10_000 // len(PARAGRAPH) + 1)
+    text = text[:10_000]
+    body = {"model": "tts-1", "voice": "alloy", "input": text, "response_format": "pcm"}
+    started = time.perf_counter()
+    first = None
+    size = 0
+    with httpx.stream("POST", f"{gateway.url}/v1/audio/speech", json=body, timeout=600) as response:
+        assert response.status_code == 200
+        for part in response.iter_bytes():
+            if part and first is None:
+                first = time.perf_counter() - started
+            size += len(part)
+    total = time.perf_counter() - started
+    seconds = size / 2 / 22050
+    print(f"10,000 characters: first bytes {first:.2f} s, all {total:.1f} s, {seconds:.0f} s")
+    assert seconds > 400  # all of it was spoken (about 17 characters a second)
+    assert first < 0.25 * total
+
+
+def test_100_concurrent_requests_all_succeed_and_are_batched(gateway, server):
+    address = f"localhost:{server.grpc_port}"
+    before = model_statistics(address, ["acoustic", "vocoder"], server.admin_headers)
+
+    async def main() -> list[httpx.Response]:
+        limits = httpx.Limits(max_connections=100)
+        async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+            return await asyncio.gather(
+                *(
+                    client.post(
+                        f"{gateway.url}/v1/audio/speech",
+                        json={
+                            "model": "tts-1",
+                            "voice": "alloy",
+                            "input": SENTENCES[i % len(SENTENCES)],
+                            "response_format": "mp3" if i % 2 else "pcm",
+                        },
+                    )
+                    for i in range(100)
+                )
+            )
+
+    responses = asyncio.run(main())
+    assert [r.status_code for r in responses] == [200] * 100, {r.text for r in responses}
+    after = model_statistics(address, ["acoustic", "vocoder"], server.admin_headers)
+    for model in ("acoustic", "vocoder"):
+        delta = after[model] - before[model]
+        assert delta.inferences >= 100
+        assert delta.average_batch > 2, (model, delta.batch_sizes)
+
+
+ERRORS = [
+    # (what is wrong, body or raw bytes, extra headers, status, param)
+    ("speed too high", {"speed": 9}, {}, 400, "speed"),
+    ("speed NaN", {"speed": "NaN"}, {}, 400, "speed"),
+    ("no input", {"input": None}, {}, 400, "input"),
+    ("empty input", {"input": "   "}, {}, 400, "input"),
+    ("input too long", {"input": "a" * 20_001}, {}, 400, "input"),
+    ("unknown format", {"response_format": "ogg"}, {}, 400, "response_format"),
+    ("unknown field", {"voise": "alloy"}, {}, 400, "voise"),
+    ("unknown model", {"model": "tts-2"}, {}, 404, "model"),
+    ("unknown voice", {"voice": "nobody"}, {}, 404, "voice"),
+    ("malformed JSON", b'{"model": "tts-1",', {}, 400, None),
+    ("a list, not an object", b"[1, 2]", {}, 400, None),
+    ("empty body", b"", {}, 400, None),
+    ("body too large", b"{" + b" " * 2_000_000 + b"}", {}, 413, None),
+    ("gzip body", b"\x1f\x8b\x08\x00", {"content-encoding": "gzip"}, 415, None),
+]
+
+
+@pytest.mark.parametrize(
+    "body,headers,status,param", [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS]
+)
+def test_bad_requests_get_openai_errors_and_the_next_one_is_served(
+    gateway, body, headers, status, param
+):
+    if isinstance(body, dict):
+        full = {"model": "tts-1", "voice": "alloy", "input": "Hello.", **body}
+        content = json.dumps({k: v for k, v in full.items() if v is not None}).encode()
+    else:
+        content = body
+    response = httpx.post(
+        f"{gateway.url}/v1/audio/speech",
+        content=content,
+        headers={"content-type": "application/json", **headers},
+        timeout=60,
+    )
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["param"] == param and error["message"]
+    assert "Traceback" not in response.text
+    good_request(gateway)
+
+
+def test_unknown_names_are_listed_in_the_error(gateway):
+    response = httpx.post(
+        f"{gateway.url}/v1/audio/speech",
+        json={"model": "tts-1", "voice": "nobody", "input": "Hi."},
+        timeout=60,
+    )
+    assert "joe-exact" in response.json()["error"]["message"]
+
+
+def test_too_many_requests_get_429_and_the_sdk_retry_succeeds(server, tmp_path_factory):
+    """A gateway admitting one request: the second gets 429 + Retry-After; the SDK waits and
+    retries on its own, and succeeds once the first is gone."""
+    limits = ("--max-concurrent-requests=1", "--max-input-chars=20000")
+    with gateway_on(server, tmp_path_factory, *limits) as gateway:
+        release = threading.Event()
+        holding = threading.Event()
+
+        def hold() -> None:
+            # Long enough that it is still being made while the test goes on.
+            text = (PARAGRAPH * 40)[:20_000]
+            body = {"model": "tts-1", "voice": "alloy", "input": text, "response_format": "pcm"}
+            with httpx.stream(
+                "POST", f"{gateway.url}/v1/audio/speech", json=body, timeout=120
+            ) as response:
+                assert response.status_code == 200
+                parts = response.iter_bytes()  # (held: dropping it would close the response)
+                next(parts)
+                holding.set()
+                release.wait(60)  # leaving closes the connection: the gateway lets go
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert holding.wait(60)
+        seen: list[httpx.Response] = []
+
+        def on_response(response: httpx.Response) -> None:
+            seen.append(response)
+            if response.status_code == 429:
+                release.set()
+
+        http_client = httpx.Client(event_hooks={"response": [on_response]}, timeout=60)
+        sdk = openai.OpenAI(
+            base_url=f"{gateway.url}/v1", api_key="unused", max_retries=5, http_client=http_client
+        )
+        audio = sdk.audio.speech.create(
+            model="tts-1", voice="alloy", input="Retried.", response_format="pcm"
+        ).read()
+        holder.join(60)
+        assert seen[0].status_code == 429 and seen[0].headers["retry-after"] == "1"
+        assert seen[-1].status_code == 200 and len(audio) > 0
+
+
+def test_triton_at_capacity_gives_503_with_retry_after(gateway, server):
+    """tts_stream runs at most 16 streams; the gateway's 17th long request is answered 503."""
+    import tritonclient.grpc as grpcclient
+
+    from tts_client import protocol
+
+    clients = []
+    try:
+        for _ in range(16):
+            client = grpcclient.InferenceServerClient(f"localhost:{server.grpc_port}")
+            client.start_stream(callback=lambda result, error: None)
+            inputs = protocol.build_inputs(grpcclient, PARAGRAPH * 20, batched=False)
+            client.async_stream_infer("tts_stream", inputs, parameters=protocol.STREAM_PARAMETERS)
+            clients.append(client)
+        time.sleep(1)  # (not a timing assumption: the 16 are counted from their first request)
+        response = httpx.post(
+            f"{gateway.url}/v1/audio/speech",
+            json={"model": "tts-1", "voice": "alloy", "input": PARAGRAPH},
+            timeout=60,
+        )
+        assert response.status_code == 503, response.text
+        assert response.headers["retry-after"] == "1"
+        assert response.json()["error"]["code"] == "overloaded"
+    finally:
+        for client in clients:
+            client.stop_stream(cancel_requests=True)
+            client.close()
+    good_request(gateway)
+
+
+def test_deadline_gives_504(server, tmp_path_factory):
+    with gateway_on(server, tmp_path_factory, "--request-timeout-s=0.001") as gateway:
+        response = httpx.post(
+            f"{gateway.url}/v1/audio/speech",
+            json={"model": "tts-1", "voice": "alloy", "input": PARAGRAPH},
+            timeout=60,
+        )
+        assert response.status_code == 504, response.text
+        assert response.json()["error"]["code"] == "timeout"
+
+
+def test_triton_down_gives_502_and_not_ready(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("nowhere")
+    nowhere = f"grpc://127.0.0.1:{free_port()}"
+    with GatewayProcess(nowhere, folder / "gateway.log") as gateway:
+        assert httpx.get(f"{gateway.url}/health").status_code == 200
+        assert httpx.get(f"{gateway.url}/ready").status_code == 503
+        response = httpx.post(
+            f"{gateway.url}/v1/audio/speech",
+            json={"model": "tts-1", "voice": "alloy", "input": "Hello."},
+            timeout=60,
+        )
+        assert response.status_code == 502, response.text
+        assert response.json()["error"]["code"] == "upstream_unavailable"
+
+
+def test_ready_and_metrics(gateway):
+    assert httpx.get(f"{gateway.url}/ready").json() == {"status": "ready"}
+    good_request(gateway)
+    text = httpx.get(f"{gateway.url}/metrics").text
+    samples = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+    assert samples['tts_gateway_requests_total{format="wav",status="200"}'] >= 1
+    assert samples["tts_gateway_audio_seconds_total"] > 0
+    assert samples["tts_gateway_characters_total"] > 0
+    assert samples["tts_gateway_time_to_first_byte_seconds_count"] >= 1
+    assert samples["tts_gateway_real_time_factor_count"] >= 1

@@ -1,0 +1,147 @@
+"""Gateway settings: one dataclass; each field is a ``--flag`` and a ``TTS_GATEWAY_*`` variable."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# OpenAI's model names, all served by the same Triton pipeline (there is one engine).
+MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+
+# OpenAI's voice names, each an alias of a voice this repository serves.
+OPENAI_VOICES = (
+    "alloy",
+    "ash",
+    "ballad",
+    "coral",
+    "echo",
+    "fable",
+    "nova",
+    "onyx",
+    "sage",
+    "shimmer",
+    "verse",
+)
+
+
+@dataclass(frozen=True)
+class Voice:
+    """A voice the gateway offers: its id, aliases and the defaults it synthesizes with.
+
+    ``speed`` multiplies the request's speed; ``noise_scale`` / ``noise_w`` (None: the voice's
+    own) set the variation of timbre and timing (0 and 0: the same audio for the same text).
+    """
+
+    id: str
+    description: str = ""
+    aliases: tuple[str, ...] = ()
+    speed: float = 1.0
+    noise_scale: float | None = None
+    noise_w: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Voice:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"voice {data.get('id')!r}: unknown key(s) {', '.join(unknown)}")
+        if not isinstance(data.get("id"), str) or not data["id"]:
+            raise ValueError(f"every voice needs an 'id' string, got {data!r}")
+        return cls(**{**data, "aliases": tuple(data.get("aliases", ()))})
+
+
+def load_voices(path: str | Path) -> tuple[Voice, ...]:
+    """A JSON list of voices (``[{"id": "joe", "aliases": ["alloy"], "speed": 0.9}, ...]``)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"cannot read voices file {path}: {e}") from None
+    if not isinstance(data, list) or not all(isinstance(v, dict) for v in data):
+        raise ValueError(f"voices file {path} must hold a JSON list of objects")
+    return tuple(Voice.from_dict(v) for v in data)
+
+
+DEFAULT_VOICES = (Voice("joe", "Piper en_US-joe-medium (US English, male)", OPENAI_VOICES),)
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    triton_url: str = "grpc://127.0.0.1:8001"
+    host: str = "127.0.0.1"
+    port: int = 8080
+    # OpenAI's own limit; raise it (up to tts_stream's max_characters) for long documents.
+    max_input_chars: int = 4096
+    # Bodies are read up to this size before anything else happens; bigger ones get 413.
+    max_body_bytes: int = 1_048_576
+    # Up to this many characters one `tts` request; longer text streams through `tts_stream`.
+    direct_max_chars: int = 150
+    # Requests in flight in this gateway; beyond it, 429 with Retry-After at once.
+    max_concurrent_requests: int = 256
+    # Deadline for a whole request; past it, 504 (or the stream is cut with an error).
+    request_timeout_s: float = 120.0
+    retry_after_s: int = 1
+    # A JSON list of voices (see Voice); empty: the bundled voice with OpenAI's names as aliases.
+    voices_file: str = ""
+    voices: tuple[Voice, ...] = field(default=DEFAULT_VOICES)
+
+    def __post_init__(self) -> None:
+        for name in ("port", "max_input_chars", "max_body_bytes", "max_concurrent_requests"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.request_timeout_s <= 0:
+            raise ValueError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+        if self.max_body_bytes < 6 * self.max_input_chars:
+            # A character can take 6 bytes in JSON (\\uXXXX); a legal input must fit the body.
+            raise ValueError(
+                f"max_body_bytes ({self.max_body_bytes}) must be at least 6 x max_input_chars "
+                f"({6 * self.max_input_chars})"
+            )
+        if self.voices_file and self.voices is DEFAULT_VOICES:
+            object.__setattr__(self, "voices", load_voices(self.voices_file))
+        if not self.voices:
+            raise ValueError("at least one voice is needed")
+
+    def voice_names(self) -> dict[str, Voice]:
+        """Every accepted name (ids first, then aliases) -> its voice."""
+        names: dict[str, Voice] = {v.id: v for v in self.voices}
+        for voice in self.voices:
+            for alias in voice.aliases:
+                names.setdefault(alias, voice)
+        return names
+
+
+_SCALARS = [f for f in dataclasses.fields(GatewaySettings) if f.name != "voices"]
+
+
+def env_name(name: str) -> str:
+    return "TTS_GATEWAY_" + name.upper()
+
+
+def parse_args(argv: list[str] | None = None, environ: Mapping[str, str] | None = None):
+    """Settings from flags, then ``TTS_GATEWAY_*`` variables, then the defaults."""
+    environ = os.environ if environ is None else environ
+    parser = argparse.ArgumentParser(
+        prog="python -m tts_gateway",
+        description="OpenAI-compatible speech API in front of Triton (see README).",
+    )
+    for f in _SCALARS:
+        kind = type(f.default)
+        default = kind(environ.get(env_name(f.name), f.default))
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"),
+            type=kind,
+            default=default,
+            help=f"default {f.default} (or ${env_name(f.name)})",
+        )
+    parser.add_argument("--log-level", default=environ.get("TTS_GATEWAY_LOG_LEVEL", "info"))
+    args = parser.parse_args(argv)
+    values = {f.name: getattr(args, f.name) for f in _SCALARS}
+    try:
+        return GatewaySettings(**values), args.log_level
+    except ValueError as e:
+        parser.error(str(e))
