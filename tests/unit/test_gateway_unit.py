@@ -1,0 +1,222 @@
+"""The gateway without Triton: a fake backend behind the real app, encoders, settings."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+
+import av
+import numpy as np
+import pytest
+from starlette.testclient import TestClient
+
+from tts_client.audio import Audio, AudioChunk
+from tts_client.errors import InferenceFailed, InvalidInput, ServerOverloaded, ServerUnavailable
+from tts_gateway.app import create_app
+from tts_gateway.encoding import FORMATS, Encoder, encode_all
+from tts_gateway.settings import GatewaySettings, Voice, load_voices, parse_args
+
+RATE = 22050
+
+
+def tone(seconds: float) -> np.ndarray:
+    t = np.arange(int(seconds * RATE)) / RATE
+    return (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
+
+
+class FakeBackend:
+    """Speaks a tone of 0.1 s per character; ``fail`` raises before or after the first chunk."""
+
+    def __init__(self, fail: Exception | None = None, fail_after: int | None = None, delay=0.0):
+        self.fail = fail
+        self.fail_after = fail_after
+        self.delay = delay
+        self.calls: list[tuple] = []
+
+    async def sample_rate(self) -> int:
+        return RATE
+
+    async def synthesize(self, text, speed, noise_scale=None, noise_w=None) -> Audio:
+        self.calls.append(("synthesize", text, speed, noise_scale, noise_w))
+        await asyncio.sleep(self.delay)
+        if self.fail and self.fail_after is None:
+            raise self.fail
+        return Audio(tone(0.1 * len(text) / speed), RATE)
+
+    async def stream(self, text, speed, noise_scale=None, noise_w=None):
+        self.calls.append(("stream", text, speed, noise_scale, noise_w))
+        for index, part in enumerate(text.split(". ")):
+            await asyncio.sleep(self.delay)
+            if self.fail and index == (self.fail_after or 0):
+                raise self.fail
+            yield AudioChunk(tone(0.1 * len(part) / speed), RATE, part, index)
+
+    async def is_ready(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        pass
+
+
+def client_for(backend: FakeBackend, **settings) -> TestClient:
+    app = create_app(GatewaySettings(**settings), lambda _settings: backend)
+    return TestClient(app)
+
+
+def speech(client: TestClient, **body):
+    full = {"model": "tts-1", "voice": "alloy", "input": "Hello there.", **body}
+    return client.post("/v1/audio/speech", json=full)
+
+
+def decode_seconds(data: bytes) -> float:
+    container = av.open(io.BytesIO(data))
+    stream = container.streams.audio[0]
+    return sum(f.samples for f in container.decode(stream)) / stream.sample_rate
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_each_format_encodes_in_pieces_to_the_same_length(name):
+    fmt = FORMATS[name]
+    audio = tone(2.0)
+    encoder = Encoder(fmt, RATE)
+    data = b"".join(encoder.encode(part) for part in np.array_split(audio, 7)) + encoder.finish()
+    seconds = len(data) / 2 / RATE if name == "pcm" else decode_seconds(data)
+    assert abs(seconds - 2.0) < 0.1, (name, seconds)  # (MP3 and AAC pad a frame or two)
+    assert data == encode_all(audio, fmt, RATE) or name in ("mp3", "aac", "opus")
+
+
+def test_streaming_formats_give_bytes_before_the_end():
+    for name in ("mp3", "opus", "aac", "wav", "pcm", "flac"):
+        encoder = Encoder(FORMATS[name], RATE)
+        assert encoder.encode(tone(1.0)), name  # one second in: bytes out already
+        encoder.close()
+
+
+def test_a_closed_encoder_refuses_more_audio():
+    encoder = Encoder(FORMATS["mp3"], RATE)
+    encoder.close()
+    encoder.close()  # twice is fine
+    with pytest.raises(ValueError, match="closed"):
+        encoder.encode(tone(0.1))
+
+
+def test_short_text_is_one_request_long_text_a_stream_and_voice_defaults_apply():
+    backend = FakeBackend()
+    voices = (Voice("joe", aliases=("alloy",)), Voice("slow", speed=0.5, noise_w=0.0))
+    with client_for(backend, voices=voices, direct_max_chars=20) as client:
+        short = speech(client, response_format="pcm")
+        assert short.status_code == 200 and short.headers["x-audio-streaming"] == "false"
+        long = speech(client, input="One two. Three four five. Six.", voice="slow", speed=2.0)
+        assert long.status_code == 200 and long.headers["x-audio-streaming"] == "true"
+    assert backend.calls[0] == ("synthesize", "Hello there.", 1.0, None, None)
+    assert backend.calls[1] == ("stream", "One two. Three four five. Six.", 1.0, None, 0.0)
+    assert len(short.content) == 2 * int(0.1 * len("Hello there.") * RATE)
+
+
+@pytest.mark.parametrize(
+    "error,status,code,retry_after",
+    [
+        (InvalidInput("text is too long"), 400, "invalid_input", None),
+        (ServerOverloaded("queue full"), 503, "overloaded", "1"),
+        (ServerUnavailable("connection refused"), 502, "upstream_unavailable", "1"),
+        (InferenceFailed("boom"), 500, "internal", None),
+    ],
+)
+def test_triton_errors_before_audio_become_statuses(error, status, code, retry_after):
+    with client_for(FakeBackend(fail=error)) as client:
+        response = speech(client)
+    assert response.status_code == status
+    body = response.json()["error"]
+    assert body["code"] == code and str(error) in body["message"]
+    assert response.headers.get("retry-after") == retry_after
+
+
+def test_the_deadline_gives_504():
+    with client_for(FakeBackend(delay=1.0), request_timeout_s=0.05) as client:
+        response = speech(client)
+    assert response.status_code == 504 and response.json()["error"]["code"] == "timeout"
+
+
+def test_an_error_mid_stream_cuts_audio_and_ends_sse_with_an_error_event():
+    text = "First part. Second part. Third part."
+    backend = FakeBackend(fail=InferenceFailed("vocoder died"), fail_after=1)
+    with client_for(backend, direct_max_chars=5) as client:
+        sse = speech(client, input=text, stream_format="sse", response_format="pcm")
+        assert sse.status_code == 200
+        events = [json.loads(line[6:]) for line in sse.text.splitlines() if line]
+        assert events[0]["type"] == "speech.audio.delta" and base64.b64decode(events[0]["audio"])
+        assert events[-1]["type"] == "error" and "vocoder died" in events[-1]["error"]["message"]
+        # Plain audio: the body is cut, never ended as if complete.
+        with pytest.raises(InferenceFailed):
+            speech(client, input=text, response_format="pcm")
+
+
+def test_admission_limit_gives_429_with_retry_after():
+    backend = FakeBackend(delay=0.5)
+    app = create_app(GatewaySettings(max_concurrent_requests=1), lambda _s: backend)
+
+    async def main():
+        import httpx2 as httpx
+
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://gw") as client,
+        ):
+            body = {"model": "tts-1", "voice": "alloy", "input": "Hello."}
+            first = asyncio.create_task(client.post("/v1/audio/speech", json=body))
+            while not backend.calls:
+                await asyncio.sleep(0.01)
+            second = await client.post("/v1/audio/speech", json=body)
+            return await first, second
+
+    first, second = asyncio.run(main())
+    assert first.status_code == 200
+    assert second.status_code == 429 and second.headers["retry-after"] == "1"
+    assert second.json()["error"]["type"] == "rate_limit_error"
+
+
+def test_openapi_schema_describes_the_speech_body():
+    with client_for(FakeBackend()) as client:
+        schema = client.get("/openapi.json").json()
+    body = schema["components"]["schemas"]["SpeechRequest"]
+    assert set(body["required"]) == {"model", "input", "voice"}
+    assert body["properties"]["speed"]["maximum"] == 4.0
+
+
+def test_settings_from_flags_and_environment(tmp_path):
+    voices = tmp_path / "voices.json"
+    voices.write_text(json.dumps([{"id": "a", "aliases": ["alloy"]}, {"id": "b", "speed": 0.8}]))
+    settings, level = parse_args(
+        ["--port", "9000", f"--voices-file={voices}"], {"TTS_GATEWAY_MAX_INPUT_CHARS": "8000"}
+    )
+    assert settings.port == 9000 and settings.max_input_chars == 8000 and level == "info"
+    assert [v.id for v in settings.voices] == ["a", "b"]
+    assert {k: v.id for k, v in settings.voice_names().items()} == {
+        "a": "a",
+        "b": "b",
+        "alloy": "a",
+    }
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ("{", "cannot read voices file"),
+        ('{"id": "a"}', "JSON list of objects"),
+        ('[{"id": "a", "pitch": 2}]', "unknown key"),
+        ('[{"aliases": []}]', "needs an 'id'"),
+    ],
+)
+def test_bad_voices_files_are_refused_with_the_reason(tmp_path, content, message):
+    path = tmp_path / "voices.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        load_voices(path)
+
+
+def test_settings_refuse_a_body_limit_below_the_input_limit():
+    with pytest.raises(ValueError, match="max_body_bytes"):
+        GatewaySettings(max_input_chars=100_000, max_body_bytes=100_000)
