@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
 from tests.conftest import ROOT
 from tts_client import ServerUnavailable
-from tts_tools.server import ServerProcess
+from tts_tools.server import ServerProcess, free_port
 from tts_tools.texts import PARAGRAPH, SENTENCES
 
 
@@ -87,4 +88,83 @@ def test_sigterm_ends_everything_clearly_and_leaves_nothing(exported_repository,
         r = results[f"stream{k}"]
         assert isinstance(r, int) or isinstance(r, ServerUnavailable), r
     assert not stubs_of(pid)
+    assert set(os.listdir("/dev/shm")) - shm_before == set()
+
+
+def test_sigterm_to_make_serve_drains_the_gateway(exported_repository, tmp_path):
+    """The launcher (`make serve`) stops the gateway first: 8 requests and 2 streams in flight
+    through it all finish, then Triton stops; exit 0, nothing left behind."""
+    import json
+
+    import httpx2 as httpx
+
+    shm_before = set(os.listdir("/dev/shm"))
+    http, grpc, metrics, gateway = (free_port() for _ in range(4))
+    log = open(tmp_path / "launcher.log", "w")
+    launcher = subprocess.Popen(
+        [
+            sys.executable, "-m", "tts_tools.server",
+            f"--model-repository={exported_repository}",
+            f"--cache-dir={ROOT / '.cache' / 'triton'}",
+            f"--http-port={http}", f"--grpc-port={grpc}", f"--metrics-port={metrics}",
+            f"--gateway-port={gateway}",
+        ],
+        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{gateway}/v1/audio/speech"
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{gateway}/ready").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert launcher.poll() is None, (tmp_path / "launcher.log").read_text()
+            time.sleep(0.5)
+        triton_pid = int(
+            subprocess.run(["pgrep", "-P", str(launcher.pid), "tritonserver"],
+                           capture_output=True, text=True).stdout.split()[0]
+        )  # fmt: skip
+        results: dict = {}
+        started = threading.Barrier(3)
+
+        def stream(k: int) -> None:
+            body = {"model": "tts-1", "voice": "alloy", "input": PARAGRAPH}
+            body |= {"response_format": "pcm", "stream_format": "sse"}
+            with httpx.stream("POST", url, json=body, timeout=120) as response:
+                lines = response.iter_lines()
+                first = next(line for line in lines if line)
+                started.wait(60)
+                events = [first, *(line for line in lines if line)]
+            results[f"stream{k}"] = json.loads(events[-1][6:])["type"]
+
+        def request(k: int) -> None:
+            body = {"model": "tts-1", "voice": "alloy", "input": SENTENCES[k]}
+            results[k] = httpx.post(url, json=body, timeout=120).status_code
+
+        threads = [threading.Thread(target=stream, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        started.wait(60)
+        threads += [threading.Thread(target=request, args=(k,)) for k in range(8)]
+        for t in threads[2:]:
+            t.start()
+        metrics = f"http://127.0.0.1:{gateway}/metrics"
+        while "tts_gateway_requests_in_flight 10.0" not in httpx.get(metrics).text:
+            time.sleep(0.05)  # SIGTERM once all 10 are inside the gateway
+        launcher.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(120)
+            assert not t.is_alive(), "a client hung after SIGTERM"
+        code = launcher.wait(120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        log.close()
+    print(f"\n{results}")
+    assert code == 0, (tmp_path / "launcher.log").read_text()[-3000:]
+    assert [results[k] for k in range(8)] == [200] * 8, results
+    assert results["stream0"] == results["stream1"] == "speech.audio.done", results
+    assert not stubs_of(triton_pid)
     assert set(os.listdir("/dev/shm")) - shm_before == set()
