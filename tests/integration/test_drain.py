@@ -91,6 +91,17 @@ def test_sigterm_ends_everything_clearly_and_leaves_nothing(exported_repository,
     assert set(os.listdir("/dev/shm")) - shm_before == set()
 
 
+def gateway_requests(port: int) -> float:
+    """Requests the gateway holds or has answered, from its /metrics."""
+    import httpx2 as httpx
+
+    total = 0.0
+    for line in httpx.get(f"http://127.0.0.1:{port}/metrics").text.splitlines():
+        if line.startswith(("tts_gateway_requests_in_flight ", "tts_gateway_requests_total{")):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 def test_sigterm_to_make_serve_drains_the_gateway(exported_repository, tmp_path):
     """The launcher (`make serve`) stops the gateway first: 8 requests and 2 streams in flight
     through it all finish, then Triton stops; exit 0, nothing left behind."""
@@ -150,9 +161,10 @@ def test_sigterm_to_make_serve_drains_the_gateway(exported_repository, tmp_path)
         threads += [threading.Thread(target=request, args=(k,)) for k in range(8)]
         for t in threads[2:]:
             t.start()
-        metrics = f"http://127.0.0.1:{gateway}/metrics"
-        while "tts_gateway_requests_in_flight 10.0" not in httpx.get(metrics).text:
-            time.sleep(0.05)  # SIGTERM once all 10 are inside the gateway
+        # SIGTERM once all 10 have reached the gateway (in flight or already answered).
+        wait_until = time.monotonic() + 60
+        while gateway_requests(gateway) < 10 and time.monotonic() < wait_until:
+            time.sleep(0.05)
         launcher.send_signal(signal.SIGTERM)
         for t in threads:
             t.join(120)
