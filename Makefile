@@ -12,12 +12,19 @@ GATEWAY_PORT ?= 8080
 BIND ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps export serve test unit lint format clean perf perf-smoke bench flops
+.PHONY: setup system-deps test-system-deps apt-install export serve test unit lint format clean perf \
+  perf-smoke bench flops
 
-# System packages: libb64 for perf_analyzer (the rest ships in the Python wheels).
+# System packages: libb64 for perf_analyzer (the rest ships in the Python wheels); the tests
+# also drive the gateway's web page in Debian's headless Chromium.
 SYSTEM_PACKAGES := libb64-0d
+TEST_SYSTEM_PACKAGES := chromium chromium-driver
 system-deps:
-	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	@$(MAKE) --no-print-directory apt-install PACKAGES="$(SYSTEM_PACKAGES)"
+test-system-deps:
+	@$(MAKE) --no-print-directory apt-install PACKAGES="$(TEST_SYSTEM_PACKAGES)"
+apt-install:
+	@missing=$$(for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages: $$missing"; \
 	  sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -54,7 +61,7 @@ format: $(VENV)/.installed
 unit: $(VENV)/.installed
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
-test: setup export lint
+test: setup test-system-deps export lint
 	$(PY) -m pytest -rs $(PYTEST_ARGS)
 
 # Load tests with perf_analyzer (tritonclient 2.51 wheel). perf-smoke also runs inside `make test`.

@@ -1,0 +1,106 @@
+"""The gateway's web page in a real headless Chromium (Debian's chromium + chromedriver):
+load it, play a sentence, and check the audio element got playable audio, the page measured
+the time to first audio, and the console holds no error. A screenshot is kept in out/."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+
+from tests.conftest import ROOT
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+ARTIFACTS = ROOT / "out" / "test-artifacts"
+
+
+@pytest.fixture
+def browser(tmp_path):
+    if not (CHROMIUM and CHROMEDRIVER):  # `make test` installs both (Makefile SYSTEM_PACKAGES)
+        pytest.fail("needs chromium and chromedriver: apt-get install chromium chromium-driver")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--mute-audio",
+        "--autoplay-policy=no-user-gesture-required",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--window-size=1000,800",
+    ):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for(condition, timeout: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_the_page_plays_streamed_speech(gateway, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get(gateway.url + "/")
+    voices = wait_for(
+        lambda: browser.find_elements(By.CSS_SELECTOR, "#voice option"), what="the voice list"
+    )
+    assert [v.get_attribute("value") for v in voices][:2] == ["joe", "joe-exact"]
+    text = browser.find_element(By.ID, "text")
+    text.clear()
+    text.send_keys("The page asks the gateway, and the gateway asks Triton.")
+    browser.find_element(By.ID, "play").click()
+    audio = browser.find_element(By.ID, "audio")
+    wait_for(lambda: audio.get_attribute("data-complete") == "true", what="the whole response")
+    first_audio_ms = wait_for(
+        lambda: audio.get_attribute("data-first-audio-ms"), what="playback to start"
+    )
+    state = browser.execute_script(
+        "const a = document.getElementById('audio');"
+        "return {duration: a.duration, ready: a.readyState, error: a.error && a.error.message,"
+        " buffered: a.buffered.length ? a.buffered.end(0) : 0};"
+    )
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "gateway-page.png"))
+    print(f"\npage: first audio after {first_audio_ms} ms, {state}")
+    assert state["error"] is None
+    assert state["ready"] >= 2 and state["buffered"] > 1.5  # about 3 s of speech
+    assert "First audio after" in browser.find_element(By.ID, "timing").text
+    assert "Done:" in browser.find_element(By.ID, "status").text
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == [], errors
+
+
+def test_the_page_shows_errors_from_the_api(gateway, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get(gateway.url + "/")
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#voice option"), what="voices")
+    speed = browser.find_element(By.ID, "speed")
+    speed.clear()
+    speed.send_keys("9")
+    browser.find_element(By.ID, "play").click()
+    status = browser.find_element(By.ID, "status")
+    wait_for(lambda: "speed" in status.text, what="the error message")
+    assert "error" in status.get_attribute("class")
