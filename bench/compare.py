@@ -5,6 +5,7 @@ of them. Prints, per concurrency: audio seconds per second, p50/p95/p99 latency,
 ratios ours / Piper HTTP, and the average batch size the acoustic and vocoder models saw.
 
     python -m bench.compare [--concurrency 1 4 16 32] [--rounds 3] [--requests 64]
+    python -m bench.compare --systems ours-grpc gateway-mp3 gateway-pcm --concurrency 1 16 64
 """
 
 from __future__ import annotations
@@ -143,6 +144,11 @@ class PiperHTTP:
         self.log.close()
 
 
+def statistics_of(server: ServerProcess) -> dict[str, ModelStatistics]:
+    address = f"localhost:{server.grpc_port}"
+    return model_statistics(address, ("acoustic", "vocoder"), server.admin_headers)
+
+
 class OursGRPC:
     name = "ours-grpc"
 
@@ -156,12 +162,55 @@ class OursGRPC:
     def __call__(self, text: str) -> float:
         return self.client.synthesize(text).duration
 
-    def statistics(self) -> dict[str, ModelStatistics]:
-        address = f"localhost:{self.server.grpc_port}"
-        return model_statistics(address, ("acoustic", "vocoder"), self.server.admin_headers)
+    def close(self) -> None:
+        self.client.close()
+
+
+class OursGateway:
+    """OpenAI's /v1/audio/speech through tts_gateway, as Kokoro-FastAPI users call it."""
+
+    def __init__(self, gateway, fmt: str) -> None:
+        import httpx2 as httpx
+
+        from tts_gateway.encoding import FORMATS
+
+        self.name = f"gateway-{fmt}"
+        self.format = FORMATS[fmt]
+        self.url = f"{gateway.url}/v1/audio/speech"
+        self.client = httpx.Client(timeout=300, limits=httpx.Limits(max_connections=256))
+        self("Ready.")
+
+    def __call__(self, text: str) -> float:
+        body = {"model": "tts-1", "voice": "alloy", "input": text}
+        response = self.client.post(self.url, json={**body, "response_format": self.format.name})
+        response.raise_for_status()
+        if self.format.name == "pcm":
+            return len(response.content) / 2 / int(response.headers["x-sample-rate"])
+        # Constant bit rate: the length from the size, without decoding on the client's cores.
+        return len(response.content) * 8 / self.format.bit_rate
 
     def close(self) -> None:
         self.client.close()
+
+
+def encoding_costs(server: ServerProcess, repeats: int = 10) -> None:
+    """What each response_format costs the gateway: encoder time per second of audio."""
+    from tts_client import TTSClient
+    from tts_gateway.encoding import FORMATS, encode_all
+
+    with TTSClient(server.grpc_url) as client:
+        audio = client.synthesize(" ".join(SENTENCES[:3]))
+    print(f"\nEncoding cost per format ({audio.duration:.1f} s of speech, {repeats} runs each):")
+    print("| format | ms per audio second | bytes per audio second |")
+    print("|---|---|---|")
+    for name, fmt in FORMATS.items():
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            data = encode_all(audio.samples, fmt, audio.sample_rate)
+            times.append(time.perf_counter() - start)
+        per_second = 1000 * statistics.median(times) / audio.duration
+        print(f"| {name} | {per_second:.2f} | {len(data) / audio.duration:,.0f} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,7 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=48, help="requests per run")
     parser.add_argument(
-        "--systems", nargs="+", default=["ours-grpc", "piper-http", "piper-inprocess"]
+        "--systems",
+        nargs="+",
+        default=["ours-grpc", "piper-http", "piper-inprocess"],
+        help="of ours-grpc, gateway-mp3, gateway-pcm (and any gateway-<format>), piper-http, "
+        "piper-inprocess",
     )
     parser.add_argument("--repository", type=Path, default=ROOT / "model_repository")
     parser.add_argument("--json", type=Path, help="also write all runs as JSON here")
@@ -185,10 +238,19 @@ def main(argv: list[str] | None = None) -> int:
         args.repository, log_dir / "triton.log", cache_dir=ROOT / ".cache/triton"
     )
     systems = {}
+    gateway = None
     try:
-        if "ours-grpc" in args.systems:
+        if any(s == "ours-grpc" or s.startswith("gateway-") for s in args.systems):
             server.start()
+        if "ours-grpc" in args.systems:
             systems["ours-grpc"] = OursGRPC(server)
+        gateway_formats = [s.split("-", 1)[1] for s in args.systems if s.startswith("gateway-")]
+        if gateway_formats:
+            from tts_tools.server import GatewayProcess
+
+            gateway = GatewayProcess(server.grpc_url, log_dir / "gateway.log").start()
+            for fmt in gateway_formats:
+                systems[f"gateway-{fmt}"] = OursGateway(gateway, fmt)
         if "piper-http" in args.systems:
             systems["piper-http"] = PiperHTTP(log_dir)
         if "piper-inprocess" in args.systems:
@@ -203,10 +265,10 @@ def main(argv: list[str] | None = None) -> int:
                 )  # alternate who goes first
                 for system in order:
                     run = Run(system.name, c)
-                    before = system.statistics() if isinstance(system, OursGRPC) else None
+                    before = statistics_of(server) if server.process else None
                     drive(system, texts, c, run)
-                    if before is not None:
-                        after = system.statistics()
+                    if before is not None and not system.name.startswith("piper"):
+                        after = statistics_of(server)
                         run.batch = {m: (after[m] - before[m]).average_batch for m in after}
                     runs.append(run)
                     print(
@@ -216,11 +278,15 @@ def main(argv: list[str] | None = None) -> int:
                         flush=True,
                     )
         report(runs, args.concurrency, list(systems))
+        if gateway_formats:
+            encoding_costs(server)
         if args.json:
             args.json.write_text(json.dumps([asdict(r) for r in runs], indent=1))
     finally:
         for s in systems.values():
             s.close()
+        if gateway:
+            gateway.stop()
         server.stop()
     return 0
 
@@ -254,6 +320,21 @@ def report(runs: list[Run], concurrencies: list[int], names: list[str]) -> None:
                 f"| {c} | {name} | {row['tput']:.1f} | {row['p50']:.0f} | {row['p95']:.0f} | "
                 f"{row['p99']:.0f} | {row['errors']} | {batch} |"
             )
+    gateways = [n for n in names if n.startswith("gateway-")]
+    if "ours-grpc" in names and gateways:
+        print(
+            "\n| concurrency | system | throughput / ours-grpc | p50 minus ours-grpc (ms) "
+            "| p99 minus ours-grpc (ms) |"
+        )
+        print("|---|---|---|---|---|")
+        for c in concurrencies:
+            o = table[(c, "ours-grpc")]
+            for name in gateways:
+                g = table[(c, name)]
+                print(
+                    f"| {c} | {name} | {g['tput'] / o['tput']:.3f} | {g['p50'] - o['p50']:+.0f} "
+                    f"| {g['p99'] - o['p99']:+.0f} |"
+                )
     if "ours-grpc" in names and "piper-http" in names:
         print(
             "\n| concurrency | throughput ours / Piper HTTP | p50 ours / Piper HTTP "

@@ -422,7 +422,7 @@ async def _sse(
                 yield event(
                     {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
                 )
-    except (TimeoutError, TTSError) as exc:
+    except (asyncio.TimeoutError, TTSError) as exc:
         error = exc if isinstance(exc, TTSError) else None
         message = str(error) if error else "the gateway's deadline passed"
         yield event({"type": "error", "error": {"message": message, "type": "server_error"}})

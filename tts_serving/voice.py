@@ -87,6 +87,13 @@ def shape_for_espeak(text: str) -> str:
     return _WORD.sub(_spell_dotted_runs, text)
 
 
+def has_latin_text(text: str) -> bool:
+    """At least one digit or Latin-script letter (what an English voice can read)."""
+    return any(
+        c.isdigit() or (c.isalpha() and "LATIN" in unicodedata.name(c, "")) for c in text
+    )
+
+
 class Phonemizer:
     """Text -> phoneme ids for one voice through piper's own ``PiperVoice.phonemize``.
 
@@ -132,6 +139,12 @@ class Phonemizer:
 
     def ids(self, text: str) -> list[int]:
         """Phoneme ids (with BOS/EOS/padding) for ``text``, or InvalidInputError."""
+        if self.is_english and not has_latin_text(text):
+            # espeak-ng would switch language mid-voice and the voice would babble noise.
+            raise InvalidInputError(
+                f"text has no Latin letters or digits; this voice speaks "
+                f"{self.config.espeak_voice} and cannot read it"
+            )
         phonemes = self.phonemes(text)
         if not any(p in self.config.phoneme_id_map and not p.isspace() for p in phonemes):
             raise InvalidInputError(

@@ -165,7 +165,7 @@ class AsyncTTSClient:
                     result, error = await asyncio.wait_for(anext(responses), self.timeout)
                 except StopAsyncIteration:
                     raise ServerUnavailable("the stream ended without its final response") from None
-                except TimeoutError:
+                except asyncio.TimeoutError:
                     raise ServerUnavailable(
                         f"no audio from the server in {self.timeout} s"
                     ) from None

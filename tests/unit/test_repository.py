@@ -129,3 +129,19 @@ def test_compose_runs_the_matching_ngc_image():
     service = compose["services"]["triton"]
     assert service["image"] == "nvcr.io/nvidia/tritonserver:24.10-py3"  # Triton 2.51
     assert (ROOT / service["entrypoint"][0].replace("/workspace/", "")).exists()
+
+
+def test_compose_runs_the_gateway_with_the_project_pins():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    gateway = compose["services"]["gateway"]
+    assert gateway["environment"]["TTS_GATEWAY_TRITON_URL"] == "grpc://triton:8001"
+    assert gateway["depends_on"]["triton"]["condition"] == "service_healthy"
+    assert (ROOT / gateway["entrypoint"][0].replace("/workspace/", "")).exists()
+    assert all(port.startswith("127.0.0.1:") for port in gateway["ports"])
+    pins = set((ROOT / "requirements.txt").read_text().splitlines())
+    gateway_pins = [
+        line
+        for line in (ROOT / "docker/requirements-gateway.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    assert gateway_pins and [p for p in gateway_pins if p not in pins] == []

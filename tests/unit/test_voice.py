@@ -81,9 +81,15 @@ def test_too_long_text_names_the_limit(phonemizer):
         phonemizer.ids(text)
 
 
-def test_unspeakable_text_is_rejected(phonemizer):
-    with pytest.raises(InvalidInputError, match="nothing speakable"):
-        phonemizer.ids("...")
+@pytest.mark.parametrize("text", ["...", "مرحبا بالعالم", "你好，世界", "🙂🙂", "Ωμέγα"])
+def test_text_an_english_voice_cannot_read_is_rejected(phonemizer, text):
+    with pytest.raises(InvalidInputError, match="no Latin letters or digits; this voice speaks"):
+        phonemizer.ids(text)
+
+
+@pytest.mark.parametrize("text", ["Café au lait.", "42", "Hello مرحبا", "Ça va?"])
+def test_text_with_latin_letters_or_digits_is_read(phonemizer, text):
+    assert len(phonemizer.ids(text)) > 3
 
 
 # Texts that crashed espeak-ng (segfault) before the phonemizer shaped them; keep them fixed.
