@@ -12,7 +12,7 @@ GATEWAY_PORT ?= 8080
 BIND ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps test-system-deps apt-install export serve test unit lint format clean perf \
+.PHONY: setup system-deps test-system-deps apt-install export serve test test-reliability unit lint format clean perf \
   perf-smoke bench flops
 
 # System packages: libb64 for perf_analyzer (the rest ships in the Python wheels); the tests
@@ -63,6 +63,10 @@ unit: $(VENV)/.installed
 
 test: setup test-system-deps export lint
 	$(PY) -m pytest -rs $(PYTEST_ARGS)
+
+# The reliability tier with its long tests (sustained overload, memory growth per bad input).
+test-reliability: setup export
+	$(PY) -m pytest -rs tests/reliability --long $(PYTEST_ARGS)
 
 # Load tests with perf_analyzer (tritonclient 2.51 wheel). perf-smoke also runs inside `make test`.
 perf: setup export

@@ -90,11 +90,23 @@ def gpu_available() -> bool:
     return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--long",
+        action="store_true",
+        help="also run tests marked `long` (minutes each; make test-reliability)",
+    )
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `gpu` are skipped, with the reason, where there is no GPU."""
-    if gpu_available():
-        return
-    skip = pytest.mark.skip(reason="needs an NVIDIA GPU and onnxruntime's CUDA provider")
+    """Tests marked `gpu` are skipped, with the reason, where there is no GPU; tests marked
+    `long` unless --long is given (`make test-reliability`)."""
+    gpu = gpu_available()
+    long = config.getoption("--long")
+    skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU and onnxruntime's CUDA provider")
+    skip_long = pytest.mark.skip(reason="long: runs in `make test-reliability` (--long)")
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        if "gpu" in item.keywords and not gpu:
+            item.add_marker(skip_gpu)
+        if "long" in item.keywords and not long:
+            item.add_marker(skip_long)
