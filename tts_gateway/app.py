@@ -59,8 +59,8 @@ class SpeechBackend(Protocol):
     """What the gateway needs of Triton; :class:`tts_client.AsyncTTSClient` is one."""
 
     async def sample_rate(self) -> int: ...
-    async def synthesize(self, text: str, speed: float, noise_scale=None, noise_w=None): ...
-    def stream(self, text: str, speed: float, noise_scale=None, noise_w=None) -> AsyncIterator: ...
+    async def synthesize(self, text: str, speed: float, noise_scale, noise_w, *, voice): ...
+    def stream(self, text: str, speed: float, noise_scale, noise_w, *, voice) -> AsyncIterator: ...
     async def is_ready(self) -> bool: ...
     async def close(self) -> None: ...
 
@@ -326,13 +326,14 @@ def create_app(
         streamed = len(text) > settings.direct_max_chars
         # The voice's speed scales the request's; the server checks the product's range.
         options = (request.speed * voice.speed, voice.noise_scale, voice.noise_w)
+        model_voice = voice.model_voice
 
         async def audio() -> AsyncIterator[np.ndarray]:
             if streamed:
-                async for chunk in backend.stream(text, *options):
+                async for chunk in backend.stream(text, *options, voice=model_voice):
                     yield chunk.samples
             else:  # (the client streams by itself if the text is too long for one request)
-                yield (await backend.synthesize(text, *options)).samples
+                yield (await backend.synthesize(text, *options, voice=model_voice)).samples
 
         chunks = audio()
         try:

@@ -31,15 +31,18 @@ OPENAI_VOICES = (
 
 @dataclass(frozen=True)
 class Voice:
-    """A voice the gateway offers: its id, aliases and the defaults it synthesizes with.
+    """A voice the gateway offers: its id, aliases, the Triton voice behind it and defaults.
 
-    ``speed`` multiplies the request's speed; ``noise_scale`` / ``noise_w`` (None: the voice's
-    own) set the variation of timbre and timing (0 and 0: the same audio for the same text).
+    ``model_voice`` is the name the repository serves it under (``python -m export --voices``;
+    None: the repository's first voice). ``speed`` multiplies the request's speed;
+    ``noise_scale`` / ``noise_w`` (None: the voice's own) set the variation of timbre and
+    timing (0 and 0: the same audio for the same text).
     """
 
     id: str
     description: str = ""
     aliases: tuple[str, ...] = ()
+    model_voice: str | None = None
     speed: float = 1.0
     noise_scale: float | None = None
     noise_w: float | None = None

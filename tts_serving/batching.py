@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
 
 import numpy as np
+
+R = TypeVar("R")
 
 
 def sort_by_length(lengths: Sequence[int], descending: bool = True) -> list[int]:
@@ -114,4 +117,24 @@ def run_in_buckets(
             raise RuntimeError(f"batch function returned {len(outputs)} results for {len(idx)}")
         for i, out in zip(idx, outputs):
             results[i] = out
+    return results
+
+
+def run_grouped(
+    keys: Sequence[Hashable], run_group: Callable[[Hashable, list[int]], list[R]]
+) -> list[R]:
+    """Results in input order from one ``run_group(key, indices)`` call per distinct key.
+
+    Items of one voice (one network) run as one batch; different networks cannot share one.
+    """
+    groups: dict[Hashable, list[int]] = {}
+    for index, key in enumerate(keys):
+        groups.setdefault(key, []).append(index)
+    results: list = [None] * len(keys)
+    for key, indices in groups.items():
+        outputs = run_group(key, indices)
+        if len(outputs) != len(indices):
+            raise ValueError(f"group {key!r}: {len(outputs)} results for {len(indices)} items")
+        for index, output in zip(indices, outputs):
+            results[index] = output
     return results

@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from tts_client.protocol import UNAVAILABLE
+from tts_client.protocol import UNAVAILABLE, VOICE
 
 from .config import config_parameters, parse_settings
 from .errors import InvalidInputError, ModelConfigError
@@ -55,6 +55,13 @@ class ModelContext(Generic[S]):
             )
         return path
 
+    def voices(self) -> list:
+        """This model's voices (tts_serving.voices), default first; missing files raise."""
+        from .voices import discover
+
+        self.file("voice.json")  # the export's own message when nothing was exported
+        return discover(self.version_dir)
+
     def require_max_batch_size(self, minimum: int) -> int:
         mbs = int(self.config.get("max_batch_size", 0))
         if mbs < minimum:
@@ -85,6 +92,13 @@ def _one_value(request, name: str):
     if item.size != 1:
         raise InvalidInputError(f"input {name!r} must hold one value, got {item.size}")
     return item.reshape(-1)[0]
+
+
+def voice_name(request) -> str | None:
+    """The optional ``voice`` input of a batched request (None: the default voice)."""
+    from .voices import decode_voice
+
+    return decode_voice(_one_value(request, VOICE))
 
 
 def scalar(request, name: str, default: float) -> float:

@@ -89,9 +89,7 @@ def shape_for_espeak(text: str) -> str:
 
 def has_latin_text(text: str) -> bool:
     """At least one digit or Latin-script letter (what an English voice can read)."""
-    return any(
-        c.isdigit() or (c.isalpha() and "LATIN" in unicodedata.name(c, "")) for c in text
-    )
+    return any(c.isdigit() or (c.isalpha() and "LATIN" in unicodedata.name(c, "")) for c in text)
 
 
 class Phonemizer:

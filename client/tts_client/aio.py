@@ -104,10 +104,13 @@ class AsyncTTSClient:
         noise_scale: float | None = None,
         noise_w: float | None = None,
         normalize: bool | None = None,
+        voice: str | None = None,
     ) -> Audio:
         """Speak ``text``; over gRPC, text too long for one request is streamed and joined."""
         rate = await self.sample_rate()
-        inputs = protocol.build_inputs(self._module, text, speed, noise_scale, noise_w, normalize)
+        inputs = protocol.build_inputs(
+            self._module, text, speed, noise_scale, noise_w, normalize, voice=voice
+        )
 
         async def infer():
             try:
@@ -124,7 +127,10 @@ class AsyncTTSClient:
             if protocol.is_text_too_long(error):
                 if self.endpoint.protocol == "grpc":
                     chunks = [
-                        c async for c in self.stream(text, speed, noise_scale, noise_w, normalize)
+                        c
+                        async for c in self.stream(
+                            text, speed, noise_scale, noise_w, normalize, voice
+                        )
                     ]
                     return join_chunks(chunks, rate)
                 raise InvalidInput(f"{error}; over HTTP, split the text yourself") from None
@@ -138,6 +144,7 @@ class AsyncTTSClient:
         noise_scale: float | None = None,
         noise_w: float | None = None,
         normalize: bool | None = None,
+        voice: str | None = None,
     ) -> AsyncIterator[AudioChunk]:
         """Yield :class:`AudioChunk`s in order as the server makes them (gRPC).
 
@@ -147,7 +154,7 @@ class AsyncTTSClient:
             raise TTSError("streaming needs a grpc:// URL (Triton streams over gRPC only)")
         rate = await self.sample_rate()
         inputs = protocol.build_inputs(
-            self._module, text, speed, noise_scale, noise_w, normalize, batched=False
+            self._module, text, speed, noise_scale, noise_w, normalize, batched=False, voice=voice
         )
 
         async def requests():
@@ -193,12 +200,13 @@ class AsyncTTSClient:
         noise_scale: float | None = None,
         noise_w: float | None = None,
         normalize: bool | None = None,
+        voice: str | None = None,
     ) -> list[Audio]:
         """All texts concurrently (the server batches them); results in input order."""
         if isinstance(texts, str):
             raise InvalidInput("synthesize_many takes a list of texts; use synthesize for one")
         return list(
             await asyncio.gather(
-                *(self.synthesize(t, speed, noise_scale, noise_w, normalize) for t in texts)
+                *(self.synthesize(t, speed, noise_scale, noise_w, normalize, voice) for t in texts)
             )
         )

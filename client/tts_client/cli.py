@@ -11,14 +11,16 @@ from .client import TTSClient
 from .errors import TTSError
 
 
-def stream_to_file(client: TTSClient, text: str, speed: float, path: str, start: float) -> Audio:
+def stream_to_file(
+    client: TTSClient, text: str, speed: float, path: str, start: float, voice: str | None = None
+) -> Audio:
     """Write each chunk as it arrives, so the file grows while the server works."""
     import soundfile
 
     chunks = []
     fmt = "FLAC" if path.lower().endswith(".flac") else "WAV"
     with soundfile.SoundFile(path, "w", client.sample_rate, 1, "PCM_16", format=fmt) as f:
-        for chunk in client.stream(text, speed=speed):
+        for chunk in client.stream(text, speed=speed, voice=voice):
             if chunk.index == 0:
                 print(f"first audio after {time.perf_counter() - start:.2f} s", file=sys.stderr)
             f.write(chunk.samples)
@@ -33,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", default="out.wav", help="output .wav or .flac")
     parser.add_argument("--url", default="grpc://localhost:8001", help="grpc:// or http:// URL")
     parser.add_argument("--speed", type=float, default=1.0, help="0.25..4.0, 1.0 = normal")
+    parser.add_argument("--voice", default=None, help="a voice the server has (default: its first)")
     parser.add_argument("--model", default="tts")
     parser.add_argument(
         "--stream", action="store_true", help="stream long text, writing audio as it arrives (gRPC)"
@@ -43,9 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         with TTSClient(args.url, model=args.model) as client:
             start = time.perf_counter()
             if args.stream:
-                audio = stream_to_file(client, text, args.speed, args.output, start)
+                audio = stream_to_file(client, text, args.speed, args.output, start, args.voice)
             else:
-                audio = client.synthesize(text, speed=args.speed)
+                audio = client.synthesize(text, speed=args.speed, voice=args.voice)
                 audio.write(args.output)
             elapsed = time.perf_counter() - start
     except TTSError as e:

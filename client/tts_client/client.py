@@ -155,6 +155,7 @@ class TTSClient:
         noise_scale: float | None = None,
         noise_w: float | None = None,
         normalize: bool | None = None,
+        voice: str | None = None,
     ) -> Audio:
         """Speak ``text``; ``speed`` 2.0 is twice as fast. Noise 0 makes output repeatable.
 
@@ -162,7 +163,9 @@ class TTSClient:
         gRPC, text the server says is too long for one request is streamed and joined.
         """
         rate = self.sample_rate
-        inputs = protocol.build_inputs(self._module, text, speed, noise_scale, noise_w, normalize)
+        inputs = protocol.build_inputs(
+            self._module, text, speed, noise_scale, noise_w, normalize, voice=voice
+        )
 
         def infer():
             try:
@@ -177,7 +180,7 @@ class TTSClient:
         except TTSError as error:
             if protocol.is_text_too_long(error):
                 if self.endpoint.protocol == "grpc":
-                    chunks = list(self.stream(text, speed, noise_scale, noise_w, normalize))
+                    chunks = list(self.stream(text, speed, noise_scale, noise_w, normalize, voice))
                     return join_chunks(chunks, rate)
                 raise InvalidInput(f"{error}; over HTTP, split the text yourself") from None
             raise error from None
@@ -190,6 +193,7 @@ class TTSClient:
         noise_scale: float | None = None,
         noise_w: float | None = None,
         normalize: bool | None = None,
+        voice: str | None = None,
     ) -> Iterator[AudioChunk]:
         """Yield the audio of ``text`` chunk by chunk, in order, as the server makes it (gRPC).
 
@@ -202,7 +206,7 @@ class TTSClient:
 
         rate = self.sample_rate
         inputs = protocol.build_inputs(
-            grpcclient, text, speed, noise_scale, noise_w, normalize, batched=False
+            grpcclient, text, speed, noise_scale, noise_w, normalize, batched=False, voice=voice
         )
         results: queue.Queue = queue.Queue()
         client = grpcclient.InferenceServerClient(self.endpoint.address)  # one stream each
@@ -243,6 +247,7 @@ class TTSClient:
         noise_scale: float | None = None,
         noise_w: float | None = None,
         normalize: bool | None = None,
+        voice: str | None = None,
     ) -> list[Audio]:
         """Send all texts at once so the server batches them; results in input order.
 
@@ -257,7 +262,7 @@ class TTSClient:
                     self._client.async_infer(
                         self.model,
                         protocol.build_inputs(
-                            self._module, t, speed, noise_scale, noise_w, normalize
+                            self._module, t, speed, noise_scale, noise_w, normalize, voice=voice
                         ),
                     )
                     for t in texts
@@ -275,7 +280,7 @@ class TTSClient:
             return results
         with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(texts)))) as pool:
             futures = [
-                pool.submit(self.synthesize, t, speed, noise_scale, noise_w, normalize)
+                pool.submit(self.synthesize, t, speed, noise_scale, noise_w, normalize, voice)
                 for t in texts
             ]
             return [f.result() for f in futures]

@@ -29,6 +29,7 @@ SPEED = "speed"
 NOISE_SCALE = "noise_scale"
 NOISE_W = "noise_w"
 NORMALIZE = "normalize"
+VOICE = "voice"
 AUDIO = "audio"
 CHUNK_TEXT = "chunk_text"
 
@@ -81,6 +82,7 @@ def build_inputs(
     noise_w: float | None = None,
     normalize: bool | None = None,
     batched: bool = True,
+    voice: str | None = None,
 ) -> list:
     """InferInput list for one request (``module``: tritonclient.grpc or .http).
 
@@ -101,6 +103,14 @@ def build_inputs(
     if normalize is not None:
         tensor = module.InferInput(NORMALIZE, shape, "BOOL")
         tensor.set_data_from_numpy(np.array([bool(normalize)]).reshape(shape))
+        inputs.append(tensor)
+    if voice is not None:
+        if not isinstance(voice, str):
+            raise InvalidInput(f"voice must be a str, got {type(voice).__name__}")
+        tensor = module.InferInput(VOICE, shape, "BYTES")
+        tensor.set_data_from_numpy(
+            np.array([voice.encode("utf-8")], dtype=np.object_).reshape(shape)
+        )
         inputs.append(tensor)
     return inputs
 

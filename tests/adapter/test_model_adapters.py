@@ -119,7 +119,7 @@ def test_acoustic_and_vocoder_batch_equals_single(exported_repository):
         for r in vocoder.execute([pb.InferenceRequest(latent=lat) for lat in latents])
     ]
     gain = json.loads((exported_repository / "vocoder/1/loudness.json").read_text())["gain"]
-    raw = vocoder.model([lat[0] for lat in latents])
+    raw = network(vocoder)([lat[0] for lat in latents])
     for a, lat, r in zip(audio, latents, raw):
         assert a.shape == (lat.shape[-1] * 256,)
         assert np.max(np.abs(a - np.clip(r * gain, -1, 1))) < 1e-6  # one gain for the voice
@@ -188,13 +188,25 @@ def test_vocoder_rejects_malformed_latents(exported_repository):
     assert responses[2].output("audio").shape == (1, 5 * 256)
 
 
+def network(vocoder):
+    """The default voice's Vocoder (what its requests run on)."""
+    _, (model, _) = vocoder.voices.pick(None)
+    return model
+
+
+def set_network(vocoder, fn) -> None:
+    """Every voice's requests run on ``fn`` instead of the real network."""
+    for name, (_, loudness) in list(vocoder.voices):
+        vocoder.voices.items[name] = (fn, loudness)
+
+
 def test_internal_failure_is_an_error_not_silence(exported_repository):
     vocoder = load_model(exported_repository, "vocoder")
 
     def broken(_items):
         raise RuntimeError("onnxruntime exploded")
 
-    vocoder.model = broken
+    set_network(vocoder, broken)
     (response,) = vocoder.execute([pb.InferenceRequest(latent=np.zeros((1, 192, 5), np.float32))])
     assert response.error().code() == pb.TritonError.INTERNAL
     assert (
@@ -275,14 +287,14 @@ def test_huge_latents_are_refused_and_non_finite_audio_is_an_error(exported_repo
     assert huge.error().code() == pb.TritonError.INVALID_ARG
     assert "latent values must lie within" in huge.error().message()
 
-    real_model = vocoder.model
+    real_model = network(vocoder)
 
     def one_bad_item(items):
         audio = real_model(items)
         audio[1] = np.full_like(audio[1], np.nan)
         return audio
 
-    vocoder.model = one_bad_item
+    set_network(vocoder, one_bad_item)
     latent = np.zeros((1, 192, 5), np.float32)
     responses = vocoder.execute([pb.InferenceRequest(latent=latent) for _ in range(3)])
     assert not responses[0].has_error() and not responses[2].has_error()

@@ -1,5 +1,6 @@
-"""Bad input, over and over, over gRPC and HTTP: every one a clear 4xx, the next request served, no stub restarted, and no process's memory grown
-past a small bound. `make test` sends each 5 times; `make test-reliability` 50 times."""
+"""Bad input, over and over, over gRPC and HTTP: every one a clear 4xx, the next request
+served, no stub restarted, and no process's memory grown past a small bound. `make test` sends
+each 5 times; `make test-reliability` 50 times."""
 
 from __future__ import annotations
 

@@ -38,15 +38,15 @@ class FakeBackend:
     async def sample_rate(self) -> int:
         return RATE
 
-    async def synthesize(self, text, speed, noise_scale=None, noise_w=None) -> Audio:
-        self.calls.append(("synthesize", text, speed, noise_scale, noise_w))
+    async def synthesize(self, text, speed, noise_scale, noise_w, *, voice) -> Audio:
+        self.calls.append(("synthesize", text, speed, noise_scale, noise_w, voice))
         await asyncio.sleep(self.delay)
         if self.fail and self.fail_after is None:
             raise self.fail
         return Audio(tone(0.1 * len(text) / speed), RATE)
 
-    async def stream(self, text, speed, noise_scale=None, noise_w=None):
-        self.calls.append(("stream", text, speed, noise_scale, noise_w))
+    async def stream(self, text, speed, noise_scale, noise_w, *, voice):
+        self.calls.append(("stream", text, speed, noise_scale, noise_w, voice))
         for index, part in enumerate(text.split(". ")):
             await asyncio.sleep(self.delay)
             if self.fail and index == (self.fail_after or 0):
@@ -104,14 +104,24 @@ def test_a_closed_encoder_refuses_more_audio():
 
 def test_short_text_is_one_request_long_text_a_stream_and_voice_defaults_apply():
     backend = FakeBackend()
-    voices = (Voice("joe", aliases=("alloy",)), Voice("slow", speed=0.5, noise_w=0.0))
+    voices = (
+        Voice("joe", aliases=("alloy",)),
+        Voice("slow", model_voice="joe_slow", speed=0.5, noise_w=0.0),
+    )
     with client_for(backend, voices=voices, direct_max_chars=20) as client:
         short = speech(client, response_format="pcm")
         assert short.status_code == 200 and short.headers["x-audio-streaming"] == "false"
         long = speech(client, input="One two. Three four five. Six.", voice="slow", speed=2.0)
         assert long.status_code == 200 and long.headers["x-audio-streaming"] == "true"
-    assert backend.calls[0] == ("synthesize", "Hello there.", 1.0, None, None)
-    assert backend.calls[1] == ("stream", "One two. Three four five. Six.", 1.0, None, 0.0)
+    assert backend.calls[0] == ("synthesize", "Hello there.", 1.0, None, None, None)
+    assert backend.calls[1] == (
+        "stream",
+        "One two. Three four five. Six.",
+        1.0,
+        None,
+        0.0,
+        "joe_slow",
+    )
     assert len(short.content) == 2 * int(0.1 * len("Hello there.") * RATE)
 
 

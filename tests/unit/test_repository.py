@@ -120,8 +120,17 @@ def test_tts_stream_is_decoupled_and_speaks_the_tts_contract():
         "noise_scale",
         "noise_w",
         "normalize",
+        "voice",
     }
     assert "audio" in {o.name for o in stream.output}
+
+
+def test_every_stage_takes_the_voice_and_the_ensemble_passes_it_on():
+    for name in ("phonemizer", "acoustic", "vocoder", "tts_stream", "tts"):
+        (voice,) = [i for i in load(name).input if i.name == "voice"]
+        assert voice.optional and list(voice.dims) == [1], name
+    steps = load("tts").ensemble_scheduling.step
+    assert [dict(s.input_map).get("voice") for s in steps] == ["voice"] * 3
 
 
 def test_compose_runs_the_matching_ngc_image():

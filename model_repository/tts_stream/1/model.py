@@ -23,6 +23,7 @@ from tts_client.protocol import (
     SPEED,
     TEXT,
     UNAVAILABLE,
+    VOICE,
     stream_error_message,
 )
 from tts_serving.errors import InvalidInputError, ModelConfigError
@@ -34,10 +35,10 @@ from tts_serving.voice import (
     Phonemizer,
     check_encoded_size,
     decode_text,
-    load_voice_config,
     validate_noise,
     validate_speed,
 )
+from tts_serving.voices import VoiceTable, decode_voice
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 FINALIZE_WAIT_S = 20.0  # inside Triton's default 30 s exit timeout, so unloading ends
@@ -49,14 +50,19 @@ class TritonPythonModel:
         if not pb_utils.using_decoupled_model_transaction_policy(self.ctx.config):
             raise ModelConfigError("tts_stream needs model_transaction_policy { decoupled: true }")
         self.settings = self.ctx.settings
-        self.voice = load_voice_config(self.ctx.file("voice.json"))
-        self.phonemizer = Phonemizer(self.voice)
-        self.phonemizer.check()
-        if self.settings.normalize_text and not self.phonemizer.is_english:
-            raise ModelConfigError(
-                f"normalize_text is true but the voice speaks {self.voice.espeak_voice!r}: "
-                "the text normalizer is English only; set it to false"
-            )
+        self.voices = VoiceTable(self.ctx.voices(), lambda v: Phonemizer(v.config))
+        rates = {p.config.sample_rate for _, p in self.voices}
+        if len(rates) != 1:
+            raise ModelConfigError(f"every voice must share one sample rate, got {sorted(rates)}")
+        self.sample_rate = rates.pop()
+        for name, phonemizer in self.voices:
+            phonemizer.check()
+            if self.settings.normalize_text and not phonemizer.is_english:
+                raise ModelConfigError(
+                    f"normalize_text is true but voice {name!r} speaks "
+                    f"{phonemizer.config.espeak_voice!r}: the text normalizer is English only; "
+                    "set it to false"
+                )
         self.in_flight = InFlight()
         # pb_utils.TritonError exists only once the stub is up, not at import.
         self.codes = {
@@ -66,7 +72,9 @@ class TritonPythonModel:
             INTERNAL: pb_utils.TritonError.INTERNAL,
         }
         self.logger = pb_utils.Logger
-        self.logger.log_info(f"tts_stream ready: {self.settings}")
+        self.logger.log_info(
+            f"tts_stream ready: voices {', '.join(self.voices.names)}; {self.settings}"
+        )
 
     async def execute(self, requests):
         # Decoupled + async: each stream runs concurrently with the others on the stub's loop.
@@ -78,16 +86,19 @@ class TritonPythonModel:
         if raw is None:
             raise InvalidInputError("input 'text' is missing")
         text = decode_text(check_encoded_size(raw, self.settings.max_characters))
+        voice, phonemizer = self.voices.pick(decode_voice(stream_option(request, VOICE, None)))
         scalars = {SPEED: validate_speed(stream_option(request, SPEED, 1.0))}
         for name in (NOISE_SCALE, NOISE_W):
             value = stream_option(request, name, None)
             if value is not None:  # absent: acoustic uses the voice's default
                 scalars[name] = validate_noise(name, value)
         normalize = bool(stream_option(request, NORMALIZE, self.settings.normalize_text))
-        if normalize and not self.phonemizer.is_english:
+        if normalize and not phonemizer.is_english:
             raise InvalidInputError("normalize=true needs an English voice; send false")
         extra = [pb_utils.Tensor(k, np.array([[v]], np.float32)) for k, v in scalars.items()]
-        return plan_chunks(text, self.settings, self.phonemizer, normalize), extra
+        # Both stages take the voice (acoustic: its network and defaults; vocoder: its gain).
+        name = pb_utils.Tensor(VOICE, np.array([[voice.encode()]], dtype=np.object_))
+        return plan_chunks(text, self.settings, phonemizer, normalize), (extra, name)
 
     async def bls(self, model, inputs, output):
         request = pb_utils.InferenceRequest(
@@ -98,15 +109,16 @@ class TritonPythonModel:
             raise stage_error(model, response.error())
         return pb_utils.get_output_tensor_by_name(response, output)
 
-    async def synthesize(self, chunk, extra):
+    async def synthesize(self, chunk, options):
+        extra, voice = options
         ids = pb_utils.Tensor("phoneme_ids", np.array([chunk.ids], dtype=np.int64))
-        latent = await self.bls("acoustic", [ids, *extra], "latent")
-        audio = await self.bls("vocoder", [latent], AUDIO)
+        latent = await self.bls("acoustic", [ids, voice, *extra], "latent")
+        audio = await self.bls("vocoder", [latent, voice], AUDIO)
         return audio.as_numpy().reshape(-1)
 
     def sender(self, request):
         response_sender = request.get_response_sender()
-        rate = self.voice.sample_rate
+        rate = self.sample_rate
 
         def send(response: StreamResponse):
             if response.final:
@@ -141,14 +153,14 @@ class TritonPythonModel:
             return
         with self.in_flight:
             try:
-                plan, extra = self.parse(request)
+                plan, options = self.parse(request)
             except InvalidInputError as e:
                 send(StreamResponse(error_code=INVALID_ARGUMENT, error_message=str(e)))
                 send(StreamResponse(final=True))
                 return
             outcome = await run_stream(
                 plan,
-                lambda chunk: self.synthesize(chunk, extra),
+                lambda chunk: self.synthesize(chunk, options),
                 send,
                 request.is_cancelled,
                 self.settings.max_in_flight,

@@ -1,8 +1,13 @@
-"""vocoder: latent frames [192, T] -> audio, exactly T * hop_length samples per item."""
+"""vocoder: latent frames [192, T] -> audio, exactly T * hop_length samples per item.
+
+Items are grouped by network (voices that share one run together) and each item gets its own
+voice's loudness gain.
+"""
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from tts_serving.batching import run_grouped
 from tts_serving.errors import InvalidInputError, ModelConfigError
 from tts_serving.inference import (
     LATENT_CHANNELS,
@@ -19,8 +24,9 @@ from tts_serving.triton_adapter import (
     execute_batched,
     output_or_error,
     single_item,
+    voice_name,
 )
-from tts_serving.voice import load_voice_config
+from tts_serving.voices import VoiceTable
 
 # The acoustic model's latents stay within a few units; far larger values are not a latent
 # (3e38 gave all-NaN audio) and are refused before any work.
@@ -32,22 +38,35 @@ class TritonPythonModel:
         self.ctx = ModelContext.from_args(args, VocoderSettings)
         self.ctx.require_max_batch_size(16)
         self.settings = self.ctx.settings
-        voice = load_voice_config(self.ctx.file("voice.json"))
-        for key, want in (("sample_rate", voice.sample_rate), ("hop_length", voice.hop_length)):
-            if getattr(self.settings, key) != want:
-                raise ModelConfigError(
-                    f"parameter {key}={getattr(self.settings, key)} but the voice has {want}"
-                )
-        self.loudness = VoiceLoudness.read(self.ctx.file(LOUDNESS_FILE))
-        session = create_session(self.ctx.file("model.onnx"), self.settings)
-        self.model = Vocoder(session, voice.hop_length, self.settings)
+        models: dict = {}  # one session per ONNX file, shared by the voices that use it
+
+        def load(voice):
+            config = voice.config
+            for key, want in (
+                ("sample_rate", config.sample_rate),
+                ("hop_length", config.hop_length),
+            ):
+                if getattr(self.settings, key) != want:
+                    raise ModelConfigError(
+                        f"parameter {key}={getattr(self.settings, key)} but voice "
+                        f"{voice.name!r} has {want} (every voice must share it)"
+                    )
+            path = voice.file("model.onnx")
+            if path not in models:
+                session = create_session(path, self.settings)
+                models[path] = Vocoder(session, config.hop_length, self.settings)
+            return models[path], VoiceLoudness.read(voice.file(LOUDNESS_FILE))
+
+        self.voices = VoiceTable(self.ctx.voices(), load)
         self.logger = pb_utils.Logger
+        provider = next(iter(models.values())).session.get_providers()[0]
+        gains = ", ".join(f"{name} {loud.gain}" for name, (_, loud) in self.voices)
         self.logger.log_info(
-            f"vocoder ready on {session.get_providers()[0]} with {self.settings}, "
-            f"voice gain {self.loudness.gain}"
+            f"vocoder ready on {provider} with {self.settings}; voice gains {gains}"
         )
 
     def parse(self, request):
+        _, (model, loudness) = self.voices.pick(voice_name(request))
         latent = single_item(request, "latent").astype(np.float32, copy=False)
         if latent.ndim != 2 or latent.shape[0] != LATENT_CHANNELS:
             raise InvalidInputError(
@@ -59,15 +78,22 @@ class TritonPythonModel:
             raise InvalidInputError("latent holds NaN or infinite values")
         if np.abs(latent).max() > MAX_LATENT:
             raise InvalidInputError(f"latent values must lie within +-{MAX_LATENT:g}")
-        return latent
+        return model, loudness, latent
 
-    def level(self, audio):
+    def level(self, audio, loudness):
         if self.settings.loudness == "peak":
             return peak_normalize(audio)
-        return apply_gain(audio, self.loudness.gain)
+        return apply_gain(audio, loudness.gain)
 
     def run(self, items):
-        return [output_or_error("audio", audio, self.level) for audio in self.model(items)]
+        audios = run_grouped(
+            [model for model, _, _ in items],
+            lambda model, indices: model([items[i][2] for i in indices]),
+        )
+        return [
+            output_or_error("audio", audio, lambda a, loud=loudness: self.level(a, loud))
+            for audio, (_, loudness, _) in zip(audios, items)
+        ]
 
     def execute(self, requests):
         return execute_batched(requests, self.parse, self.run, self.logger, "vocoder")

@@ -1,0 +1,110 @@
+"""Several voices in one repository: the bundled voice exported twice, as `joe` and as
+`joe_slow` (length_scale 1.5, no noise), served by one tritonserver. Each name gets its own
+defaults, both batch together (one network), unknown names are INVALID_ARG listing the voices,
+and the gateway maps its voice ids onto them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx2 as httpx
+import pytest
+
+from tests.conftest import REPOSITORY, ROOT
+from tts_client import InvalidInput, TTSClient
+from tts_tools.server import GatewayProcess, ServerProcess
+from tts_tools.statistics import model_statistics
+from tts_tools.texts import PARAGRAPH, SENTENCES
+
+SPEC = [
+    {"name": "joe"},
+    {"name": "joe_slow", "length_scale": 1.5, "noise_scale": 0.0, "noise_w": 0.0},
+]
+EXACT = {"noise_scale": 0.0, "noise_w": 0.0}
+GENERATED = ("*.onnx", "voice.json", "voices.json", "voices", "loudness.json", "__pycache__")
+
+
+@pytest.fixture(scope="module")
+def two_voices(exported_repository, tmp_path_factory):
+    from export.__main__ import main as export_main
+
+    folder = tmp_path_factory.mktemp("voices")
+    repo = folder / "model_repository"
+    shutil.copytree(REPOSITORY, repo, ignore=shutil.ignore_patterns(*GENERATED))
+    spec = folder / "voices.json"
+    spec.write_text(json.dumps(SPEC))
+    assert export_main(["--repository", str(repo), "--voices", str(spec)]) == 0
+    with ServerProcess(repo, folder / "triton.log", cache_dir=ROOT / ".cache" / "triton") as srv:
+        yield srv
+
+
+def test_export_lays_out_both_voices_sharing_one_network(two_voices):
+    repo = two_voices.model_repository
+    for model in ("phonemizer", "acoustic", "vocoder", "tts_stream"):
+        assert json.loads((repo / model / "1/voices.json").read_text()) == {
+            "voices": ["joe", "joe_slow"]
+        }
+        slow = json.loads((repo / model / "1/voices/joe_slow/voice.json").read_text())
+        assert slow["inference"]["length_scale"] == 1.5
+    assert (repo / "acoustic/1/model.onnx").exists()
+    assert not (repo / "acoustic/1/voices/joe_slow/model.onnx").exists()  # shared, not copied
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_each_voice_speaks_with_its_own_defaults(two_voices, protocol):
+    url = two_voices.grpc_url if protocol == "grpc" else two_voices.http_url
+    with TTSClient(url) as client:
+        normal = client.synthesize(SENTENCES[0], **EXACT)
+        default = client.synthesize(SENTENCES[0], voice="", **EXACT)  # empty: the first voice
+        slow = client.synthesize(SENTENCES[0], voice="joe_slow")
+        with pytest.raises(InvalidInput, match="unknown voice 'amy'; voices: joe, joe_slow"):
+            client.synthesize("Hello.", voice="amy")
+        assert client.synthesize("Still here.").duration > 0.3
+    assert default.duration == pytest.approx(normal.duration)
+    assert 1.3 < slow.duration / normal.duration < 1.6
+
+
+def test_streams_take_the_voice(two_voices):
+    with TTSClient(two_voices.grpc_url) as client:
+        normal = sum(c.duration for c in client.stream(PARAGRAPH, **EXACT))
+        slow = sum(c.duration for c in client.stream(PARAGRAPH, voice="joe_slow"))
+        with pytest.raises(InvalidInput, match="unknown voice"):
+            list(client.stream(PARAGRAPH, voice="amy"))
+    assert 1.3 < slow / normal < 1.6
+
+
+def test_both_voices_batch_together(two_voices):
+    address = f"localhost:{two_voices.grpc_port}"
+    before = model_statistics(address, ["acoustic"], two_voices.admin_headers)["acoustic"]
+    jobs = [(SENTENCES[i % len(SENTENCES)], ("joe", "joe_slow")[i % 2]) for i in range(32)]
+    with TTSClient(two_voices.grpc_url, concurrency=32) as client, ThreadPoolExecutor(32) as pool:
+        audio = list(pool.map(lambda job: client.synthesize(job[0], voice=job[1]), jobs))
+    after = model_statistics(address, ["acoustic"], two_voices.admin_headers)["acoustic"]
+    assert all(a.duration > 0.3 for a in audio)
+    delta = after - before
+    assert delta.inferences == 32 and delta.average_batch > 2, delta.batch_sizes
+
+
+def test_the_gateway_maps_its_voices_onto_the_repository(two_voices, tmp_path):
+    voices = tmp_path / "voices.json"
+    gateway_voices = [
+        {"id": "joe", "aliases": ["alloy"], **EXACT},
+        {"id": "slow", "model_voice": "joe_slow"},
+        {"id": "missing", "model_voice": "amy"},
+    ]
+    voices.write_text(json.dumps(gateway_voices))
+    args = [f"--voices-file={voices}"]
+    with GatewayProcess(two_voices.grpc_url, tmp_path / "gateway.log", extra_args=args) as gw:
+
+        def speak(voice: str) -> httpx.Response:
+            body = {"model": "tts-1", "voice": voice, "input": SENTENCES[0]}
+            return httpx.post(f"{gw.url}/v1/audio/speech", json=body | {"response_format": "pcm"})
+
+        normal, slow, missing = speak("alloy"), speak("slow"), speak("missing")
+    assert normal.status_code == slow.status_code == 200
+    assert 1.3 < len(slow.content) / len(normal.content) < 1.6
+    assert (
+        missing.status_code == 400 and "unknown voice 'amy'" in missing.json()["error"]["message"]
+    )

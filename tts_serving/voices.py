@@ -1,0 +1,121 @@
+"""Several voices in one model: the layout ``python -m export`` writes, and picking one.
+
+A model's version folder holds the default voice (``voice.json``, and ``model.onnx`` /
+``loudness.json`` where the model needs them) and ``voices.json``, the ordered list of voice
+names (the first is the default). Every other voice has ``voices/<name>/voice.json`` and its own
+``model.onnx`` / ``loudness.json`` only when its graph differs from the default's: a voice that
+is the same network with other defaults (a slower ``length_scale``) shares the default's files,
+and the models share its ONNX Runtime session, so its requests batch with the default's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from piper.config import PiperConfig
+
+from .errors import InvalidInputError, ModelConfigError
+from .voice import load_voice_config
+
+INDEX = "voices.json"
+FOLDER = "voices"
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+T = TypeVar("T")
+
+
+def check_name(name: str) -> str:
+    if not NAME.match(name):
+        raise ValueError(
+            f"voice name {name!r}: use 1-64 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class VoiceFiles:
+    """One voice of a model: its name, config and where its files are."""
+
+    name: str
+    config: PiperConfig
+    folder: Path  # its own folder (the version folder for the default voice)
+    default_folder: Path
+
+    def file(self, name: str) -> Path:
+        """Its own copy of ``name`` if it has one, else the default voice's."""
+        own = self.folder / name
+        path = own if own.exists() else self.default_folder / name
+        if not path.exists():
+            raise ModelConfigError(
+                f"{path} is missing: run `make export` (python -m export) to generate it"
+            )
+        return path
+
+
+def voice_names(version_folder: Path) -> list[str]:
+    """The names in ``voices.json``, default first; one voice named by its dataset without it."""
+    index = version_folder / INDEX
+    if not index.exists():
+        data = json.loads((version_folder / "voice.json").read_text(encoding="utf-8"))
+        return [str(data.get("dataset") or "default")]
+    names = json.loads(index.read_text(encoding="utf-8")).get("voices")
+    if not isinstance(names, list) or not names or len(set(names)) != len(names):
+        raise ModelConfigError(f"{index}: 'voices' must be a list of distinct names")
+    try:
+        return [check_name(str(n)) for n in names]
+    except ValueError as e:
+        raise ModelConfigError(f"{index}: {e}") from None
+
+
+def discover(version_folder: Path) -> list[VoiceFiles]:
+    """Every voice of the model in ``version_folder``, default first."""
+    names = voice_names(version_folder)
+    voices = [VoiceFiles(names[0], load_voice_config(version_folder / "voice.json"),
+                         version_folder, version_folder)]  # fmt: skip
+    for name in names[1:]:
+        folder = version_folder / FOLDER / name
+        config = folder / "voice.json"
+        if not config.exists():
+            raise ModelConfigError(f"voice {name!r} is listed in {INDEX} but {config} is missing")
+        voices.append(VoiceFiles(name, load_voice_config(config), folder, version_folder))
+    return voices
+
+
+class VoiceTable(Generic[T]):
+    """Name -> what a model built for that voice; ``pick`` turns a request's name into it."""
+
+    def __init__(self, voices: list[VoiceFiles], build: Callable[[VoiceFiles], T]) -> None:
+        self.items: dict[str, T] = {v.name: build(v) for v in voices}
+        self.files = {v.name: v for v in voices}
+        self.default = voices[0].name
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.items)
+
+    def pick(self, name: str | None) -> tuple[str, T]:
+        """The named voice (None or empty: the default), or InvalidInputError listing them."""
+        name = name or self.default
+        if name not in self.items:
+            raise InvalidInputError(f"unknown voice {name!r}; voices: {', '.join(self.items)}")
+        return name, self.items[name]
+
+    def __iter__(self) -> Iterator[tuple[str, T]]:
+        return iter(self.items.items())
+
+
+def decode_voice(raw: bytes | str | None) -> str | None:
+    """A request's ``voice`` input (UTF-8 bytes) as a name, None when absent or empty."""
+    if raw is None:
+        return None
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidInputError("voice is not valid UTF-8") from None
+    return raw.strip() or None
