@@ -13,7 +13,7 @@ BIND ?= 127.0.0.1
 PYTEST_ARGS ?=
 
 .PHONY: setup system-deps test-system-deps apt-install export serve test test-reliability unit lint format clean perf \
-  perf-smoke bench flops
+  perf-smoke bench soak flops
 
 # System packages: libb64 for perf_analyzer (the rest ships in the Python wheels); the tests
 # also drive the gateway's web page in Debian's headless Chromium.
@@ -78,6 +78,10 @@ perf-smoke: setup export
 # Ours vs Piper's HTTP server vs Piper in-process, same texts, alternating (docs/performance.md).
 bench: setup export
 	$(PY) -m bench.compare --json out/bench.json
+
+# 30 minutes of mixed load; RSS and /dev/shm into out/soak.csv and a plot (docs/reliability.md).
+soak: setup export
+	$(PY) -m bench.soak --minutes 30 --csv out/soak.csv --plot docs/soak.png
 
 flops: setup export
 	$(PY) -m bench.flops

@@ -28,7 +28,14 @@ def server(exported_repository, tmp_path_factory) -> ServerProcess:
     """The real tritonserver binary serving model_repository/ on free ports."""
     global _SERVER
     log_path = tmp_path_factory.mktemp("triton") / "server.log"
-    with ServerProcess(exported_repository, log_path, cache_dir=ROOT / ".cache" / "triton") as srv:
+    # No canary requests here: tests compare exact counts in Triton's statistics (the canary
+    # is tested on its own server in tests/reliability/test_self_healing.py).
+    with ServerProcess(
+        exported_repository,
+        log_path,
+        cache_dir=ROOT / ".cache" / "triton",
+        supervisor_options={"canary_interval": 0},
+    ) as srv:
         _SERVER = srv
         try:
             yield srv

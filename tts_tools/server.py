@@ -21,6 +21,7 @@ import sysconfig
 import threading
 import time
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .supervisor import SUPERVISED_ARGS, Supervisor, is_ready
@@ -177,8 +178,10 @@ class ServerProcess:
         extra_args: list[str] | None = None,
         key: str | None = None,
         supervise: bool = True,
+        supervisor_options: dict | None = None,
     ) -> None:
         # Tests and benchmarks hold the key of their own server, as the supervisor does.
+        self.supervisor_options = supervisor_options or {}
         self.admin_key = key or secrets.token_urlsafe(32)
         self.model_repository = Path(model_repository)
         self.supervise = supervise
@@ -220,7 +223,10 @@ class ServerProcess:
 
     def start(self, timeout: float = 180.0) -> ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "w") as log:
+        self.log_path.write_text("")
+        # Append mode: the supervisor adds its lines to the same file, and O_APPEND keeps
+        # tritonserver's writes from overwriting them.
+        with open(self.log_path, "a") as log:
             self.process = subprocess.Popen(
                 self.command, stdout=log, stderr=subprocess.STDOUT, env=server_env()
             )
@@ -244,7 +250,12 @@ class ServerProcess:
                 f.write(line + "\n")
 
         return Supervisor(
-            self.process.pid, self.http_port, self.model_repository, self.admin_headers, log
+            self.process.pid,
+            self.http_port,
+            self.model_repository,
+            self.admin_headers,
+            log,
+            **self.supervisor_options,
         )
 
     def stop(self) -> None:
@@ -417,15 +428,16 @@ def supervise(
     headers: dict[str, str],
     gateway_cmd: list[str] | None = None,
     drain_s: float = GATEWAY_DRAIN_S,
+    restarts: RestartPolicy | None = None,
 ) -> int:
     """Run tritonserver (and the gateway) as children with the supervisor beside them.
 
     SIGTERM/SIGINT stop the gateway first, which stops accepting and lets its requests finish
     (up to ``drain_s``) while Triton still serves them; then tritonserver. A gateway that dies
-    is started again.
+    is started again; so is a tritonserver that dies on its own (a crash, an OOM kill), with
+    backoff, until ``restarts`` says it keeps dying; then the launcher exits with its code.
     """
-    # Their own sessions: a terminal's Ctrl-C reaches only us, and we forward it once.
-    process = subprocess.Popen(cmd, env=server_env(), start_new_session=True)
+    restarts = restarts or RestartPolicy()
     stopping = threading.Event()
     say = functools.partial(print, flush=True)
 
@@ -436,19 +448,38 @@ def supervise(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    while process.poll() is None and not stopping.is_set() and not is_ready(http_port):
-        stopping.wait(0.5)
-    supervisor: Supervisor | None = None
     gateway: subprocess.Popen | None = None
-    if process.poll() is None and not stopping.is_set():
-        supervisor = Supervisor(process.pid, http_port, repository, headers, say).start()
-        if gateway_cmd:
-            gateway = subprocess.Popen(gateway_cmd, start_new_session=True)
-    while process.poll() is None and not stopping.is_set():
-        if gateway and gateway.poll() is not None:
-            say(f"launcher: the gateway exited ({gateway.returncode}); starting it again")
-            gateway = subprocess.Popen(gateway_cmd, start_new_session=True)
-        stopping.wait(0.5)
+    while True:
+        # Their own sessions: a terminal's Ctrl-C reaches only us, and we forward it once.
+        process = subprocess.Popen(cmd, env=server_env(), start_new_session=True)
+        while process.poll() is None and not stopping.is_set() and not is_ready(http_port):
+            stopping.wait(0.5)
+        supervisor: Supervisor | None = None
+        if process.poll() is None and not stopping.is_set():
+            supervisor = Supervisor(process.pid, http_port, repository, headers, say).start()
+            if gateway_cmd and gateway is None:
+                gateway = subprocess.Popen(gateway_cmd, start_new_session=True)
+        while process.poll() is None and not stopping.is_set():
+            if gateway and gateway.poll() is not None:
+                say(f"launcher: the gateway exited ({gateway.returncode}); starting it again")
+                gateway = subprocess.Popen(gateway_cmd, start_new_session=True)
+            stopping.wait(0.5)
+        if stopping.is_set():
+            break
+        # tritonserver died on its own: its stubs follow it; their regions are left behind.
+        code = process.wait()
+        if supervisor:
+            supervisor.stop()
+            supervisor.remove_all_regions()
+        delay = restarts.next_delay(time.monotonic())
+        if delay is None:
+            say(f"launcher: tritonserver exited ({code}) {restarts.describe()}; giving up")
+            if gateway:
+                _stop(gateway, drain_s)
+            return code or 1
+        say(f"launcher: tritonserver exited ({code}); starting it again in {delay:.0f} s")
+        if stopping.wait(delay):
+            break
     if gateway:
         _stop(gateway, drain_s)
     if supervisor:  # stubs stop on purpose now: nothing to heal
@@ -460,6 +491,26 @@ def supervise(
     if supervisor:
         supervisor.stop()
     return code
+
+
+@dataclass
+class RestartPolicy:
+    """Restart a dead tritonserver after 1, 2, 4 ... (at most 30) s, but not more than
+    ``max_restarts`` times within ``window_s``: a server that keeps dying needs a person."""
+
+    max_restarts: int = 5
+    window_s: float = 600.0
+    times: list[float] = field(default_factory=list)
+
+    def next_delay(self, now: float) -> float | None:
+        self.times = [t for t in self.times if now - t < self.window_s]
+        if len(self.times) >= self.max_restarts:
+            return None
+        self.times.append(now)
+        return float(min(30, 2 ** (len(self.times) - 1)))
+
+    def describe(self) -> str:
+        return f"{len(self.times)} times within {self.window_s:.0f} s"
 
 
 if __name__ == "__main__":

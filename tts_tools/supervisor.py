@@ -9,13 +9,21 @@ through model control (unload, then load: Triton reloads nothing whose config is
 which needs ``--model-control-mode=explicit`` and the admin key. Each outage is logged with
 what was done and how long the model was down.
 
-Not covered: a stub that is alive but hung (it would need a canary request per model).
+A stub that is alive but hung (a deadlock in a native library) is found by a canary: every
+``canary_interval`` s each batched model gets a tiny request; one that gets no answer within
+``canary_timeout`` s while its stub used (almost) no CPU meanwhile is hung, not busy, and its
+stub is killed, which the loop above then heals. A busy stub under load is never killed: it
+uses CPU. ``tts_stream`` (decoupled) gets no canary.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,6 +77,30 @@ def stubs_by_model(
     return found
 
 
+# A request each batched model answers in milliseconds (ids and latent valid for any voice).
+CANARIES = {
+    "phonemizer": [{"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": ["a"]}],
+    "acoustic": [
+        {"name": "phoneme_ids", "shape": [1, 5], "datatype": "INT64", "data": [1, 0, 39, 0, 2]}
+    ],
+    "vocoder": [{"name": "latent", "shape": [1, 192, 1], "datatype": "FP32", "data": [0.0] * 192}],
+}
+# Below this share of the waited time on CPU, a stub that did not answer is hung, not busy.
+HUNG_CPU_SHARE = 0.02
+
+
+def cpu_seconds(pids: set[int]) -> float:
+    """User + system CPU time of ``pids`` (from /proc; gone processes count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Supervisor:
     """Watches the stubs of one tritonserver and reloads a model whose stub died."""
@@ -79,6 +111,8 @@ class Supervisor:
     headers: dict[str, str]
     log: Callable[[str], None] = print
     interval: float = 1.0
+    canary_interval: float = 15.0
+    canary_timeout: float = 30.0
     outages: int = 0
     regions: dict[int, str] = field(default_factory=dict)  # stub pid -> its /dev/shm region
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -93,6 +127,9 @@ class Supervisor:
             raise RuntimeError(f"no stub process found for {', '.join(missing)}")
         self._thread = threading.Thread(target=self._run, name="supervisor", daemon=True)
         self._thread.start()
+        if self.canary_interval > 0:  # 0: no canaries
+            canary = threading.Thread(target=self._canaries, name="canary", daemon=True)
+            canary.start()
         return self
 
     def stop(self, wait: bool = True) -> None:
@@ -110,6 +147,52 @@ class Supervisor:
             for model, count in dead.items():
                 if not self._stop.is_set():
                     self.heal(model, count)
+
+    def _canaries(self) -> None:
+        while not self._stop.wait(self.canary_interval):
+            for model in [m for m in self.models if m in CANARIES]:
+                if self._stop.is_set() or not is_ready(self.http_port):
+                    break
+                self.check_hung(model)
+
+    def check_hung(self, model: str) -> bool:
+        """Send ``model`` its canary; kill its stubs if it is hung. True when it was."""
+        pids = stubs_by_model(self.server_pid, [model])[model]
+        before, start = cpu_seconds(pids), time.monotonic()
+        body = json.dumps({"inputs": CANARIES[model]}).encode()
+        request = urllib.request.Request(
+            f"http://localhost:{self.http_port}/v2/models/{model}/infer",
+            data=body,
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.canary_timeout) as response:
+                response.read()
+            return False
+        except urllib.error.HTTPError as e:
+            # Triton's own stub health check answers for a stub that stopped responding.
+            if "is not healthy" not in e.read().decode(errors="replace"):
+                return False  # another answer (overloaded, unloading...): not hung
+            reason = "Triton reports its stub not healthy"
+        except OSError:  # no answer in time (or the server went away)
+            waited = time.monotonic() - start
+            used = cpu_seconds(pids) - before
+            if used > HUNG_CPU_SHARE * waited:
+                return False  # busy, not hung
+            reason = (
+                f"no answer to its canary in {waited:.0f} s and its stub used {used:.2f} s of "
+                "CPU meanwhile"
+            )
+        if self._stop.is_set() or not pids:
+            return False
+        self.log(f"supervisor: {model} is hung ({reason}); killing its stub to reload it")
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return True
 
     def _control(self, model: str, action: str) -> None:
         request = urllib.request.Request(
@@ -135,6 +218,15 @@ class Supervisor:
             return
         self.log(f"supervisor: {model} is back after {time.monotonic() - start:.1f} s")
         self._remove_dead_regions()
+
+    def remove_all_regions(self) -> None:
+        """The server itself died: none of its stubs' regions will be removed by them."""
+        for pid, region in list(self.regions.items()):
+            del self.regions[pid]
+            path = Path("/dev/shm") / region
+            if region.startswith("triton_python_backend_shm_region_") and path.exists():
+                path.unlink(missing_ok=True)
+                self.log(f"supervisor: removed {region} of the dead server's stub {pid}")
 
     def _remove_dead_regions(self) -> None:
         """A killed stub cannot remove its shared-memory region; do it for it."""

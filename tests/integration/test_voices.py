@@ -36,7 +36,11 @@ def two_voices(exported_repository, tmp_path_factory):
     spec = folder / "voices.json"
     spec.write_text(json.dumps(SPEC))
     assert export_main(["--repository", str(repo), "--voices", str(spec)]) == 0
-    with ServerProcess(repo, folder / "triton.log", cache_dir=ROOT / ".cache" / "triton") as srv:
+    cache = ROOT / ".cache" / "triton"
+    quiet = {"canary_interval": 0}  # exact counts in the statistics below
+    with ServerProcess(
+        repo, folder / "triton.log", cache_dir=cache, supervisor_options=quiet
+    ) as srv:
         yield srv
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 
 from tests.conftest import ROOT
+from tests.reliability.launcher import Launcher
 from tts_client import ServerUnavailable
-from tts_tools.server import ServerProcess, free_port
+from tts_tools.server import ServerProcess
 from tts_tools.texts import PARAGRAPH, SENTENCES
 
 
@@ -110,33 +110,12 @@ def test_sigterm_to_make_serve_drains_the_gateway(exported_repository, tmp_path)
     import httpx2 as httpx
 
     shm_before = set(os.listdir("/dev/shm"))
-    http, grpc, metrics, gateway = (free_port() for _ in range(4))
-    log = open(tmp_path / "launcher.log", "w")
-    launcher = subprocess.Popen(
-        [
-            sys.executable, "-m", "tts_tools.server",
-            f"--model-repository={exported_repository}",
-            f"--cache-dir={ROOT / '.cache' / 'triton'}",
-            f"--http-port={http}", f"--grpc-port={grpc}", f"--metrics-port={metrics}",
-            f"--gateway-port={gateway}",
-        ],
-        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{gateway}/v1/audio/speech"
+    launcher = Launcher(exported_repository, tmp_path / "launcher.log")
+    gateway = launcher.gateway
+    url = f"{launcher.url}/v1/audio/speech"
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{gateway}/ready").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert launcher.poll() is None, (tmp_path / "launcher.log").read_text()
-            time.sleep(0.5)
-        triton_pid = int(
-            subprocess.run(["pgrep", "-P", str(launcher.pid), "tritonserver"],
-                           capture_output=True, text=True).stdout.split()[0]
-        )  # fmt: skip
+        launcher.wait_ready()
+        triton_pid = launcher.triton_pid()
         results: dict = {}
         started = threading.Barrier(3)
 
@@ -165,17 +144,15 @@ def test_sigterm_to_make_serve_drains_the_gateway(exported_repository, tmp_path)
         wait_until = time.monotonic() + 60
         while gateway_requests(gateway) < 10 and time.monotonic() < wait_until:
             time.sleep(0.05)
-        launcher.send_signal(signal.SIGTERM)
+        launcher.process.send_signal(signal.SIGTERM)
         for t in threads:
             t.join(120)
             assert not t.is_alive(), "a client hung after SIGTERM"
-        code = launcher.wait(120)
+        code = launcher.process.wait(120)
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-        log.close()
+        launcher.close()
     print(f"\n{results}")
-    assert code == 0, (tmp_path / "launcher.log").read_text()[-3000:]
+    assert code == 0, launcher.log()[-3000:]
     assert [results[k] for k in range(8)] == [200] * 8, results
     assert results["stream0"] == results["stream1"] == "speech.audio.done", results
     assert not stubs_of(triton_pid)

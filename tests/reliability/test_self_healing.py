@@ -19,7 +19,11 @@ from tts_tools.supervisor import python_models, stubs_by_model
 @pytest.fixture(scope="module")
 def supervised(exported_repository, tmp_path_factory):
     log = tmp_path_factory.mktemp("healing") / "triton.log"
-    with ServerProcess(exported_repository, log, cache_dir=ROOT / ".cache" / "triton") as srv:
+    # Canaries every 2 s with a 5 s timeout, so a hung stub is found quickly here.
+    canary = {"canary_interval": 2.0, "canary_timeout": 5.0}
+    with ServerProcess(
+        exported_repository, log, cache_dir=ROOT / ".cache" / "triton", supervisor_options=canary
+    ) as srv:
         assert srv.supervisor is not None
         yield srv
 
@@ -55,3 +59,28 @@ def test_a_killed_stub_comes_back_within_30_s(supervised, model):
     assert supervised.process.poll() is None  # the server itself never went down
     region = "removed triton_python_backend_shm_region_"
     assert region in supervised.log_tail(400)  # the dead stub's /dev/shm region is gone
+
+
+@pytest.mark.parametrize("model", ["phonemizer", "vocoder"])
+def test_a_hung_stub_is_found_by_its_canary_and_comes_back(supervised, model):
+    """SIGSTOP freezes the stub (alive, answering nothing, no CPU): the canary times out, the
+    supervisor kills and reloads it; clients get errors meanwhile, never a hang."""
+    with TTSClient(supervised.grpc_url, retry=NO_RETRY, timeout=30) as client:
+        assert works(client, model)
+        (pid, *_) = stubs_by_model(supervised.process.pid, [model])[model]
+        os.kill(pid, signal.SIGSTOP)
+        frozen = time.monotonic()
+        errors: list[str] = []
+        while time.monotonic() - frozen < 90:
+            try:
+                if works(client, model):
+                    break
+            except TTSError as e:
+                errors.append(f"{type(e).__name__}: {e}")
+            time.sleep(0.5)
+        back = time.monotonic() - frozen
+    log = supervised.log_tail(400)
+    print(f"\n{model} (hung): back after {back:.1f} s; {len(errors)} errors {errors[:1]}")
+    assert f"supervisor: {model} is hung" in log
+    assert back < 60, errors[-3:]
+    assert pid not in stubs_by_model(supervised.process.pid, [model])[model]

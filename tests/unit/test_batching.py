@@ -104,3 +104,26 @@ def test_run_in_buckets_with_a_budget_still_returns_input_order():
 def test_run_in_buckets_rejects_wrong_result_count():
     with pytest.raises(RuntimeError, match="returned 0 results"):
         run_in_buckets([np.arange(2)], [2], lambda batch: [])
+
+
+def test_run_grouped_runs_each_key_once_and_keeps_input_order():
+    from tts_serving.batching import run_grouped
+
+    calls = []
+
+    def run(key, indices):
+        calls.append((key, indices))
+        return [f"{key}{i}" for i in indices]
+
+    assert run_grouped(["a", "b", "a", "c", "b"], run) == ["a0", "b1", "a2", "c3", "b4"]
+    assert calls == [("a", [0, 2]), ("b", [1, 4]), ("c", [3])]
+    assert run_grouped([], run) == []
+
+
+def test_run_grouped_refuses_a_group_that_loses_items():
+    import pytest
+
+    from tts_serving.batching import run_grouped
+
+    with pytest.raises(ValueError, match="1 results for 2 items"):
+        run_grouped(["a", "a"], lambda key, indices: [0])

@@ -1,0 +1,66 @@
+"""`make serve` as the tests run it: ``python -m tts_tools.server`` with the gateway."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx2 as httpx
+
+from tests.conftest import ROOT
+from tts_tools.server import free_port
+
+
+class Launcher:
+    """The launcher on free ports, its output in ``log_path``; ``wait_ready`` polls the
+    gateway's /ready (Triton's `tts` and `tts_stream` ready behind it)."""
+
+    def __init__(self, repository: Path, log_path: Path) -> None:
+        self.http, self.grpc, self.metrics, self.gateway = (free_port() for _ in range(4))
+        self.log_path = log_path
+        self._log = open(log_path, "w")
+        self.process = subprocess.Popen(
+            [
+                sys.executable, "-m", "tts_tools.server",
+                f"--model-repository={repository}",
+                f"--cache-dir={ROOT / '.cache' / 'triton'}",
+                f"--http-port={self.http}", f"--grpc-port={self.grpc}",
+                f"--metrics-port={self.metrics}", f"--gateway-port={self.gateway}",
+            ],
+            stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
+        )  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def ready(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/ready", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def wait_ready(self, timeout: float = 180) -> float:
+        start = time.monotonic()
+        while not self.ready():
+            assert self.process.poll() is None, self.log()[-3000:]
+            assert time.monotonic() - start < timeout, self.log()[-3000:]
+            time.sleep(0.5)
+        return time.monotonic() - start
+
+    def triton_pid(self) -> int:
+        out = subprocess.run(
+            ["pgrep", "-P", str(self.process.pid), "tritonserver"], capture_output=True, text=True
+        ).stdout.split()
+        return int(out[0])
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._log.close()
