@@ -93,3 +93,11 @@ def test_finish_chunk_fades_edges_and_adds_the_sentence_pause():
 def test_bad_stream_settings_are_rejected(kwargs):
     with pytest.raises(ValueError):
         StreamSettings(**kwargs)
+
+
+def test_a_dotted_letter_run_longer_than_a_chunk_is_spoken_in_pieces(phonemizer):
+    """Once an INTERNAL ValueError ("a single word is longer than the chunk limit")."""
+    settings = StreamSettings()
+    chunks = list(plan_chunks("Call A.B.C.D.E.F.G." * 20 + " now.", settings, phonemizer, True))
+    assert len(chunks) > 1
+    assert all(0 < len(c.ids) <= settings.max_phoneme_ids for c in chunks)

@@ -176,9 +176,17 @@ def test_a_long_first_sentence_is_cut_for_fast_first_audio():
     assert " ".join(c.text for c in chunks).split() == text.split()
 
 
-def test_split_rejects_a_word_longer_than_the_limit_and_handles_empty():
-    with pytest.raises(ValueError, match="single word is longer"):
-        split_text("a" * 500, max_len=100)
+@pytest.mark.parametrize("word", ["a" * 500, "A.B.C.D.E.F.G." * 20, "x" * 100_000, "ab-cd/" * 300])
+def test_a_word_longer_than_the_limit_is_cut_into_pieces_that_fit(word):
+    chunks = split_text(f"Before {word} after.", max_len=100)
+    assert all(estimate_ids(c.text) <= 100 for c in chunks)
+    assert "".join(" ".join(c.text for c in chunks).split()) == f"Before{word}after."
+    if "." in word:  # dotted letters are cut after a dot, never inside a letter pair
+        inner = [c.text for c in chunks if "." in c.text]
+        assert all(t.endswith(".") for t in inner[:-1])
+
+
+def test_split_handles_empty():
     assert split_text("   ", max_len=100) == []
 
 

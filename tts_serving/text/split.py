@@ -46,11 +46,32 @@ def _split_long(sentence: str, max_len: int, measure: Callable[[str], int]) -> l
         if measure(clause) <= max_len:
             pieces.append(clause)
             continue
-        words = clause.split()
-        for word in words:
-            if measure(word) > max_len:
-                raise ValueError(f"a single word is longer than the chunk limit: {word[:40]!r}")
+        words = []
+        for word in clause.split():
+            words.extend(_split_word(word, max_len, measure) if measure(word) > max_len else [word])
         pieces.extend(_pack(words, max_len, measure))
+    return pieces
+
+
+def _split_word(word: str, max_len: int, measure: Callable[[str], int]) -> list[str]:
+    """A "word" longer than a chunk (a run of dotted letters, a long code): cut it into pieces
+    that fit, after a '.', '-' or '/' where one is near the cut. A few ``measure`` calls per
+    piece (cuts are proportional), so the cost stays linear in the word."""
+    pieces: list[str] = []
+    rest = word
+    while rest:
+        size = measure(rest)
+        if size <= max_len:
+            pieces.append(rest)
+            break
+        cut = max(1, int(len(rest) * max_len / size * 0.9))
+        while cut > 1 and measure(rest[:cut]) > max_len:
+            cut = max(1, int(cut * 0.8))
+        mark = max(rest.rfind(c, 0, cut) for c in ".-/")
+        if mark >= cut // 2:
+            cut = mark + 1
+        pieces.append(rest[:cut])
+        rest = rest[cut:]
     return pieces
 
 
