@@ -35,6 +35,20 @@ def works(client: TTSClient, model: str) -> bool:
     return client.synthesize("Back again.").duration > 0.3
 
 
+def until_back(client: TTSClient, model: str, limit: float) -> tuple[float, list[str]]:
+    """Seconds until ``model`` works again, and the errors clients got meanwhile."""
+    start = time.monotonic()
+    errors: list[str] = []
+    while time.monotonic() - start < limit:
+        try:
+            if works(client, model):
+                break
+        except TTSError as e:  # a clear error while it is down, never a hang
+            errors.append(f"{type(e).__name__}: {e}")
+        time.sleep(0.5)
+    return time.monotonic() - start, errors
+
+
 @pytest.mark.parametrize("model", ["phonemizer", "acoustic", "vocoder", "tts_stream"])
 def test_a_killed_stub_comes_back_within_30_s(supervised, model):
     assert model in python_models(supervised.model_repository)
@@ -43,16 +57,7 @@ def test_a_killed_stub_comes_back_within_30_s(supervised, model):
         regions: dict[int, str] = {}
         (pid, *_) = stubs_by_model(supervised.process.pid, [model], regions)[model]
         os.kill(pid, signal.SIGKILL)
-        killed = time.monotonic()
-        errors: list[str] = []
-        while time.monotonic() - killed < 60:
-            try:
-                if works(client, model):
-                    break
-            except TTSError as e:  # a clear error while it is down, never a hang
-                errors.append(f"{type(e).__name__}: {e}")
-            time.sleep(0.5)
-        back = time.monotonic() - killed
+        back, errors = until_back(client, model, 60)
     print(f"\n{model}: back after {back:.1f} s; {len(errors)} errors meanwhile {errors[:1]}")
     assert back < 30, errors[-3:]
     assert f"supervisor: {model} is back" in supervised.log_tail(400)
@@ -69,16 +74,7 @@ def test_a_hung_stub_is_found_by_its_canary_and_comes_back(supervised, model):
         assert works(client, model)
         (pid, *_) = stubs_by_model(supervised.process.pid, [model])[model]
         os.kill(pid, signal.SIGSTOP)
-        frozen = time.monotonic()
-        errors: list[str] = []
-        while time.monotonic() - frozen < 90:
-            try:
-                if works(client, model):
-                    break
-            except TTSError as e:
-                errors.append(f"{type(e).__name__}: {e}")
-            time.sleep(0.5)
-        back = time.monotonic() - frozen
+        back, errors = until_back(client, model, 90)
     log = supervised.log_tail(400)
     print(f"\n{model} (hung): back after {back:.1f} s; {len(errors)} errors {errors[:1]}")
     assert f"supervisor: {model} is hung" in log
