@@ -210,7 +210,9 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request, exc: RequestValidationError):
-        return _error_response(_validation_error(exc))
+        error = _validation_error(exc)
+        metrics.requests.labels(str(error.status), "invalid").inc()
+        return _error_response(error)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request, exc: StarletteHTTPException):

@@ -87,3 +87,80 @@ def test_one_stream_too_many_is_refused_at_once(small_queue_server):
                 time.sleep(0.5)
         else:
             pytest.fail("the stream slot was never freed after cancelling")
+
+
+@pytest.mark.long
+def test_three_times_capacity_for_60_s_is_shed_at_the_gateway(server, tmp_path_factory):
+    """Open-loop arrivals at 3x the measured capacity for 60 s through a gateway admitting 16
+    requests: every request is served or refused (429) - none lost -, refusals come at once,
+    accepted requests wait a bounded time, and service is normal right after."""
+    import asyncio
+
+    import httpx2 as httpx
+
+    from tests.gateway_support import gateway_on
+
+    limit = 16
+    with gateway_on(server, tmp_path_factory, f"--max-concurrent-requests={limit}") as gw:
+        url = f"{gw.url}/v1/audio/speech"
+
+        def body(i: int) -> dict:
+            text = SENTENCES[i % len(SENTENCES)]
+            return {"model": "tts-1", "voice": "alloy", "input": text, "response_format": "pcm"}
+
+        async def one(client, i: int) -> tuple[int | str, float]:
+            start = time.perf_counter()
+            try:
+                response = await client.post(url, json=body(i))
+                return response.status_code, time.perf_counter() - start
+            except httpx.HTTPError as e:  # lost: the test fails on it
+                return type(e).__name__, time.perf_counter() - start
+
+        async def capacity(client) -> tuple[float, float]:
+            """Requests/s at concurrency ``limit`` (closed loop, 15 s), and one alone (s)."""
+            alone = (await one(client, 0))[1]
+            done, stop = 0, time.perf_counter() + 15
+
+            async def worker(k: int) -> None:
+                nonlocal done
+                while time.perf_counter() < stop:
+                    status, _ = await one(client, k)
+                    assert status == 200, status
+                    done += 1
+
+            start = time.perf_counter()
+            await asyncio.gather(*(worker(k) for k in range(limit)))
+            return done / (time.perf_counter() - start), alone
+
+        async def overload(client, rate: float, seconds: float) -> list:
+            tasks, start, i = [], time.perf_counter(), 0
+            while (now := time.perf_counter() - start) < seconds:
+                tasks.append(asyncio.create_task(one(client, i)))
+                i += 1
+                await asyncio.sleep(max(0.0, i / rate - now))
+            return await asyncio.gather(*tasks)
+
+        async def main():
+            limits = httpx.Limits(max_connections=2000, max_keepalive_connections=100)
+            async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+                rate, alone = await capacity(client)
+                results = await overload(client, 3 * rate, 60)
+                after = await one(client, 1)
+                return rate, alone, results, after
+
+        rate, alone, results, after = asyncio.run(main())
+    served = sorted(t for s, t in results if s == 200)
+    refused = sorted(t for s, t in results if s == 429)
+    lost = [s for s, _ in results if s not in (200, 429)]
+    p99 = lambda xs: xs[min(len(xs) - 1, int(0.99 * len(xs)))]  # noqa: E731
+    print(
+        f"\ncapacity {rate:.1f} req/s (alone {alone * 1000:.0f} ms); offered {3 * rate:.1f} req/s "
+        f"for 60 s: {len(served)} served (p50 {served[len(served) // 2]:.2f} s, p99 "
+        f"{p99(served):.2f} s), {len(refused)} refused (p99 {p99(refused) * 1000:.0f} ms), "
+        f"{len(lost)} lost; after: {after[0]} in {after[1] * 1000:.0f} ms"
+    )
+    assert lost == []
+    assert refused and p99(refused) < 0.1
+    # Accepted requests wait at most for the `limit` ahead of them, plus their own service.
+    assert p99(served) <= limit / rate + 2 * alone + 1.0
+    assert after[0] == 200 and after[1] < 5 * alone + 1.0
