@@ -479,7 +479,9 @@ def supervise(
             return code or 1
         say(f"launcher: tritonserver exited ({code}); starting it again in {delay:.0f} s")
         if stopping.wait(delay):
-            break
+            if gateway:
+                _stop(gateway, drain_s)
+            return 0  # stopped on request while the server was down: nothing left to stop
     if gateway:
         _stop(gateway, drain_s)
     if supervisor:  # stubs stop on purpose now: nothing to heal
