@@ -36,12 +36,16 @@ class AsyncTTSClient:
         timeout: float = 120.0,
         stream_model: str = DEFAULT_STREAM_MODEL,
         retry: protocol.RetryPolicy | None = None,
+        priority: int = 0,
     ) -> None:
         self.endpoint = Endpoint.parse(url)
         self.model = model
         self.stream_model = stream_model
         self.timeout = timeout
         self.retry = retry or protocol.RetryPolicy()
+        # Triton's dynamic-batcher priority for `tts` requests: 1 = interactive (served first),
+        # 2 = bulk; 0 = the models' default level (2). Streams carry none (see README).
+        self.priority = protocol.check_priority(priority)
         self._sample_rate: int | None = None
         if self.endpoint.protocol == "grpc":
             import tritonclient.grpc as module

@@ -76,6 +76,7 @@ class TTSClient:
         concurrency: int = 16,
         stream_model: str = DEFAULT_STREAM_MODEL,
         retry: protocol.RetryPolicy | None = None,
+        priority: int = 0,
     ) -> None:
         """``retry``: how ``synthesize`` retries a request refused for overload (default 3
         retries with jittered exponential backoff; ``protocol.NO_RETRY`` never retries)."""
@@ -85,6 +86,9 @@ class TTSClient:
         self.timeout = timeout
         self.concurrency = concurrency
         self.retry = retry or protocol.RetryPolicy()
+        # Triton's dynamic-batcher priority for `tts` requests: 1 = interactive (served first),
+        # 2 = bulk; 0 = the models' default level (2). Streams carry none (see README).
+        self.priority = protocol.check_priority(priority)
         self._sample_rate: int | None = None
         try:
             if self.endpoint.protocol == "grpc":
@@ -170,8 +174,10 @@ class TTSClient:
         def infer():
             try:
                 if self.endpoint.protocol == "grpc":
-                    return self._client.infer(self.model, inputs, client_timeout=self.timeout)
-                return self._client.infer(self.model, inputs)
+                    return self._client.infer(
+                        self.model, inputs, client_timeout=self.timeout, priority=self.priority
+                    )
+                return self._client.infer(self.model, inputs, priority=self.priority)
             except Exception as e:
                 raise self._error(e) from None
 
@@ -264,6 +270,7 @@ class TTSClient:
                         protocol.build_inputs(
                             self._module, t, speed, noise_scale, noise_w, normalize, voice=voice
                         ),
+                        priority=self.priority,
                     )
                     for t in texts
                 ]

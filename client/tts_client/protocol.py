@@ -115,6 +115,20 @@ def build_inputs(
     return inputs
 
 
+# The stages' dynamic_batching priority_levels (config.pbtxt): 1 interactive, 2 bulk.
+PRIORITY_LEVELS = 2
+
+
+def check_priority(priority: int) -> int:
+    """0 (the models' default level) or 1..PRIORITY_LEVELS."""
+    if not isinstance(priority, int) or not 0 <= priority <= PRIORITY_LEVELS:
+        raise InvalidInput(
+            f"priority must be 0 (default), 1 (interactive) .. {PRIORITY_LEVELS} (bulk), "
+            f"got {priority!r}"
+        )
+    return priority
+
+
 def sample_rate_from_config(config: dict) -> int:
     """The ``sample_rate`` parameter of a model config (dict from HTTP or gRPC as_json)."""
     config = config.get("config", config)

@@ -163,3 +163,12 @@ def test_async_retries_match_the_sync_ones():
 
     assert asyncio.run(acall_with_retries(acall, RetryPolicy(retries=2), sleep)) == "audio"
     assert len(calls) == 3 and len(slept) == 2
+
+
+def test_priority_is_checked_by_the_client():
+    from tts_client import InvalidInput, TTSClient
+
+    for bad in (-1, 3, 1.5, "1"):
+        with pytest.raises(InvalidInput, match="priority must be 0"):
+            TTSClient("grpc://localhost:1", priority=bad)
+    assert TTSClient("grpc://localhost:1", priority=1).priority == 1

@@ -154,3 +154,12 @@ def test_compose_runs_the_gateway_with_the_project_pins():
         if line and not line.startswith("#")
     ]
     assert gateway_pins and [p for p in gateway_pins if p not in pins] == []
+
+
+def test_stages_have_the_priority_levels_the_client_knows():
+    from tts_client.protocol import PRIORITY_LEVELS
+
+    for name in ("phonemizer", "acoustic", "vocoder"):
+        batching = load(name).dynamic_batching
+        assert batching.priority_levels == PRIORITY_LEVELS, name
+        assert batching.default_priority_level == PRIORITY_LEVELS, name  # bulk by default
