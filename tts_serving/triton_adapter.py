@@ -21,6 +21,7 @@ from tts_client.protocol import UNAVAILABLE, VOICE
 from .config import config_parameters, parse_settings
 from .errors import InvalidInputError, ModelConfigError
 from .scheduler import StageError
+from .voices import VoiceFiles, decode_voice, discover, exported
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -48,17 +49,10 @@ class ModelContext(Generic[S]):
         return cls(config["name"], config, settings, version_dir, kind)
 
     def file(self, name: str) -> Path:
-        path = self.version_dir / name
-        if not path.exists():
-            raise ModelConfigError(
-                f"{path} is missing: run `make export` (python -m export) to generate it"
-            )
-        return path
+        return exported(self.version_dir / name)
 
-    def voices(self) -> list:
+    def voices(self) -> list[VoiceFiles]:
         """This model's voices (tts_serving.voices), default first; missing files raise."""
-        from .voices import discover
-
         self.file("voice.json")  # the export's own message when nothing was exported
         return discover(self.version_dir)
 
@@ -96,8 +90,6 @@ def _one_value(request, name: str):
 
 def voice_name(request) -> str | None:
     """The optional ``voice`` input of a batched request (None: the default voice)."""
-    from .voices import decode_voice
-
     return decode_voice(_one_value(request, VOICE))
 
 

@@ -28,6 +28,15 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 T = TypeVar("T")
 
 
+def exported(path: Path) -> Path:
+    """``path``, or a ModelConfigError saying how to make it (a build output of the export)."""
+    if not path.exists():
+        raise ModelConfigError(
+            f"{path} is missing: run `make export` (python -m export) to generate it"
+        )
+    return path
+
+
 def check_name(name: str) -> str:
     if not NAME.match(name):
         raise ValueError(
@@ -49,12 +58,7 @@ class VoiceFiles:
     def file(self, name: str) -> Path:
         """Its own copy of ``name`` if it has one, else the default voice's."""
         own = self.folder / name
-        path = own if own.exists() else self.default_folder / name
-        if not path.exists():
-            raise ModelConfigError(
-                f"{path} is missing: run `make export` (python -m export) to generate it"
-            )
-        return path
+        return exported(own if own.exists() else self.default_folder / name)
 
 
 def voice_names(version_folder: Path) -> list[str]:
@@ -91,7 +95,6 @@ class VoiceTable(Generic[T]):
 
     def __init__(self, voices: list[VoiceFiles], build: Callable[[VoiceFiles], T]) -> None:
         self.items: dict[str, T] = {v.name: build(v) for v in voices}
-        self.files = {v.name: v for v in voices}
         self.default = voices[0].name
 
     @property

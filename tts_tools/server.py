@@ -156,6 +156,13 @@ def server_command(
     ]
 
 
+def log_tail(path: Path, lines: int = 60) -> str:
+    """The last ``lines`` of a child's log file (for failures and test reports)."""
+    if not path.exists():
+        return "(no log)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -217,9 +224,7 @@ class ServerProcess:
         return f"http://localhost:{self.http_port}"
 
     def log_tail(self, lines: int = 60) -> str:
-        if not self.log_path.exists():
-            return "(no log)"
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
     def start(self, timeout: float = 180.0) -> ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -376,9 +381,7 @@ class GatewayProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def log_tail(self, lines: int = 60) -> str:
-        if not self.log_path.exists():
-            return "(no log)"
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
     def start(self, timeout: float = 60.0) -> GatewayProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -221,23 +221,19 @@ class Supervisor:
 
     def remove_all_regions(self) -> None:
         """The server itself died: none of its stubs' regions will be removed by them."""
-        for pid, region in list(self.regions.items()):
-            del self.regions[pid]
-            path = Path("/dev/shm") / region
-            if region.startswith("triton_python_backend_shm_region_") and path.exists():
-                path.unlink(missing_ok=True)
-                self.log(f"supervisor: removed {region} of the dead server's stub {pid}")
+        self._remove_regions(set(self.regions), "the dead server's stub")
 
     def _remove_dead_regions(self) -> None:
         """A killed stub cannot remove its shared-memory region; do it for it."""
         living = {
             pid for pids in stubs_by_model(self.server_pid, self.models).values() for pid in pids
         }
-        for pid, region in list(self.regions.items()):
-            if pid in living:
-                continue
-            del self.regions[pid]
+        self._remove_regions(set(self.regions) - living, "the dead stub")
+
+    def _remove_regions(self, pids: set[int], whose: str) -> None:
+        for pid in pids:
+            region = self.regions.pop(pid)
             path = Path("/dev/shm") / region
             if region.startswith("triton_python_backend_shm_region_") and path.exists():
                 path.unlink(missing_ok=True)
-                self.log(f"supervisor: removed {region} of the dead stub {pid}")
+                self.log(f"supervisor: removed {region} of {whose} {pid}")
