@@ -85,7 +85,7 @@ def test_batching_is_real_and_batched_equals_alone(server, grpc_client):
         assert np.max(np.abs(audio.samples - ref)) < 1e-3, text
 
 
-def test_mixed_speeds_in_one_batch(server, grpc_client):
+def test_mixed_speeds_under_concurrency(server, grpc_client):
     text = "Every morning the baker wakes up before sunrise to prepare fresh bread."
     speeds = [1.0, 2.0, 0.5] * 4
     before = stats(server)["acoustic"]
@@ -102,9 +102,11 @@ def test_mixed_speeds_in_one_batch(server, grpc_client):
     # Durations are whole frames per phoneme (rounded up), so "half" is approximate.
     assert 0.4 < results[1].duration / normal < 0.65
     assert 1.7 < results[2].duration / normal < 2.2
-    # Each speed has 4 requests, so any acoustic batch of 5 or more mixed speeds.
-    batches = (stats(server)["acoustic"] - before).batch_sizes
-    assert max(batches) >= 5, batches
+    # How Triton groups 12 requests depends on arrival timing, so the server-side check is only
+    # that they all ran; that mixed speeds share one batch and each equals its run alone is
+    # proven deterministically by test_mixed_speeds_share_one_batch_and_each_equals_alone
+    # (tests/adapter/test_model_adapters.py).
+    assert (stats(server)["acoustic"] - before).inferences == len(speeds)
 
 
 BAD_INPUTS = [
