@@ -231,11 +231,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repository", type=Path, default=ROOT / "model_repository")
     parser.add_argument("--json", type=Path, help="also write all runs as JSON here")
+    parser.add_argument(
+        "--profile", help="serve configs/<profile>.pbtxt (gpu, torch-cpu; tts_tools.profiles)"
+    )
     args = parser.parse_args(argv)
 
     log_dir = Path(tempfile.mkdtemp(prefix="bench-"))
     server = ServerProcess(
-        args.repository, log_dir / "triton.log", cache_dir=ROOT / ".cache/triton"
+        args.repository,
+        log_dir / "triton.log",
+        cache_dir=ROOT / ".cache/triton",
+        extra_args=[f"--model-config-name={args.profile}"] if args.profile else None,
     )
     systems = {}
     gateway = None

@@ -20,7 +20,7 @@ import onnx
 import onnxruntime as ort
 
 from tts_serving.inference import AcousticModel, create_session
-from tts_serving.settings import OnnxRuntimeSettings
+from tts_serving.settings import EngineSettings
 from tts_serving.voice import Phonemizer, load_voice_config
 
 COUNTED = ("Conv", "ConvTranspose", "MatMul", "Gemm")
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     repo = args.repository
     voice = load_voice_config(repo / "acoustic/1/voice.json")
     phonemizer = Phonemizer(voice)
-    options = OnnxRuntimeSettings(intra_op_threads=0, max_padded_length=0)
+    options = EngineSettings(intra_op_threads=0, max_padded_length=0)
     acoustic = AcousticModel(create_session(repo / "acoustic/1/model.onnx", options), options)
     totals = {"acoustic": 0.0, "vocoder": 0.0}
     seconds = 0.0

@@ -25,6 +25,7 @@ import onnx
 
 from tts_serving.inference import LOUDNESS_FILE, VoiceLoudness
 from tts_serving.settings import load_settings
+from tts_serving.torch_weights import WEIGHTS_FILE, convert
 from tts_serving.voice import load_voice_config
 from tts_serving.voices import FOLDER, INDEX, check_name
 
@@ -33,7 +34,7 @@ from .verify import verify
 
 log = logging.getLogger("export")
 
-EXPORT_FORMAT = 3  # bump when the graph surgery or the layout changes, so old exports are redone
+EXPORT_FORMAT = 4  # bump when the graph surgery or the layout changes, so old exports are redone
 MANIFEST = ".export-manifest.json"
 VOICE_JSON_MODELS = ("phonemizer", "acoustic", "vocoder", "tts_stream")
 
@@ -119,7 +120,9 @@ def _outputs(repo: Path, specs: list[VoiceSpec]) -> list[Path]:
         if _own_graph(specs, spec):
             files += [
                 _folder(repo, "acoustic", specs, spec) / "model.onnx",
+                _folder(repo, "acoustic", specs, spec) / WEIGHTS_FILE,
                 _folder(repo, "vocoder", specs, spec) / "model.onnx",
+                _folder(repo, "vocoder", specs, spec) / WEIGHTS_FILE,
                 _folder(repo, "vocoder", specs, spec) / LOUDNESS_FILE,
             ]
         files += [_folder(repo, m, specs, spec) / "voice.json" for m in VOICE_JSON_MODELS]
@@ -171,10 +174,14 @@ def export_graphs(source: Path, config: Path, acoustic_dir: Path, vocoder_dir: P
         "split into acoustic + vocoder with per-item scales in %.1f s", time.perf_counter() - t0
     )
     with tempfile.TemporaryDirectory() as tmp:
-        a_path, v_path = Path(tmp) / "acoustic.onnx", Path(tmp) / "vocoder.onnx"
+        # Each half in its own folder, as in the repository: its weights file lies beside it.
+        a_path, v_path = Path(tmp) / "acoustic" / "model.onnx", Path(tmp) / "vocoder" / "model.onnx"
+        a_path.parent.mkdir()
+        v_path.parent.mkdir()
         onnx.save(acoustic, str(a_path))
         onnx.save(vocoder, str(v_path))
-        log.info("verifying against the whole source model (about 20 s on 2 cores)")
+        convert(a_path, v_path)  # weights.safetensors beside each, for the torch engine
+        log.info("verifying against the whole source model (about 30 s on 2 cores)")
         result = verify(source, a_path, v_path, voice)
         if not result.ok:
             raise SystemExit(f"split model differs from the source model: {result}")
@@ -188,8 +195,9 @@ def export_graphs(source: Path, config: Path, acoustic_dir: Path, vocoder_dir: P
         vocoder_dir.mkdir(parents=True, exist_ok=True)
         acoustic_dir.mkdir(parents=True, exist_ok=True)
         loudness.write(vocoder_dir / LOUDNESS_FILE)
-        shutil.move(str(a_path), acoustic_dir / "model.onnx")
-        shutil.move(str(v_path), vocoder_dir / "model.onnx")
+        for path, folder in ((a_path, acoustic_dir), (v_path, vocoder_dir)):
+            shutil.move(str(path), folder / "model.onnx")
+            shutil.move(str(path.with_name(WEIGHTS_FILE)), folder / WEIGHTS_FILE)
 
 
 def export(specs: list[VoiceSpec], repo: Path, force: bool = False) -> bool:

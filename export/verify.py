@@ -10,8 +10,8 @@ import numpy as np
 import onnxruntime as ort
 from piper.config import PiperConfig
 
-from tts_serving.inference import AcousticModel, Vocoder, create_session
-from tts_serving.settings import OnnxRuntimeSettings
+from tts_serving.inference import create_session, load_acoustic, load_vocoder, model_file
+from tts_serving.settings import EngineSettings
 from tts_serving.voice import Phonemizer
 
 log = logging.getLogger(__name__)
@@ -35,12 +35,24 @@ class VerifyResult:
     batch1_max_diff: float
     batch8_max_diff: float
     mixed_max_diff: float
+    # The torch engine (float32, CPU) on the converted weights, against the same references.
+    torch_batch1_max_diff: float
+    torch_mixed_max_diff: float
     # The split pipeline's raw audio of SENTENCES at batch 1, noise 0 (loudness calibration).
     audio: list[np.ndarray] = field(default_factory=list, repr=False)
 
     @property
     def ok(self) -> bool:
-        return max(self.batch1_max_diff, self.batch8_max_diff, self.mixed_max_diff) <= TOLERANCE
+        return (
+            max(
+                self.batch1_max_diff,
+                self.batch8_max_diff,
+                self.mixed_max_diff,
+                self.torch_batch1_max_diff,
+                self.torch_mixed_max_diff,
+            )
+            <= TOLERANCE
+        )
 
 
 def _whole(session: ort.InferenceSession, ids: list[int], scales: np.ndarray) -> np.ndarray:
@@ -67,16 +79,24 @@ def _max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
 def verify(
     source_onnx: Path, acoustic_onnx: Path, vocoder_onnx: Path, voice: PiperConfig
 ) -> VerifyResult:
-    """Compare split vs whole model with noise scales 0 (the graph draws random noise)."""
-    options = OnnxRuntimeSettings(intra_op_threads=0, max_padded_length=0)
+    """Compare split vs whole model with noise scales 0 (the graph draws random noise), and
+    the torch engine on the weights beside the split files (torch_weights.convert) too."""
+    options = EngineSettings(intra_op_threads=0, max_padded_length=0)
+    torch_options = EngineSettings(engine="torch", device="cpu", max_padded_length=0)
     whole = create_session(source_onnx, options)
-    acoustic = AcousticModel(create_session(acoustic_onnx, options), options)
-    vocoder = Vocoder(create_session(vocoder_onnx, options), voice.hop_length, options)
+    acoustic = load_acoustic(acoustic_onnx, options)
+    vocoder = load_vocoder(vocoder_onnx, voice.hop_length, options)
+    weights = model_file(torch_options)
+    torch_acoustic = load_acoustic(acoustic_onnx.with_name(weights), torch_options)
+    torch_vocoder = load_vocoder(vocoder_onnx.with_name(weights), voice.hop_length, torch_options)
     phonemizer = Phonemizer(voice, max_phoneme_ids=10_000)
     ids = [phonemizer.ids(s) for s in SENTENCES]
 
-    def split_pipeline(batch_ids: list[list[int]], scales: np.ndarray) -> list[np.ndarray]:
-        return vocoder(acoustic([np.array(x) for x in batch_ids], scales))
+    def split_pipeline(
+        batch_ids: list[list[int]], scales: np.ndarray, torch: bool = False
+    ) -> list[np.ndarray]:
+        a, v = (torch_acoustic, torch_vocoder) if torch else (acoustic, vocoder)
+        return v(a([np.array(x) for x in batch_ids], scales))
 
     plain = np.array([0.0, voice.length_scale, 0.0], dtype=np.float32)
     reference = [_whole(whole, x, plain) for x in ids]
@@ -89,20 +109,27 @@ def verify(
     )
     mixed_reference = [_whole(whole, x, s) for x, s in zip(ids, mixed_scales)]
     mixed = split_pipeline(ids, mixed_scales)
+    torch_batch1 = [split_pipeline([x], plain[None], torch=True)[0] for x in ids]
+    torch_mixed = split_pipeline(ids, mixed_scales, torch=True)
 
     result = VerifyResult(
         batch1_max_diff=_max_diff(batch1, reference),
         batch8_max_diff=_max_diff(batch8, reference),
         mixed_max_diff=_max_diff(mixed, mixed_reference),
+        torch_batch1_max_diff=_max_diff(torch_batch1, reference),
+        torch_mixed_max_diff=_max_diff(torch_mixed, mixed_reference),
         audio=batch1,
     )
     log.info(
         "verify on %d sentences, noise 0: max |split - whole| batch 1 %.2e, padded batch 8 %.2e,"
-        " mixed-speed batch 8 %.2e (tolerance %.0e)",
+        " mixed-speed batch 8 %.2e; torch engine (float32) batch 1 %.2e, mixed batch 8 %.2e"
+        " (tolerance %.0e)",
         len(ids),
         result.batch1_max_diff,
         result.batch8_max_diff,
         result.mixed_max_diff,
+        result.torch_batch1_max_diff,
+        result.torch_mixed_max_diff,
         TOLERANCE,
     )
     return result

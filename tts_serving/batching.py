@@ -138,3 +138,22 @@ def run_grouped(
         for index, output in zip(indices, outputs):
             results[index] = output
     return results
+
+
+def halve_on_error(
+    run_batch: Callable[[list], list], items: list, retry: Callable[[BaseException], bool]
+) -> list:
+    """``run_batch(items)``, split in halves and retried while it fails with a ``retry`` error.
+
+    A batch that runs out of accelerator memory is thus served in smaller batches instead of
+    failing every request in it; a single item that still fails raises.
+    """
+    try:
+        return run_batch(items)
+    except Exception as error:
+        if len(items) < 2 or not retry(error):
+            raise
+    mid = len(items) // 2
+    return halve_on_error(run_batch, items[:mid], retry) + halve_on_error(
+        run_batch, items[mid:], retry
+    )

@@ -1,7 +1,8 @@
-"""Batched ONNX Runtime inference for the acoustic and vocoder halves of a VITS voice.
+"""Batched inference for the acoustic and vocoder halves of a VITS voice.
 
-Both halves take ragged items, sort them by length, pad each bucket into one ONNX Runtime
-call and cut every result back to the item's own length.
+Both halves take ragged items, sort them by length, pad each bucket into one call of the
+engine (ONNX Runtime here, torch in ``torch_engine.py``) and cut every result back to the
+item's own length. A bucket that runs out of accelerator memory is retried in halves.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from .batching import pad_stack, run_in_buckets, split_by_lengths
+from .batching import halve_on_error, pad_stack, run_in_buckets, split_by_lengths
 from .errors import ModelConfigError
-from .settings import OnnxRuntimeSettings
+from .settings import EngineSettings
 
 # Tensor names inside the exported ONNX files (see export/).
 ACOUSTIC_INPUTS = ("phoneme_ids", "phoneme_lengths", "scales")
@@ -33,7 +34,7 @@ _OPT_LEVELS = {
 }
 
 
-def providers(options: OnnxRuntimeSettings) -> list[str]:
+def providers(options: EngineSettings) -> list[str]:
     """ONNX Runtime execution providers for ``options.device``."""
     available = ort.get_available_providers()
     if options.device == "cuda" and "CUDAExecutionProvider" not in available:
@@ -43,7 +44,7 @@ def providers(options: OnnxRuntimeSettings) -> list[str]:
     return ["CPUExecutionProvider"]
 
 
-def create_session(path: str | Path, options: OnnxRuntimeSettings) -> ort.InferenceSession:
+def create_session(path: str | Path, options: EngineSettings) -> ort.InferenceSession:
     so = ort.SessionOptions()
     so.intra_op_num_threads = options.intra_op_threads
     so.inter_op_num_threads = options.inter_op_threads
@@ -59,11 +60,92 @@ def create_session(path: str | Path, options: OnnxRuntimeSettings) -> ort.Infere
     return ort.InferenceSession(str(path), sess_options=so, providers=providers(options))
 
 
+class OrtAcousticNet:
+    """One ONNX Runtime call: padded ids [B, L], lengths [B], scales [B, 3] -> latent, frames."""
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        self.session = session
+        self.description = f"ONNX Runtime {ort.__version__} on {session.get_providers()[0]}"
+
+    def __call__(
+        self, ids: np.ndarray, lengths: np.ndarray, scales: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        latent, frames = self.session.run(
+            list(ACOUSTIC_OUTPUTS),
+            {"phoneme_ids": ids, "phoneme_lengths": lengths, "scales": scales},
+        )
+        return latent, frames.reshape(-1)
+
+    @staticmethod
+    def is_out_of_memory(error: BaseException) -> bool:
+        return False
+
+
+class OrtVocoderNet:
+    """One ONNX Runtime call: padded latents [B, 192, T] -> audio [B, T * hop]."""
+
+    def __init__(self, session: ort.InferenceSession) -> None:
+        self.session = session
+        self.description = f"ONNX Runtime {ort.__version__} on {session.get_providers()[0]}"
+
+    def __call__(self, latent: np.ndarray) -> np.ndarray:
+        (audio,) = self.session.run([VOCODER_OUTPUT], {VOCODER_INPUT: latent})
+        return audio.reshape(latent.shape[0], -1)
+
+    @staticmethod
+    def is_out_of_memory(error: BaseException) -> bool:
+        return False
+
+
+def model_file(options: EngineSettings) -> str:
+    """The file of a voice half the configured engine loads (both are written by export)."""
+    if options.engine == "torch":
+        from .torch_weights import WEIGHTS_FILE
+
+        return WEIGHTS_FILE
+    return "model.onnx"
+
+
+def torch_options(options: EngineSettings, device_id: int = 0):
+    from .torch_engine import TorchOptions
+
+    return TorchOptions(
+        device=options.device,
+        device_id=device_id,
+        dtype=options.dtype,
+        threads=options.intra_op_threads,
+        graph_batches=options.graph_batches,
+        graph_frames=options.graph_frames,
+    )
+
+
+def load_acoustic(path: str | Path, options: EngineSettings, device_id: int = 0) -> AcousticModel:
+    """The acoustic half in ``path`` (``model_file(options)`` of a voice) on its engine."""
+    if options.engine == "torch":
+        from .torch_engine import TorchAcousticNet
+
+        return AcousticModel(TorchAcousticNet(path, torch_options(options, device_id)), options)
+    return AcousticModel(OrtAcousticNet(create_session(path, options)), options)
+
+
+def load_vocoder(
+    path: str | Path, hop_length: int, options: EngineSettings, device_id: int = 0
+) -> Vocoder:
+    """The vocoder half in ``path`` (``model_file(options)`` of a voice) on its engine."""
+    if options.engine == "torch":
+        from .torch_engine import TorchVocoderNet
+
+        net = TorchVocoderNet(path, torch_options(options, device_id))
+        return Vocoder(net, hop_length, options)
+    return Vocoder(OrtVocoderNet(create_session(path, options)), hop_length, options)
+
+
 class AcousticModel:
     """Phoneme ids + per-item scales -> latent frames [192, T_i] per item."""
 
-    def __init__(self, session: ort.InferenceSession, options: OnnxRuntimeSettings) -> None:
-        self.session = session
+    def __init__(self, net, options: EngineSettings) -> None:
+        """``net``: an OrtAcousticNet, a TorchAcousticNet, or an ONNX Runtime session."""
+        self.net = OrtAcousticNet(net) if isinstance(net, ort.InferenceSession) else net
         self.options = options
 
     def __call__(self, ids: Sequence[np.ndarray], scales: np.ndarray) -> list[np.ndarray]:
@@ -73,41 +155,41 @@ class AcousticModel:
 
         def run(bucket: list[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
             padded, lengths = pad_stack([b[0] for b in bucket])
-            latent, frames = self.session.run(
-                list(ACOUSTIC_OUTPUTS),
-                {
-                    "phoneme_ids": padded,
-                    "phoneme_lengths": lengths,
-                    "scales": np.stack([b[1] for b in bucket]),
-                },
-            )
-            return split_by_lengths(latent, frames.reshape(-1))
+            latent, frames = self.net(padded, lengths, np.stack([b[1] for b in bucket]))
+            return split_by_lengths(latent, frames)
+
+        def run_halving(bucket: list) -> list[np.ndarray]:
+            return halve_on_error(run, bucket, self.net.is_out_of_memory)
 
         lengths = [len(x) for x in ids]
         o = self.options
-        return run_in_buckets(items, lengths, run, o.bucket_max_waste, o.max_padded_length)
+        return run_in_buckets(items, lengths, run_halving, o.bucket_max_waste, o.max_padded_length)
 
 
 class Vocoder:
     """Latent frames [192, T_i] -> audio, exactly T_i * hop_length samples per item."""
 
-    def __init__(
-        self, session: ort.InferenceSession, hop_length: int, options: OnnxRuntimeSettings
-    ) -> None:
-        self.session = session
+    def __init__(self, net, hop_length: int, options: EngineSettings) -> None:
+        """``net``: an OrtVocoderNet, a TorchVocoderNet, or an ONNX Runtime session."""
+        self.net = OrtVocoderNet(net) if isinstance(net, ort.InferenceSession) else net
         self.hop_length = hop_length
         self.options = options
 
     def __call__(self, latents: Sequence[np.ndarray]) -> list[np.ndarray]:
         def run(bucket: list[np.ndarray]) -> list[np.ndarray]:
             padded, frames = pad_stack(bucket, axis=-1)
-            (audio,) = self.session.run([VOCODER_OUTPUT], {VOCODER_INPUT: padded})
+            audio = self.net(padded)
             # Past an item's own frames a padded batch holds a non-silent tail: cut it off.
-            return split_by_lengths(audio.reshape(len(bucket), -1), frames * self.hop_length)
+            return split_by_lengths(audio, frames * self.hop_length)
+
+        def run_halving(bucket: list) -> list[np.ndarray]:
+            return halve_on_error(run, bucket, self.net.is_out_of_memory)
 
         lengths = [lat.shape[-1] for lat in latents]
         o = self.options
-        return run_in_buckets(list(latents), lengths, run, o.bucket_max_waste, o.max_padded_length)
+        return run_in_buckets(
+            list(latents), lengths, run_halving, o.bucket_max_waste, o.max_padded_length
+        )
 
 
 # One gain per voice, so every request and every stream chunk has the same level. Measured at

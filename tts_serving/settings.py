@@ -16,15 +16,51 @@ from .config import defaults, doc, parse_settings, pbtxt_parameters
 
 ONNX_GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
 DEVICES = ("auto", "cpu", "cuda")
+ENGINES = ("onnxruntime", "torch")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+
+
+def int_list(text: str, name: str) -> tuple[int, ...]:
+    """ "1, 8,64" -> (1, 8, 64); empty -> (); anything but positive integers raises."""
+    try:
+        values = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise ValueError(f"{name} must be comma-separated integers, got {text!r}") from None
+    if any(v < 1 for v in values):
+        raise ValueError(f"{name} must hold positive integers, got {text!r}")
+    return values
+
+
 LOUDNESS_MODES = ("voice", "peak")
 
 
 @dataclass(frozen=True)
-class OnnxRuntimeSettings:
-    """ONNX Runtime and batching knobs of the models that run ONNX Runtime."""
+class EngineSettings:
+    """Engine (ONNX Runtime or torch) and batching knobs of the models that run the voice."""
 
+    engine: str = field(
+        default="onnxruntime",
+        metadata=doc("`onnxruntime` (CPU default) or `torch` (the GPU engine; CPU too)"),
+    )
+    dtype: str = field(
+        default="auto",
+        metadata=doc(
+            "torch only: `auto` (float16 on CUDA, float32 on CPU), `float32`, `float16`, "
+            "`bfloat16`; durations are always float32"
+        ),
+    )
+    cuda_graph_batches: str = field(
+        default="",
+        metadata=doc(
+            "torch on CUDA: batch sizes to capture CUDA graphs for (`1,8,64`); empty: none"
+        ),
+    )
+    cuda_graph_frames: str = field(
+        default="",
+        metadata=doc("torch on CUDA: frame counts to capture CUDA graphs for (`128,512`)"),
+    )
     intra_op_threads: int = field(
-        default=2, metadata=doc("ONNX Runtime threads per instance (0 = ORT's default)")
+        default=2, metadata=doc("CPU threads per instance, ORT or torch (0 = the engine's default)")
     )
     inter_op_threads: int = field(default=1, metadata=doc("ORT inter-op threads (0 = default)"))
     allow_spinning: bool = field(
@@ -36,7 +72,7 @@ class OnnxRuntimeSettings:
     )
     device: str = field(
         default="auto",
-        metadata=doc("`auto` uses ORT's CUDA provider when present, else CPU; `cpu`, `cuda`"),
+        metadata=doc("`auto` uses CUDA when the engine has it (ORT's provider, torch), else CPU"),
     )
     max_padded_length: int = field(
         default=400,
@@ -49,7 +85,21 @@ class OnnxRuntimeSettings:
         metadata=doc("new length bucket when padding would waste more than this (>= 1: never)"),
     )
 
+    @property
+    def graph_batches(self) -> tuple[int, ...]:
+        return int_list(self.cuda_graph_batches, "cuda_graph_batches")
+
+    @property
+    def graph_frames(self) -> tuple[int, ...]:
+        return int_list(self.cuda_graph_frames, "cuda_graph_frames")
+
     def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if bool(self.graph_batches) != bool(self.graph_frames):
+            raise ValueError("set both cuda_graph_batches and cuda_graph_frames, or neither")
         if self.intra_op_threads < 0 or self.inter_op_threads < 0:
             raise ValueError("thread counts must be >= 0 (0 = ONNX Runtime's default)")
         if self.graph_optimization not in ONNX_GRAPH_OPTIMIZATIONS:
@@ -59,6 +109,8 @@ class OnnxRuntimeSettings:
             )
         if self.device not in DEVICES:
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.engine == "onnxruntime" and (self.graph_batches or self.dtype != "auto"):
+            raise ValueError("dtype and cuda_graph_* apply to engine torch only")
         if self.bucket_max_waste <= 0:
             raise ValueError("bucket_max_waste must be > 0")
         if self.max_padded_length < 0:
@@ -99,7 +151,7 @@ class PhonemizerSettings:
 
 
 @dataclass(frozen=True)
-class AcousticSettings(OnnxRuntimeSettings):
+class AcousticSettings(EngineSettings):
     max_phoneme_ids: int = _max_phoneme_ids()
 
     def __post_init__(self) -> None:
@@ -109,7 +161,7 @@ class AcousticSettings(OnnxRuntimeSettings):
 
 
 @dataclass(frozen=True)
-class VocoderSettings(OnnxRuntimeSettings):
+class VocoderSettings(EngineSettings):
     sample_rate: int = _sample_rate()
     hop_length: int = field(default=256, metadata=doc("samples per frame; must match the voice"))
     max_frames: int = field(

@@ -36,17 +36,20 @@ class ModelContext(Generic[S]):
     settings: S
     version_dir: Path
     instance_kind: str
+    device_id: int = 0  # the GPU of a KIND_GPU instance
 
     @classmethod
     def from_args(cls, args: dict, settings_cls: type[S]) -> ModelContext[S]:
         """Parse ``args["model_config"]`` once; a bad or unknown parameter raises here."""
+        check_numpy()
         config = json.loads(args["model_config"])
         settings = parse_settings(settings_cls, config_parameters(config), config["name"])
         kind = args.get("model_instance_kind", "CPU")
         if kind == "GPU" and getattr(settings, "device", None) == "cpu":
             raise ModelConfigError("instance_group is KIND_GPU but parameter device is cpu")
         version_dir = Path(args["model_repository"]) / args["model_version"]
-        return cls(config["name"], config, settings, version_dir, kind)
+        device_id = int(args.get("model_instance_device_id", 0) or 0)
+        return cls(config["name"], config, settings, version_dir, kind, device_id)
 
     def file(self, name: str) -> Path:
         return exported(self.version_dir / name)
@@ -61,6 +64,17 @@ class ModelContext(Generic[S]):
         if mbs < minimum:
             raise ModelConfigError(f"{self.name}: max_batch_size must be >= {minimum}, got {mbs}")
         return mbs
+
+
+def check_numpy(version: str = np.__version__) -> None:
+    """Refuse to load under numpy 2: Triton 2.51's Python-backend stub then sends every output
+    tensor empty, with no error on either side (seen on an H100 box whose image had numpy 2)."""
+    if int(version.split(".")[0]) >= 2:
+        raise ModelConfigError(
+            f"numpy {version} is installed where the Python backend stub runs; Triton 2.51's "
+            "stub then returns every output empty. Install numpy<2 there (requirements.txt "
+            "pins numpy 1.26.4; for a GPU machine see docs/gpu.md)"
+        )
 
 
 def single_item(request, name: str, optional: bool = False) -> np.ndarray | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import os
 import secrets
 import shutil
@@ -32,9 +33,12 @@ PY_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def pytriton_dir() -> Path:
-    import pytriton
-
-    return Path(pytriton.__file__).parent / "tritonserver"
+    # Found without importing pytriton: its __init__ pulls in its Python API's dependencies,
+    # which a server-only environment (the GPU bundle) does not install.
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("nvidia-pytriton is not installed (it ships tritonserver)")
+    return Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
 
 
 def tritonserver_binary() -> Path:

@@ -1,8 +1,8 @@
 """acoustic: phoneme ids (+ per-item speed and noise) -> latent frames [192, T] per item.
 
 Requests arrive as one dynamic batch of ragged items; they are grouped by network (voices that
-share one run together), sorted by length, padded into one ONNX Runtime call per bucket, and
-every item's latent is cut back to its own frames.
+share one run together), sorted by length, padded into one engine call per bucket (ONNX
+Runtime or torch), and every item's latent is cut back to its own frames.
 """
 
 import numpy as np
@@ -10,7 +10,7 @@ import triton_python_backend_utils as pb_utils
 
 from tts_serving.batching import run_grouped
 from tts_serving.errors import InvalidInputError
-from tts_serving.inference import AcousticModel, create_session
+from tts_serving.inference import load_acoustic, model_file
 from tts_serving.settings import AcousticSettings
 from tts_serving.triton_adapter import (
     ModelContext,
@@ -32,18 +32,16 @@ class TritonPythonModel:
         models: dict = {}  # one session per ONNX file, shared by the voices that use it
 
         def load(voice):
-            path = voice.file("model.onnx")
+            path = voice.file(model_file(self.ctx.settings))
             if path not in models:
-                models[path] = AcousticModel(
-                    create_session(path, self.ctx.settings), self.ctx.settings
-                )
+                models[path] = load_acoustic(path, self.ctx.settings, self.ctx.device_id)
             return voice.config, models[path]
 
         self.voices = VoiceTable(self.ctx.voices(), load)
         self.logger = pb_utils.Logger
-        provider = next(iter(models.values())).session.get_providers()[0]
+        engine = next(iter(models.values())).net.description
         self.logger.log_info(
-            f"acoustic ready on {provider}: voices {', '.join(self.voices.names)} "
+            f"acoustic ready on {engine}: voices {', '.join(self.voices.names)} "
             f"({len(models)} network(s)); {self.ctx.settings}"
         )
 

@@ -12,10 +12,10 @@ from tts_serving.errors import InvalidInputError, ModelConfigError
 from tts_serving.inference import (
     LATENT_CHANNELS,
     LOUDNESS_FILE,
-    Vocoder,
     VoiceLoudness,
     apply_gain,
-    create_session,
+    load_vocoder,
+    model_file,
     peak_normalize,
 )
 from tts_serving.settings import VocoderSettings
@@ -51,19 +51,18 @@ class TritonPythonModel:
                         f"parameter {key}={getattr(self.settings, key)} but voice "
                         f"{voice.name!r} has {want} (every voice must share it)"
                     )
-            path = voice.file("model.onnx")
+            path = voice.file(model_file(self.settings))
             if path not in models:
-                session = create_session(path, self.settings)
-                models[path] = Vocoder(session, config.hop_length, self.settings)
+                models[path] = load_vocoder(
+                    path, config.hop_length, self.settings, self.ctx.device_id
+                )
             return models[path], VoiceLoudness.read(voice.file(LOUDNESS_FILE))
 
         self.voices = VoiceTable(self.ctx.voices(), load)
         self.logger = pb_utils.Logger
-        provider = next(iter(models.values())).session.get_providers()[0]
+        engine = next(iter(models.values())).net.description
         gains = ", ".join(f"{name} {loud.gain}" for name, (_, loud) in self.voices)
-        self.logger.log_info(
-            f"vocoder ready on {provider} with {self.settings}; voice gains {gains}"
-        )
+        self.logger.log_info(f"vocoder ready on {engine} with {self.settings}; voice gains {gains}")
 
     def parse(self, request):
         _, (model, loudness) = self.voices.pick(voice_name(request))

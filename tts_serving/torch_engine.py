@@ -1,0 +1,232 @@
+"""The torch engine: the voice's modules on CPU or CUDA, optionally in CUDA graphs.
+
+``TorchAcousticNet`` and ``TorchVocoderNet`` have the same call shape as the ONNX Runtime nets
+in ``inference.py`` (padded numpy batch in, padded numpy batch out), so the sort/pad/trim
+batching around them is shared. On CUDA the length-scaled work (the flow and the vocoder) runs
+in ``dtype`` (float16 by default) and, when buckets are configured, as CUDA graphs captured
+at start for a grid of (batch, frames) shapes; a batch is padded up to the smallest bucket
+that holds it, and one larger than every bucket runs eagerly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .errors import ModelConfigError
+from .torch_vits import Acoustic, Decoder
+from .torch_weights import load
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class TorchOptions:
+    device: str = "auto"  # auto | cpu | cuda
+    device_id: int = 0  # the GPU Triton gave this instance (model_instance_device_id)
+    dtype: str = "auto"  # auto (float16 on CUDA, float32 on CPU) | float32 | float16 | bfloat16
+    threads: int = 0  # CPU threads (0 = torch's default)
+    graph_batches: tuple[int, ...] = ()
+    graph_frames: tuple[int, ...] = ()
+
+    def torch_device(self) -> torch.device:
+        if self.device == "cuda" or (self.device == "auto" and torch.cuda.is_available()):
+            if not torch.cuda.is_available():
+                raise ModelConfigError("device=cuda but torch sees no CUDA device")
+            return torch.device("cuda", self.device_id)
+        return torch.device("cpu")
+
+    def torch_dtype(self, device: torch.device) -> torch.dtype:
+        if self.dtype == "auto":
+            return torch.float16 if device.type == "cuda" else torch.float32
+        return DTYPES[self.dtype]
+
+
+def _no_tf32():
+    """float32 stays float32: TF32 convolutions (cuDNN's default) moved latents by 0.08 on an
+    H100 and durations by a frame, since frame counts are ceil() of them."""
+    return torch.backends.cudnn.flags(enabled=True, allow_tf32=False)
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    return isinstance(error, torch.OutOfMemoryError)
+
+
+class GraphBuckets:
+    """CUDA graphs of ``fn`` at fixed (batch, frames) shapes, sharing one memory pool.
+
+    ``fn`` takes tensors whose dim 0 is the batch and last dim the frames; ``scale`` is how
+    many output steps one input frame makes (the vocoder's hop length, 1 for the flow).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., torch.Tensor],
+        shapes: Sequence[tuple[int, ...]],  # per input: the shape between batch and frames
+        dtypes: Sequence[torch.dtype],
+        batches: Sequence[int],
+        frames: Sequence[int],
+        device: torch.device,
+        scale: int = 1,
+        allow_tf32: bool = False,
+    ) -> None:
+        self.fn, self.scale, self.allow_tf32 = fn, scale, allow_tf32
+        self.batches, self.frames = sorted(batches), sorted(frames)
+        self.pool = torch.cuda.graph_pool_handle()
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, list, torch.Tensor]] = {}
+        self._capture(shapes, dtypes, device)
+
+    def _capture(self, shapes, dtypes, device) -> None:
+        # Largest first: the pool then holds the biggest activations once and the smaller
+        # graphs reuse that memory; a bucket that cannot fit fails here, not under load.
+        for b in reversed(self.batches):
+            for t in reversed(self.frames):
+                inputs = [
+                    torch.zeros((b, *shape, t), dtype=dtype, device=device)
+                    for shape, dtype in zip(shapes, dtypes)
+                ]
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                # Warm-up outside capture; benchmark mode times cuDNN's algorithms for this
+                # fixed shape and keeps the fastest that fits (its heuristic alone picked
+                # float16 kernels slower than float32 ones at batch 32 on an H100).
+                with (
+                    torch.cuda.stream(stream),
+                    torch.backends.cudnn.flags(
+                        enabled=True, benchmark=True, allow_tf32=self.allow_tf32
+                    ),
+                ):
+                    self.fn(*inputs)
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with (
+                    torch.cuda.graph(graph, pool=self.pool),
+                    torch.backends.cudnn.flags(
+                        enabled=True, benchmark=True, allow_tf32=self.allow_tf32
+                    ),
+                ):
+                    out = self.fn(*inputs)
+                self.graphs[(b, t)] = (graph, inputs, out)
+
+    def bucket(self, batch: int, frames: int) -> tuple[int, int] | None:
+        b = next((x for x in self.batches if x >= batch), None)
+        t = next((x for x in self.frames if x >= frames), None)
+        return None if b is None or t is None else (b, t)
+
+    def __call__(self, *inputs: torch.Tensor) -> torch.Tensor | None:
+        """``fn(*inputs)`` by graph replay, or None when no bucket holds the batch."""
+        batch, frames = inputs[0].shape[0], inputs[0].shape[-1]
+        key = self.bucket(batch, frames)
+        if key is None:
+            return None
+        graph, static, out = self.graphs[key]
+        for dst, src in zip(static, inputs):
+            dst.zero_()  # padding must be zeros, as in an eager padded batch
+            dst[:batch, ..., :frames].copy_(src)
+        graph.replay()
+        return out[:batch, ..., : frames * self.scale].clone()
+
+
+class _TorchNet:
+    def __init__(self, module: torch.nn.Module, options: TorchOptions) -> None:
+        if options.threads > 0:
+            torch.set_num_threads(options.threads)
+        self.options = options
+        self.device = options.torch_device()
+        self.dtype = options.torch_dtype(self.device)
+        self.module = module.to(self.device).requires_grad_(False)
+        self.graphs: GraphBuckets | None = None
+        self.warmup_s = 0.0
+
+    @property
+    def description(self) -> str:
+        graphs = (
+            f", CUDA graphs for batches {list(self.graphs.batches)} x frames "
+            f"{list(self.graphs.frames)} captured in {self.warmup_s:.1f} s"
+            if self.graphs
+            else ""
+        )
+        name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "CPU"
+        return f"torch {torch.__version__} on {self.device} ({name}), {self.dtype}{graphs}"
+
+    def _capture(self, fn, shapes, dtypes, scale: int = 1) -> None:
+        o = self.options
+        if self.device.type != "cuda" or not (o.graph_batches and o.graph_frames):
+            return
+        free, total = torch.cuda.mem_get_info(self.device)
+        start = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                self.graphs = GraphBuckets(
+                    fn, shapes, dtypes, o.graph_batches, o.graph_frames, self.device, scale, False
+                )
+        except torch.OutOfMemoryError:
+            raise ModelConfigError(
+                f"CUDA graphs up to batch {max(o.graph_batches)} x {max(o.graph_frames)} frames "
+                f"do not fit in the {free / 2**30:.1f} GiB free of {total / 2**30:.1f} GiB: "
+                "lower cuda_graph_batches / cuda_graph_frames or the instance count"
+            ) from None
+        self.warmup_s = time.perf_counter() - start
+
+    is_out_of_memory = staticmethod(is_out_of_memory)
+
+    def _release(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+class TorchAcousticNet(_TorchNet):
+    """Padded ids [B, L], lengths [B], scales [B, 3] -> (latent [B, 192, T] f32, frames [B])."""
+
+    def __init__(self, path: str | Path, options: TorchOptions) -> None:
+        super().__init__(load(Acoustic(), path), options)
+        self.module.enc_p.float()
+        self.module.dp.float()
+        self.module.flow.to(self.dtype)
+        channels = self.module.flow.flows["0"].half * 2
+        self._capture(self.module.decode, [(channels,), (1,)], [self.dtype, self.dtype])
+
+    @torch.inference_mode()
+    def __call__(
+        self, ids: np.ndarray, lengths: np.ndarray, scales: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        d = self.device
+        with _no_tf32():
+            z_p, y_mask, frames = self.module.expand(
+                torch.from_numpy(ids).to(d),
+                torch.from_numpy(np.asarray(lengths, np.int64)).to(d),
+                torch.from_numpy(np.asarray(scales, np.float32)).to(d),
+            )
+        z_p, y_mask = z_p.to(self.dtype), y_mask.to(self.dtype)
+        z = self.graphs(z_p, y_mask) if self.graphs else None
+        if z is None:
+            with _no_tf32():
+                z = self.module.decode(z_p, y_mask)
+        return z.float().cpu().numpy(), frames.cpu().numpy()
+
+
+class TorchVocoderNet(_TorchNet):
+    """Padded latents [B, 192, T] -> audio [B, T * hop] float32."""
+
+    def __init__(self, path: str | Path, options: TorchOptions) -> None:
+        super().__init__(load(Decoder(), path), options)
+        self.module.to(self.dtype)
+        self.hop_length = self.module.hop_length
+        self._capture(self.module, [(192,)], [self.dtype], scale=self.hop_length)
+
+    @torch.inference_mode()
+    def __call__(self, latent: np.ndarray) -> np.ndarray:
+        x = torch.from_numpy(np.ascontiguousarray(latent)).to(self.device, self.dtype)
+        audio = self.graphs(x) if self.graphs else None
+        if audio is None:
+            with _no_tf32():
+                audio = self.module(x)
+        return audio.float().reshape(x.shape[0], -1).cpu().numpy()

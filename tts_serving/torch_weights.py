@@ -1,0 +1,107 @@
+"""Weights for the torch engine: read from the voice's ONNX initializers, saved as safetensors.
+
+``python -m export`` writes ``weights.safetensors`` beside each ``model.onnx``; the torch engine
+loads it at ``initialize``. Conversion is strict both ways: every weight tensor of the graph
+must land in a module parameter of the same shape, and every parameter must be filled.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file, save_file
+
+from .errors import ModelConfigError
+from .torch_vits import Acoustic, Decoder
+
+WEIGHTS_FILE = "weights.safetensors"
+
+# Folded constants that stand for a parameter: ONNX keeps exp(-logs), the module keeps logs.
+_DERIVED = {"/dp/flows.0/Exp_output_0": ("dp.flows.0.logs", lambda v: -np.log(v))}
+
+
+def _module_path(node_name: str) -> str:
+    """ "/flow/flows.0/enc/in_layers.0/Conv" -> "flow.flows.0.enc.in_layers.0"."""
+    return ".".join(node_name.strip("/").split("/")[:-1])
+
+
+def onnx_weights(path: str | Path) -> dict[str, np.ndarray]:
+    """Every weight tensor of an exported ONNX half, named as the torch module names it.
+
+    The exporter named most initializers by module path; the rest (weight-normalized conv
+    weights, folded to ``onnx::Conv_*``, and the embedding) are named after the node that
+    reads them. Shape constants (integers, scalars) are not weights and are left out.
+    """
+    import onnx  # export only: the serving stubs load safetensors and need no onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(str(path)).graph
+    readers: dict[str, onnx.NodeProto] = {}
+    for node in graph.node:
+        # A convolution's weight is its second input, an embedding's table its first.
+        slot = {"Conv": 1, "ConvTranspose": 1, "Gather": 0}.get(node.op_type)
+        if slot is not None and len(node.input) > slot:
+            readers.setdefault(node.input[slot], node)
+    weights: dict[str, np.ndarray] = {}
+    for init in graph.initializer:
+        array = numpy_helper.to_array(init)
+        if init.name in _DERIVED:
+            name, fn = _DERIVED[init.name]
+            weights[name] = fn(array).astype(np.float32)
+        elif array.dtype != np.float32 or array.size <= 1:
+            continue  # shape arithmetic and scalar constants
+        elif init.name in readers and not _is_param_name(init.name):
+            weights[f"{_module_path(readers[init.name].name)}.weight"] = array
+        elif _is_param_name(init.name):
+            weights[init.name] = array
+        else:
+            raise ModelConfigError(f"{path}: initializer {init.name} {array.shape} is not mapped")
+    return weights
+
+
+def _is_param_name(name: str) -> bool:
+    return not name.startswith(("/", "onnx::")) and "." in name
+
+
+def convert(acoustic_onnx: str | Path, vocoder_onnx: str | Path) -> list[Path]:
+    """Write ``weights.safetensors`` for each half; raises if any tensor is unused or missing."""
+    written = []
+    for path, module in ((acoustic_onnx, Acoustic()), (vocoder_onnx, Decoder())):
+        weights = onnx_weights(path)
+        fill(module, weights, str(path))  # proves the mapping is complete before writing
+        target = Path(path).parent / WEIGHTS_FILE
+        save_file(weights, str(target))
+        written.append(target)
+    return written
+
+
+def fill(module: torch.nn.Module, weights: dict[str, np.ndarray], source: str) -> None:
+    """Copy ``weights`` into ``module``'s parameters: every one used, every parameter filled."""
+    params = dict(module.named_parameters())
+    unused = sorted(set(weights) - set(params))
+    missing = sorted(set(params) - set(weights))
+    if unused or missing:
+        raise ModelConfigError(
+            f"{source}: weights do not match the torch modules "
+            f"(unused: {unused[:5]}{'...' if len(unused) > 5 else ''}; "
+            f"missing: {missing[:5]}{'...' if len(missing) > 5 else ''})"
+        )
+    with torch.no_grad():
+        for name, param in params.items():
+            value = torch.from_numpy(np.array(weights[name], dtype=np.float32))
+            if value.shape != param.shape:
+                raise ModelConfigError(
+                    f"{source}: {name} has shape {tuple(value.shape)}, "
+                    f"the module expects {tuple(param.shape)}"
+                )
+            param.copy_(value)
+
+
+def load(module: torch.nn.Module, path: str | Path) -> torch.nn.Module:
+    """``module`` filled from a weights file written by ``convert``."""
+    if not Path(path).exists():
+        raise ModelConfigError(f"{path} is missing: run `make export` (the torch engine needs it)")
+    fill(module, load_file(str(path)), str(path))
+    return module.eval()

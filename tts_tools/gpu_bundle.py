@@ -1,0 +1,171 @@
+"""Serve and benchmark the GPU profile on a bare CUDA machine without network.
+
+On a machine with network (this one):
+
+    python -m tts_tools.gpu_bundle build out/gpu-bundle [--python 3.12] [--host-torch]
+
+downloads every wheel the GPU server and its benchmark need for the target Python on x86-64
+Linux (docker/requirements-gpu-bundle.txt: Triton 2.51 from nvidia-pytriton, numpy 1.26,
+torch with its CUDA 12 runtime unless ``--host-torch``), copies the project (``git archive``)
+and the exported voice, and writes the commands below into the bundle's README. Copy the folder
+over, then on the GPU machine:
+
+    python3 project/tts_tools/gpu_bundle.py install .    # offline venv in ./venv
+    venv/bin/python -m tts_tools.gpu_bundle bench .      # bench.gpu + bench.compare --profile gpu
+
+Needs there: an NVIDIA driver for CUDA 12 or newer, Python of the version it was built for,
+``libpython`` (any CPython install has it). ``--host-torch`` leaves torch out and uses the one
+the machine already has (a CUDA image); numpy 1.26 then shadows its numpy for this venv alone,
+since Triton 2.51's Python-backend stub returns empty outputs under numpy 2 (docs/gpu.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tarfile
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REQUIREMENTS = "docker/requirements-gpu-bundle.txt"
+TORCH = "torch==2.5.1"  # CUDA 12.4 runtime inside its wheels (nvidia-* packages)
+PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64",
+             "manylinux2014_x86_64", "manylinux1_x86_64")  # fmt: skip
+# Exported voice files the GPU profile loads (python -m export writes them).
+VOICE_GLOBS = ("*/1/voice.json", "*/1/voices.json", "*/1/weights.safetensors",
+               "*/1/loudness.json", "*/1/voices/**/*", ".export-manifest.json")  # fmt: skip
+
+
+def run(cmd: list[str], **kw) -> None:
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, **kw)
+
+
+def build(out: Path, python: str, host_torch: bool) -> None:
+    wheels = out / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    target = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp"]
+    for platform in PLATFORMS:
+        target += ["--platform", platform]
+    reqs = [str(ROOT / REQUIREMENTS)]
+    run([sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), *target, "-r", *reqs])
+    if not host_torch:
+        run([sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), *target, TORCH])
+    shutil.copy(ROOT / REQUIREMENTS, out / "requirements.txt")
+    (out / "host-torch").write_text("yes\n" if host_torch else "no\n")
+    project = out / "project"
+    shutil.rmtree(project, ignore_errors=True)
+    project.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "HEAD"], check=True, capture_output=True
+    ).stdout
+    run(["tar", "-x", "-C", str(project)], input=archive)
+    repo = ROOT / "model_repository"
+    files = [p for g in VOICE_GLOBS for p in repo.glob(g) if p.is_file()]
+    if not any(p.name == "weights.safetensors" for p in files):
+        raise SystemExit("no exported voice: run `make export` first")
+    with tarfile.open(out / "voice.tar", "w") as tar:
+        for path in files:
+            tar.add(path, arcname=str(path.relative_to(repo)))
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 1e6
+    print(f"bundle in {out}: {size:.0f} MB; copy it to the GPU machine and see the docstring")
+
+
+def host_site_packages(python: str = "python3") -> str | None:
+    """The site-packages that holds the machine's own torch, if it has one."""
+    probe = "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))"
+    result = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def install(bundle: Path, wheels: list[Path] | None = None, no_deps: bool = False) -> Path:
+    """A venv in ``bundle/venv`` from the bundle's wheels (offline), the project and the voice."""
+    env_dir = bundle / "venv"
+    py = str(env_dir / "bin" / "python")
+    if not (env_dir / "bin" / "python").exists():
+        try:
+            venv.EnvBuilder(with_pip=True).create(env_dir)
+        except subprocess.CalledProcessError:  # no ensurepip (Debian without python3-venv)
+            shutil.rmtree(env_dir)
+            venv.EnvBuilder(with_pip=False).create(env_dir)
+    has_pip = subprocess.run([py, "-m", "pip", "--version"], capture_output=True).returncode == 0
+    pip = [py, "-m", "pip"] if has_pip else [sys.executable, "-m", "pip", "--python", py]
+    site = Path(
+        subprocess.run(
+            [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    project = (bundle / "project").resolve()
+    # The project and its client import from the bundle's copy (no build step offline).
+    (site / "tts_project.pth").write_text(f"{project}\n{project / 'client'}\n")
+    host_torch = (bundle / "host-torch").exists() and (
+        bundle / "host-torch"
+    ).read_text().strip() == "yes"
+    if host_torch:
+        host = host_site_packages()
+        if not host:
+            raise SystemExit("the bundle was built with --host-torch but python3 has no torch")
+        # Appended after this venv's own packages, so its numpy 1.26 wins over the host's.
+        (site / "zz_host_torch.pth").write_text(host + "\n")
+    cmd = [*pip, "install", "-q", "--no-index", "--find-links", str(bundle / "wheels")]
+    if no_deps:
+        cmd += ["--no-deps", *map(str, wheels or sorted((bundle / "wheels").glob("*.whl")))]
+    else:
+        cmd += ["-r", str(bundle / "requirements.txt")] + ([] if host_torch else ["torch"])
+    run(cmd)
+    voice = bundle / "voice.tar"
+    if voice.exists():
+        with tarfile.open(voice) as tar:
+            tar.extractall(project / "model_repository", filter="data")
+    return env_dir
+
+
+def bench(bundle: Path, out: Path, engine: bool = True) -> None:
+    """The engine alone, then end to end through Triton (gRPC) with the GPU profile."""
+    project = (bundle / "project").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    py = sys.executable
+    repo = str(project / "model_repository")
+    if engine:
+        cmd = [py, "-m", "bench.gpu", "--repository", repo, "--out", str(out / "gpu_engine.json")]
+        run(cmd, cwd=project)
+    run(
+        [py, "-m", "bench.compare", "--profile", "gpu", "--systems", "ours-grpc",
+         "--repository", repo, "--concurrency", "1", "8", "32", "64", "128", "256",
+         "--rounds", "1", "--requests", "512", "--json", str(out / "gpu_e2e.json")],
+        cwd=project,
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tts_tools.gpu_bundle", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="download wheels, copy project and voice")
+    b.add_argument("out", type=Path)
+    b.add_argument("--python", default="3.12", help="the GPU machine's Python (major.minor)")
+    b.add_argument("--host-torch", action="store_true", help="use the machine's own torch")
+    i = sub.add_parser("install", help="offline venv from a bundle (on the GPU machine)")
+    i.add_argument("bundle", type=Path)
+    i.add_argument("--no-deps", nargs="*", type=Path, help="install just these wheels")
+    r = sub.add_parser("bench", help="run the GPU benchmarks from the bundle's venv")
+    r.add_argument("bundle", type=Path)
+    r.add_argument("--out", type=Path, default=Path("bench-results"))
+    r.add_argument("--no-engine", action="store_true", help="end to end only")
+    args = p.parse_args(argv)
+    if args.command == "build":
+        build(args.out, args.python, args.host_torch)
+    elif args.command == "install":
+        install(args.bundle, args.no_deps, no_deps=args.no_deps is not None)
+    else:
+        bench(args.bundle, args.out, engine=not args.no_engine)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
