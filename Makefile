@@ -13,7 +13,7 @@ BIND ?= 127.0.0.1
 PYTEST_ARGS ?=
 
 .PHONY: setup system-deps test-system-deps apt-install export serve test test-reliability unit lint format clean perf \
-  perf-smoke bench soak flops
+  perf-smoke bench soak flops profiles gpu-bundle
 
 # System packages: libb64 for perf_analyzer (the rest ships in the Python wheels); the tests
 # also drive the gateway's web page in Debian's headless Chromium.
@@ -45,10 +45,20 @@ setup: system-deps $(VENV)/.installed
 export: $(VENV)/.installed
 	$(PY) -m export
 
+# PROFILE=gpu (torch on CUDA) or PROFILE=torch-cpu serves model_repository/*/configs/$(PROFILE).pbtxt.
 serve: setup export
 	exec $(PY) -m tts_tools.server --model-repository model_repository \
 	  --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) \
-	  --gateway-port $(GATEWAY_PORT) --bind $(BIND)
+	  --gateway-port $(GATEWAY_PORT) --bind $(BIND) $(if $(PROFILE),--model-config-name=$(PROFILE))
+
+# Regenerate model_repository/*/configs/<profile>.pbtxt from config.pbtxt (tts_tools/profiles.py).
+profiles: $(VENV)/.installed
+	$(PY) -m tts_tools.profiles
+
+# A folder to serve and benchmark the GPU profile on a CUDA machine without network (docs/gpu.md).
+GPU_PYTHON ?= 3.12
+gpu-bundle: setup export
+	$(PY) -m tts_tools.gpu_bundle build out/gpu-bundle --python $(GPU_PYTHON) $(GPU_BUNDLE_ARGS)
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Inside the NGC Triton image: install the Python deps once, export the voice, serve.
+# Inside the NGC Triton image: install the Python deps once, export the voice, serve the
+# gpu profile (model_repository/*/configs/gpu.pbtxt: torch on CUDA; TTS_PROFILE overrides).
 set -euo pipefail
 cd /workspace
 if [ ! -f /opt/tts/.installed ]; then
@@ -16,8 +17,12 @@ if [ -z "$key" ] && [ -n "${TTS_ADMIN_KEY_FILE:-}" ]; then key="$(tr -d '[:space
 if [ -z "$key" ]; then key="$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"; fi
 restricted="model-repository,logging,trace,shared-memory"
 bind="${BIND:-0.0.0.0}"  # inside the container; the compose file decides what is published
+profile="${TTS_PROFILE:-gpu}"  # none: every model's config.pbtxt (ONNX Runtime)
+profile_args=()
+if [ "$profile" != "none" ]; then profile_args=(--model-config-name="$profile"); fi
 exec tritonserver --model-repository=/workspace/model_repository \
   --http-address="$bind" --grpc-address="$bind" --metrics-address="$bind" \
   --http-restricted-api="$restricted:tts-admin-key=$key" \
   --grpc-restricted-protocol="$restricted:tts-admin-key=$key" \
-  --http-port=8000 --grpc-port=8001 --metrics-port=8002 --strict-readiness=true "$@"
+  --http-port=8000 --grpc-port=8001 --metrics-port=8002 --strict-readiness=true \
+  "${profile_args[@]}" "$@"

@@ -89,12 +89,8 @@ def whisper():
 
 
 def gpu_available() -> bool:
-    """An NVIDIA device and ONNX Runtime's CUDA provider (what the `gpu` tests need)."""
-    if not Path("/dev/nvidiactl").exists():
-        return False
-    import onnxruntime
-
-    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+    """An NVIDIA device (what the `gpu` tests need; each checks its engine's CUDA support)."""
+    return Path("/dev/nvidiactl").exists()
 
 
 def pytest_addoption(parser):
@@ -110,7 +106,7 @@ def pytest_collection_modifyitems(config, items):
     `long` unless --long is given (`make test-reliability`)."""
     gpu = gpu_available()
     long = config.getoption("--long")
-    skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU and onnxruntime's CUDA provider")
+    skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU")
     skip_long = pytest.mark.skip(reason="long: runs in `make test-reliability` (--long)")
     for item in items:
         if "gpu" in item.keywords and not gpu:

@@ -32,8 +32,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = "docker/requirements-gpu-bundle.txt"
 TORCH = "torch==2.5.1"  # CUDA 12.4 runtime inside its wheels (nvidia-* packages)
-PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64",
-             "manylinux2014_x86_64", "manylinux1_x86_64")  # fmt: skip
+# Installed without its dependencies: the server needs only the binary it ships, and its Python
+# API's pins (geventhttpclient<=2.0.2) have no wheel for newer Pythons.
+NO_DEPS = ("nvidia-pytriton==0.7.0",)
+PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
+             "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+             "manylinux1_x86_64")  # fmt: skip
 # Exported voice files the GPU profile loads (python -m export writes them).
 VOICE_GLOBS = ("*/1/voice.json", "*/1/voices.json", "*/1/weights.safetensors",
                "*/1/loudness.json", "*/1/voices/**/*", ".export-manifest.json")  # fmt: skip
@@ -51,9 +55,11 @@ def build(out: Path, python: str, host_torch: bool) -> None:
     for platform in PLATFORMS:
         target += ["--platform", platform]
     reqs = [str(ROOT / REQUIREMENTS)]
-    run([sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), *target, "-r", *reqs])
+    download = [sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), *target]
+    run([*download, "-r", *reqs])
+    run([*download, "--no-deps", *NO_DEPS])
     if not host_torch:
-        run([sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), *target, TORCH])
+        run([*download, TORCH])
     shutil.copy(ROOT / REQUIREMENTS, out / "requirements.txt")
     (out / "host-torch").write_text("yes\n" if host_torch else "no\n")
     project = out / "project"
@@ -117,6 +123,7 @@ def install(bundle: Path, wheels: list[Path] | None = None, no_deps: bool = Fals
     if no_deps:
         cmd += ["--no-deps", *map(str, wheels or sorted((bundle / "wheels").glob("*.whl")))]
     else:
+        run([*cmd, "--no-deps", *NO_DEPS])
         cmd += ["-r", str(bundle / "requirements.txt")] + ([] if host_torch else ["torch"])
     run(cmd)
     voice = bundle / "voice.tar"

@@ -163,3 +163,42 @@ def test_stages_have_the_priority_levels_the_client_knows():
         batching = load(name).dynamic_batching
         assert batching.priority_levels == PRIORITY_LEVELS, name
         assert batching.default_priority_level == PRIORITY_LEVELS, name  # bulk by default
+
+
+PROFILE_FILES = sorted(REPO.glob("*/configs/*.pbtxt"))
+
+
+def test_profiles_are_generated_and_up_to_date():
+    from tts_tools.profiles import PROFILES, expected
+
+    assert sorted(expected()) == PROFILE_FILES, "run python -m tts_tools.profiles"
+    for path, text in expected().items():
+        assert path.read_text() == text, f"{path} is stale: run python -m tts_tools.profiles"
+    assert {"gpu", "torch-cpu"} <= set(PROFILES)
+
+
+@pytest.mark.parametrize("path", PROFILE_FILES, ids=lambda p: f"{p.parts[-3]}/{p.stem}")
+def test_a_profile_keeps_the_model_contract_and_valid_parameters(path):
+    """Same name, tensors and batching flags as config.pbtxt; parameters parse and validate."""
+    name = path.parts[-3]
+    profile, base = read_model_config(path), load(name)
+    assert profile.name == base.name and profile.backend == base.backend
+    assert profile.input == base.input and profile.output == base.output
+    assert profile.dynamic_batching.priority_levels == base.dynamic_batching.priority_levels
+    settings = parse_settings(SETTINGS[name], pbtxt_parameters(path), name)
+    if path.stem == "gpu" and name in ("acoustic", "vocoder"):
+        assert settings.engine == "torch" and settings.device == "cuda"
+        assert profile.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_GPU
+        assert settings.graph_batches[-1] <= profile.max_batch_size
+    if path.stem == "torch-cpu":
+        assert settings.engine == "torch" and settings.device == "cpu"
+
+
+def test_compose_serves_the_gpu_profile_with_torch_installed():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    assert compose["services"]["triton"]["environment"]["TTS_PROFILE"] == "${TTS_PROFILE:-gpu}"
+    entrypoint = (ROOT / "docker/entrypoint.sh").read_text()
+    assert '--model-config-name="$profile"' in entrypoint
+    gpu_pins = (ROOT / "docker/requirements-gpu.txt").read_text().splitlines()
+    assert any(p.startswith("torch==") for p in gpu_pins) and "safetensors==0.8.0" in gpu_pins
+    assert "numpy==1.26.4" in gpu_pins  # Triton 2.51's stub returns empty outputs under numpy 2

@@ -1,0 +1,150 @@
+"""The torch engine equals ONNX Runtime on the exported voice (CPU, float32, noise 0)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests import fake_pb_utils as pb
+from tests.adapter.test_model_adapters import load_model, text_request
+from tts_serving.errors import ModelConfigError
+from tts_serving.inference import Vocoder, load_acoustic, load_vocoder, model_file
+from tts_serving.settings import EngineSettings
+from tts_serving.torch_engine import TorchOptions, TorchVocoderNet
+from tts_serving.torch_vits import Decoder
+from tts_serving.torch_weights import WEIGHTS_FILE, fill, onnx_weights
+from tts_tools.texts import SENTENCES
+
+ORT = EngineSettings(max_padded_length=0)
+TORCH = EngineSettings(engine="torch", device="cpu", max_padded_length=0)
+SPEEDS = (0.5, 1.0, 2.0, 0.8, 1.25, 1.5, 0.7, 1.0)
+
+
+@pytest.fixture(scope="module")
+def ids(exported_repository):
+    phonemizer = load_model(exported_repository, "phonemizer")
+    texts = [s.encode() for s in SENTENCES[:8]]
+    return [phonemizer.execute([text_request(t)])[0].output("phoneme_ids")[0] for t in texts]
+
+
+@pytest.fixture(scope="module")
+def engines(exported_repository):
+    a, v = exported_repository / "acoustic/1", exported_repository / "vocoder/1"
+    return {
+        name: (load_acoustic(a / model_file(o), o), load_vocoder(v / model_file(o), 256, o))
+        for name, o in (("ort", ORT), ("torch", TORCH))
+    }
+
+
+def max_diff(xs, ys) -> float:
+    for x, y in zip(xs, ys):
+        assert x.shape == y.shape  # same frame counts: durations agree exactly
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(xs, ys))
+
+
+@pytest.mark.parametrize("batch", ["one", "padded_8_mixed_speeds"])
+def test_torch_equals_onnxruntime(engines, ids, batch):
+    if batch == "one":
+        items, scales = ids[3:4], np.array([[0.0, 1.0, 0.0]], np.float32)
+    else:
+        items = ids
+        scales = np.array([[0.0, 1 / s, 0.0] for s in SPEEDS], np.float32)
+    latents = {name: a(items, scales) for name, (a, _) in engines.items()}
+    latent_err = max_diff(latents["torch"], latents["ort"])
+    audio = {name: v(latents["ort"]) for name, (_, v) in engines.items()}
+    audio_err = max_diff(audio["torch"], audio["ort"])
+    print(f"\n{batch}: max |torch - ORT| latent {latent_err:.2e}, audio {audio_err:.2e}")
+    assert latent_err < 1e-3 and audio_err < 1e-3
+
+
+def test_the_adapters_serve_the_torch_engine(exported_repository, ids):
+    """model.py with engine torch: same outputs as with ONNX Runtime, one response each."""
+    zero = np.zeros((1, 1), np.float32)
+    outputs = {}
+    for engine in ("onnxruntime", "torch"):
+        params = {"engine": engine, "device": "cpu"}
+        acoustic = load_model(exported_repository, "acoustic", params)
+        vocoder = load_model(exported_repository, "vocoder", params)
+        requests = [
+            pb.InferenceRequest(phoneme_ids=x[None], noise_scale=zero, noise_w=zero)
+            for x in ids[:3]
+        ]
+        latents = [r.output("latent") for r in acoustic.execute(requests)]
+        audio = vocoder.execute([pb.InferenceRequest(latent=lat) for lat in latents])
+        outputs[engine] = [r.output("audio") for r in audio]
+    assert max_diff(outputs["torch"], outputs["onnxruntime"]) < 1e-3
+
+
+def test_every_weight_is_used_and_every_parameter_filled(exported_repository):
+    weights = onnx_weights(exported_repository / "vocoder/1/model.onnx")
+    fill(Decoder(), weights, "vocoder")  # complete: no error
+    with pytest.raises(ModelConfigError, match="missing: \\['dec.conv_post.weight'\\]"):
+        fill(Decoder(), {k: v for k, v in weights.items() if k != "dec.conv_post.weight"}, "v")
+    with pytest.raises(ModelConfigError, match="unused: \\['dec.extra'\\]"):
+        fill(Decoder(), {**weights, "dec.extra": np.zeros(3, np.float32)}, "v")
+    bad = {**weights, "dec.conv_pre.bias": np.zeros(5, np.float32)}
+    with pytest.raises(ModelConfigError, match="dec.conv_pre.bias has shape"):
+        fill(Decoder(), bad, "v")
+
+
+def test_a_missing_weights_file_says_how_to_make_it(tmp_path):
+    with pytest.raises(ModelConfigError, match="make export"):
+        TorchVocoderNet(tmp_path / WEIGHTS_FILE, TorchOptions(device="cpu"))
+
+
+def test_a_batch_out_of_memory_is_served_in_halves(exported_repository, engines, ids, monkeypatch):
+    """A forced out-of-memory above 2 items: the 8 are served in halves, equal to one call."""
+    net = TorchVocoderNet(exported_repository / "vocoder/1" / WEIGHTS_FILE, TorchOptions("cpu"))
+    one_bucket = EngineSettings(
+        engine="torch", device="cpu", max_padded_length=0, bucket_max_waste=9
+    )
+    vocoder = Vocoder(net, 256, one_bucket)
+    latents = engines["ort"][0](ids, np.zeros((len(ids), 3), np.float32) + [0, 1, 0])
+    whole = vocoder(latents)
+    forward = net.module.forward
+    calls = []
+
+    def limited(x):
+        calls.append(x.shape[0])
+        if x.shape[0] > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (forced by the test)")
+        return forward(x)
+
+    monkeypatch.setattr(net.module, "forward", limited)
+    halved = vocoder(latents)
+    assert calls == [8, 4, 2, 2, 4, 2, 2]
+    assert max_diff(halved, whole) < 1e-3  # padding differs per half: within the batch bound
+    monkeypatch.setattr(net.module, "forward", lambda x: (_ for _ in ()).throw(ValueError("x")))
+    with pytest.raises(ValueError):  # any other error is not retried
+        vocoder(latents)
+
+
+def test_engine_settings_are_checked():
+    with pytest.raises(ValueError, match="engine must be one of"):
+        EngineSettings(engine="tensorrt")
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        EngineSettings(engine="torch", dtype="float8")
+    with pytest.raises(ValueError, match="set both"):
+        EngineSettings(engine="torch", cuda_graph_batches="1,8")
+    with pytest.raises(ValueError, match="comma-separated integers"):
+        EngineSettings(engine="torch", cuda_graph_batches="1,x", cuda_graph_frames="8")
+    with pytest.raises(ValueError, match="engine torch only"):
+        EngineSettings(dtype="float16")
+    s = EngineSettings(engine="torch", cuda_graph_batches="1, 8,64", cuda_graph_frames="128")
+    assert s.graph_batches == (1, 8, 64) and s.graph_frames == (128,)
+
+
+def test_cuda_asked_for_without_cuda_is_a_config_error():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ModelConfigError, match="no CUDA device"):
+        TorchOptions(device="cuda").torch_device()
+
+
+def test_numpy_2_is_refused_at_initialize():
+    from tts_serving.triton_adapter import check_numpy
+
+    check_numpy("1.26.4")
+    with pytest.raises(ModelConfigError, match="returns every output empty"):
+        check_numpy("2.0.2")

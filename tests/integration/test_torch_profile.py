@@ -1,0 +1,70 @@
+"""The torch engine end to end: tritonserver with ``--model-config-name=torch-cpu``."""
+
+from __future__ import annotations
+
+import jiwer
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+from tests.integration.test_intelligibility import transcribe, words
+from tts_client import TTSClient
+from tts_tools.server import ServerProcess
+from tts_tools.statistics import model_statistics
+from tts_tools.texts import SENTENCES
+
+EXACT = {"noise_scale": 0.0, "noise_w": 0.0}
+
+
+@pytest.fixture(scope="module")
+def torch_server(exported_repository, tmp_path_factory):
+    log = tmp_path_factory.mktemp("triton-torch") / "server.log"
+    with ServerProcess(
+        exported_repository,
+        log,
+        cache_dir=ROOT / ".cache" / "triton",
+        extra_args=["--model-config-name=torch-cpu"],
+        supervisor_options={"canary_interval": 0},
+    ) as srv:
+        yield srv
+
+
+def test_the_profile_serves_the_torch_engine(torch_server):
+    log = torch_server.log_path.read_text()
+    assert "acoustic ready on torch" in log and "vocoder ready on torch" in log
+
+
+def test_batched_equals_alone_and_equals_onnxruntime(torch_server, grpc_client):
+    texts = [SENTENCES[i % len(SENTENCES)] for i in range(32)]
+    address = f"localhost:{torch_server.grpc_port}"
+    before = model_statistics(address, ["acoustic"], torch_server.admin_headers)["acoustic"]
+    with TTSClient(torch_server.grpc_url, concurrency=32) as client:
+        batched = client.synthesize_many(texts, **EXACT)  # all 32 in flight at once
+        alone = {t: client.synthesize(t, **EXACT) for t in set(texts)}
+    after = model_statistics(address, ["acoustic"], torch_server.admin_headers)["acoustic"]
+    delta = after - before
+    assert delta.inferences == 32 + len(alone) and delta.executions < delta.inferences
+    onnxruntime = {t: grpc_client.synthesize(t, **EXACT) for t in alone}  # the default server
+    for text, audio in zip(texts, batched):
+        assert audio.samples.shape == alone[text].samples.shape, text
+        assert np.max(np.abs(audio.samples - alone[text].samples)) < 1e-3, text
+        assert audio.samples.shape == onnxruntime[text].samples.shape, text
+        assert np.max(np.abs(audio.samples - onnxruntime[text].samples)) < 1e-3, text
+
+
+@pytest.mark.slow
+def test_torch_speech_is_as_intelligible_as_onnxruntime(
+    torch_server, grpc_client, whisper, tmp_path
+):
+    texts = list(SENTENCES[2:14])
+    references = [words(t) for t in texts]
+    wer = {}
+    with TTSClient(torch_server.grpc_url) as torch_client:
+        for name, client in (("torch", torch_client), ("onnxruntime", grpc_client)):
+            audios = client.synthesize_many(texts, **EXACT)
+            heard = [
+                words(transcribe(whisper, a, tmp_path, f"{name}{i}")) for i, a in enumerate(audios)
+            ]
+            wer[name] = jiwer.wer(references, heard)
+    print(f"\nWER torch {wer['torch']:.3f}, ONNX Runtime {wer['onnxruntime']:.3f}")
+    assert wer["torch"] <= wer["onnxruntime"] + 0.02 and wer["torch"] <= 0.10
