@@ -10,7 +10,6 @@ that holds it, and one larger than every bucket runs eagerly.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,8 +21,6 @@ import torch
 from .errors import ModelConfigError
 from .torch_vits import Acoustic, Decoder
 from .torch_weights import load
-
-log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -176,11 +173,13 @@ class _TorchNet:
             ) from None
         self.warmup_s = time.perf_counter() - start
 
-    is_out_of_memory = staticmethod(is_out_of_memory)
-
-    def _release(self) -> None:
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        """Whether to retry in halves; frees the allocator's cached blocks first."""
+        if not is_out_of_memory(error):
+            return False
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+        return True
 
 
 class TorchAcousticNet(_TorchNet):
