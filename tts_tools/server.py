@@ -25,7 +25,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .supervisor import SUPERVISED_ARGS, Supervisor, is_ready
+from prometheus_client import start_http_server
+
+from .supervisor import SUPERVISED_ARGS, Supervisor, SupervisorMetrics, is_ready
 
 # How long a stopping gateway may take to finish its requests (uvicorn's graceful shutdown).
 GATEWAY_DRAIN_S = 35.0
@@ -306,6 +308,12 @@ def main(argv: list[str] | None = None) -> None:
         help="port of the OpenAI-compatible gateway, on --bind (0: no gateway)",
     )
     parser.add_argument(
+        "--supervisor-metrics-port",
+        type=int,
+        default=int(os.environ.get("SUPERVISOR_METRICS_PORT", 8003)),
+        help="Prometheus metrics of the supervisor (outages, restarts) on --bind (0: none)",
+    )
+    parser.add_argument(
         "--restricted-apis",
         default=RESTRICTED,
         help=f"APIs that need the admin key (default {RESTRICTED}; add statistics, "
@@ -344,7 +352,16 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
     headers = admin_headers(key)
-    sys.exit(supervise(cmd, args.http_port, args.model_repository, headers, gateway))
+    metrics = SupervisorMetrics()
+    if args.supervisor_metrics_port:
+        start_http_server(args.supervisor_metrics_port, args.bind, registry=metrics.registry)
+        print(
+            f"supervisor: outage metrics on {args.bind}:{args.supervisor_metrics_port}/metrics",
+            flush=True,
+        )
+    sys.exit(
+        supervise(cmd, args.http_port, args.model_repository, headers, gateway, metrics=metrics)
+    )
 
 
 def gateway_command(
@@ -436,6 +453,7 @@ def supervise(
     gateway_cmd: list[str] | None = None,
     drain_s: float = GATEWAY_DRAIN_S,
     restarts: RestartPolicy | None = None,
+    metrics: SupervisorMetrics | None = None,
 ) -> int:
     """Run tritonserver (and the gateway) as children with the supervisor beside them.
 
@@ -445,6 +463,7 @@ def supervise(
     backoff, until ``restarts`` says it keeps dying; then the launcher exits with its code.
     """
     restarts = restarts or RestartPolicy()
+    metrics = metrics or SupervisorMetrics()
     stopping = threading.Event()
     say = functools.partial(print, flush=True)
 
@@ -463,7 +482,9 @@ def supervise(
             stopping.wait(0.5)
         supervisor: Supervisor | None = None
         if process.poll() is None and not stopping.is_set():
-            supervisor = Supervisor(process.pid, http_port, repository, headers, say).start()
+            supervisor = Supervisor(
+                process.pid, http_port, repository, headers, say, metrics=metrics
+            ).start()
             if gateway_cmd and gateway is None:
                 gateway = subprocess.Popen(gateway_cmd, start_new_session=True)
         while process.poll() is None and not stopping.is_set():
@@ -485,6 +506,7 @@ def supervise(
                 _stop(gateway, drain_s)
             return code or 1
         say(f"launcher: tritonserver exited ({code}); starting it again in {delay:.0f} s")
+        metrics.server_restarts.inc()
         if stopping.wait(delay):
             if gateway:
                 _stop(gateway, drain_s)

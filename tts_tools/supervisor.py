@@ -14,6 +14,10 @@ A stub that is alive but hung (a deadlock in a native library) is found by a can
 ``canary_timeout`` s while its stub used (almost) no CPU meanwhile is hung, not busy, and its
 stub is killed, which the loop above then heals. A busy stub under load is never killed: it
 uses CPU. ``tts_stream`` (decoupled) gets no canary.
+
+Outages are counted in Prometheus metrics (``SupervisorMetrics``), which the launcher serves on
+``--supervisor-metrics-port`` (default 8003): per model, outages by cause (a dead stub, a hung
+one) and the seconds until it was back, and restarts of tritonserver itself.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter
 
 STUB = "triton_python_backend_stub"
 # The flags a supervised tritonserver needs: models loaded at start, reloadable by the API.
@@ -101,6 +107,34 @@ def cpu_seconds(pids: set[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+class SupervisorMetrics:
+    """Outage counters of one launcher (one registry, so several can live in one process)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.outages = Counter(
+            "tts_supervisor_outages",
+            "Model outages the supervisor healed, by cause: died (a stub was gone) or hung "
+            "(no canary answer and no CPU used; its stub was killed, then counted as died too)",
+            ["model", "cause"],
+            registry=self.registry,
+        )
+        self.outage_seconds = Counter(
+            "tts_supervisor_outage_seconds",
+            "Seconds from noticing a dead stub to its model being loaded again",
+            ["model"],
+            registry=self.registry,
+        )
+        self.server_restarts = Counter(
+            "tts_supervisor_server_restarts",
+            "Times the launcher started tritonserver again after it died",
+            registry=self.registry,
+        )
+
+    def value(self, name: str, **labels: str) -> float:
+        return self.registry.get_sample_value(name, labels) or 0.0
+
+
 @dataclass
 class Supervisor:
     """Watches the stubs of one tritonserver and reloads a model whose stub died."""
@@ -114,6 +148,7 @@ class Supervisor:
     canary_interval: float = 15.0
     canary_timeout: float = 30.0
     outages: int = 0
+    metrics: SupervisorMetrics = field(default_factory=SupervisorMetrics)
     regions: dict[int, str] = field(default_factory=dict)  # stub pid -> its /dev/shm region
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -187,6 +222,7 @@ class Supervisor:
         if self._stop.is_set() or not pids:
             return False
         self.log(f"supervisor: {model} is hung ({reason}); killing its stub to reload it")
+        self.metrics.outages.labels(model, "hung").inc()
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -206,6 +242,7 @@ class Supervisor:
 
     def heal(self, model: str, dead: int) -> None:
         self.outages += 1
+        self.metrics.outages.labels(model, "died").inc()
         start = time.monotonic()
         self.log(
             f"supervisor: {dead} stub(s) of {model} died; reloading it (outage {self.outages})"
@@ -216,7 +253,9 @@ class Supervisor:
         except OSError as e:
             self.log(f"supervisor: reloading {model} failed: {e}; trying again")
             return
-        self.log(f"supervisor: {model} is back after {time.monotonic() - start:.1f} s")
+        down = time.monotonic() - start
+        self.metrics.outage_seconds.labels(model).inc(down)
+        self.log(f"supervisor: {model} is back after {down:.1f} s")
         self._remove_dead_regions()
 
     def remove_all_regions(self) -> None:

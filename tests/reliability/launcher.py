@@ -18,7 +18,9 @@ class Launcher:
     gateway's /ready (Triton's `tts` and `tts_stream` ready behind it)."""
 
     def __init__(self, repository: Path, log_path: Path) -> None:
-        self.http, self.grpc, self.metrics, self.gateway = (free_port() for _ in range(4))
+        self.http, self.grpc, self.metrics, self.gateway, self.supervisor_metrics = (
+            free_port() for _ in range(5)
+        )
         self.log_path = log_path
         self._log = open(log_path, "w")
         self.process = subprocess.Popen(
@@ -28,6 +30,7 @@ class Launcher:
                 f"--cache-dir={ROOT / '.cache' / 'triton'}",
                 f"--http-port={self.http}", f"--grpc-port={self.grpc}",
                 f"--metrics-port={self.metrics}", f"--gateway-port={self.gateway}",
+                f"--supervisor-metrics-port={self.supervisor_metrics}",
             ],
             stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
         )  # fmt: skip
@@ -35,6 +38,17 @@ class Launcher:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.gateway}"
+
+    def supervisor_metric(self, name: str) -> float:
+        """A sample of the supervisor's Prometheus endpoint (0 when absent)."""
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.supervisor_metrics}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith(name + " ") or line.startswith(name + "{"):
+                    return float(line.rsplit(" ", 1)[1])
+        return 0.0
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

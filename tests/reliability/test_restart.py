@@ -42,6 +42,7 @@ def test_a_killed_tritonserver_is_started_again(exported_repository, tmp_path):
         assert 200 in statuses and new != old, log[-3000:]
         assert statuses <= {200, 502, 503}, statuses
         assert "tritonserver exited (-9); starting it again" in log
+        assert launcher.supervisor_metric("tts_supervisor_server_restarts_total") == 1
         for region in regions.values():
             assert not os.path.exists(f"/dev/shm/{region}"), region
         launcher.process.send_signal(signal.SIGTERM)

@@ -56,11 +56,15 @@ def test_a_killed_stub_comes_back_within_30_s(supervised, model):
         assert works(client, model)
         regions: dict[int, str] = {}
         (pid, *_) = stubs_by_model(supervised.process.pid, [model], regions)[model]
+        metrics = supervised.supervisor.metrics
+        before = metrics.value("tts_supervisor_outages_total", model=model, cause="died")
         os.kill(pid, signal.SIGKILL)
         back, errors = until_back(client, model, 60)
     print(f"\n{model}: back after {back:.1f} s; {len(errors)} errors meanwhile {errors[:1]}")
     assert back < 30, errors[-3:]
     assert f"supervisor: {model} is back" in supervised.log_tail(400)
+    assert metrics.value("tts_supervisor_outages_total", model=model, cause="died") == before + 1
+    assert metrics.value("tts_supervisor_outage_seconds_total", model=model) > 0
     assert supervised.process.poll() is None  # the server itself never went down
     region = "removed triton_python_backend_shm_region_"
     assert region in supervised.log_tail(400)  # the dead stub's /dev/shm region is gone
@@ -80,3 +84,5 @@ def test_a_hung_stub_is_found_by_its_canary_and_comes_back(supervised, model):
     assert f"supervisor: {model} is hung" in log
     assert back < 60, errors[-3:]
     assert pid not in stubs_by_model(supervised.process.pid, [model])[model]
+    metrics = supervised.supervisor.metrics
+    assert metrics.value("tts_supervisor_outages_total", model=model, cause="hung") >= 1
