@@ -127,3 +127,23 @@ def test_run_grouped_refuses_a_group_that_loses_items():
 
     with pytest.raises(ValueError, match="1 results for 2 items"):
         run_grouped(["a", "a"], lambda key, indices: [0])
+
+
+def test_halve_on_error_splits_until_it_fits_and_keeps_order():
+    from tts_serving.batching import halve_on_error
+
+    seen = []
+
+    def run(items):
+        seen.append(len(items))
+        if len(items) > 3:
+            raise MemoryError("too big")
+        return [x * 10 for x in items]
+
+    retry = lambda e: isinstance(e, MemoryError)  # noqa: E731
+    assert halve_on_error(run, list(range(7)), retry) == [x * 10 for x in range(7)]
+    assert seen == [7, 3, 4, 2, 2]
+    with pytest.raises(MemoryError):  # one item that still fails raises
+        halve_on_error(lambda items: (_ for _ in ()).throw(MemoryError()), [1], retry)
+    with pytest.raises(ValueError):  # other errors are not retried
+        halve_on_error(lambda items: (_ for _ in ()).throw(ValueError()), [1, 2], retry)
