@@ -21,8 +21,14 @@ def supervised(exported_repository, tmp_path_factory):
     log = tmp_path_factory.mktemp("healing") / "triton.log"
     # Canaries every 2 s with a 5 s timeout, so a hung stub is found quickly here.
     canary = {"canary_interval": 2.0, "canary_timeout": 5.0}
+    # A short exit timeout: after the hung-stub test Triton otherwise waits its 30 s default
+    # at shutdown for the killed stub's model (drain is tested in test_drain.py).
     with ServerProcess(
-        exported_repository, log, cache_dir=ROOT / ".cache" / "triton", supervisor_options=canary
+        exported_repository,
+        log,
+        cache_dir=ROOT / ".cache" / "triton",
+        extra_args=["--exit-timeout-secs=5"],
+        supervisor_options=canary,
     ) as srv:
         assert srv.supervisor is not None
         yield srv
