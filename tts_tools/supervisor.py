@@ -13,7 +13,8 @@ A stub that is alive but hung (a deadlock in a native library) is found by a can
 ``canary_interval`` s each batched model gets a tiny request; one that gets no answer within
 ``canary_timeout`` s while its stub used (almost) no CPU meanwhile is hung, not busy, and its
 stub is killed, which the loop above then heals. A busy stub under load is never killed: it
-uses CPU. ``tts_stream`` (decoupled) gets no canary.
+uses CPU. ``tts_stream`` (decoupled) gets its canary through Triton's ``generate_stream``
+(SSE), after the batched models, and is left alone in a round where one of them was hung.
 
 Outages are counted in Prometheus metrics (``SupervisorMetrics``), which the launcher serves on
 ``--supervisor-metrics-port`` (default 8003): per model, outages by cause (a dead stub, a hung
@@ -91,6 +92,9 @@ CANARIES = {
     ],
     "vocoder": [{"name": "latent", "shape": [1, 192, 1], "datatype": "FP32", "data": [0.0] * 192}],
 }
+# Decoupled models get their canary through Triton's generate_stream extension (SSE over HTTP),
+# since its plain HTTP infer cannot call them; checked after the batched models it calls.
+STREAM_CANARIES = {"tts_stream": {"text": "a"}}
 # Below this share of the waited time on CPU, a stub that did not answer is hung, not busy.
 HUNG_CPU_SHARE = 0.02
 
@@ -184,27 +188,37 @@ class Supervisor:
                     self.heal(model, count)
 
     def _canaries(self) -> None:
+        batched = [m for m in self.models if m in CANARIES]
+        streams = [m for m in self.models if m in STREAM_CANARIES]
         while not self._stop.wait(self.canary_interval):
-            for model in [m for m in self.models if m in CANARIES]:
+            found = False
+            for model in batched + streams:
                 if self._stop.is_set() or not is_ready(self.http_port):
                     break
-                self.check_hung(model)
+                if model in streams and found:
+                    break  # a stream waits on the stage that hung: not its own fault
+                found = self.check_hung(model) or found
 
     def check_hung(self, model: str) -> bool:
         """Send ``model`` its canary; kill its stubs if it is hung. True when it was."""
         pids = stubs_by_model(self.server_pid, [model])[model]
         before, start = cpu_seconds(pids), time.monotonic()
-        body = json.dumps({"inputs": CANARIES[model]}).encode()
+        if model in STREAM_CANARIES:
+            path, body = "generate_stream", STREAM_CANARIES[model]
+        else:
+            path, body = "infer", {"inputs": CANARIES[model]}
         request = urllib.request.Request(
-            f"http://localhost:{self.http_port}/v2/models/{model}/infer",
-            data=body,
+            f"http://localhost:{self.http_port}/v2/models/{model}/{path}",
+            data=json.dumps(body).encode(),
             method="POST",
             headers={"Content-Type": "application/json"},
         )
         try:
             with urllib.request.urlopen(request, timeout=self.canary_timeout) as response:
-                response.read()
-            return False
+                answer = response.read().decode(errors="replace")
+            if "is not healthy" not in answer:  # a stream reports errors inside its 200
+                return False
+            reason = "Triton reports its stub not healthy"
         except urllib.error.HTTPError as e:
             # Triton's own stub health check answers for a stub that stopped responding.
             if "is not healthy" not in e.read().decode(errors="replace"):

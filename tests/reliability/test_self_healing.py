@@ -76,7 +76,7 @@ def test_a_killed_stub_comes_back_within_30_s(supervised, model):
     assert region in supervised.log_tail(400)  # the dead stub's /dev/shm region is gone
 
 
-@pytest.mark.parametrize("model", ["phonemizer", "vocoder"])
+@pytest.mark.parametrize("model", ["phonemizer", "vocoder", "tts_stream"])
 def test_a_hung_stub_is_found_by_its_canary_and_comes_back(supervised, model):
     """SIGSTOP freezes the stub (alive, answering nothing, no CPU): the canary times out, the
     supervisor kills and reloads it; clients get errors meanwhile, never a hang."""
