@@ -60,12 +60,18 @@ def create_session(path: str | Path, options: EngineSettings) -> ort.InferenceSe
     return ort.InferenceSession(str(path), sess_options=so, providers=providers(options))
 
 
-class OrtAcousticNet:
-    """One ONNX Runtime call: padded ids [B, L], lengths [B], scales [B, 3] -> latent, frames."""
-
+class _OrtNet:
     def __init__(self, session: ort.InferenceSession) -> None:
         self.session = session
         self.description = f"ONNX Runtime {ort.__version__} on {session.get_providers()[0]}"
+
+    @staticmethod
+    def is_out_of_memory(error: BaseException) -> bool:
+        return False  # never split: ONNX Runtime here runs on the CPU or its CUDA arena
+
+
+class OrtAcousticNet(_OrtNet):
+    """One ONNX Runtime call: padded ids [B, L], lengths [B], scales [B, 3] -> latent, frames."""
 
     def __call__(
         self, ids: np.ndarray, lengths: np.ndarray, scales: np.ndarray
@@ -76,25 +82,13 @@ class OrtAcousticNet:
         )
         return latent, frames.reshape(-1)
 
-    @staticmethod
-    def is_out_of_memory(error: BaseException) -> bool:
-        return False
 
-
-class OrtVocoderNet:
+class OrtVocoderNet(_OrtNet):
     """One ONNX Runtime call: padded latents [B, 192, T] -> audio [B, T * hop]."""
-
-    def __init__(self, session: ort.InferenceSession) -> None:
-        self.session = session
-        self.description = f"ONNX Runtime {ort.__version__} on {session.get_providers()[0]}"
 
     def __call__(self, latent: np.ndarray) -> np.ndarray:
         (audio,) = self.session.run([VOCODER_OUTPUT], {VOCODER_INPUT: latent})
         return audio.reshape(latent.shape[0], -1)
-
-    @staticmethod
-    def is_out_of_memory(error: BaseException) -> bool:
-        return False
 
 
 def model_file(options: EngineSettings) -> str:

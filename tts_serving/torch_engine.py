@@ -73,13 +73,16 @@ class GraphBuckets:
         frames: Sequence[int],
         device: torch.device,
         scale: int = 1,
-        allow_tf32: bool = False,
     ) -> None:
-        self.fn, self.scale, self.allow_tf32 = fn, scale, allow_tf32
+        self.fn, self.scale = fn, scale
         self.batches, self.frames = sorted(batches), sorted(frames)
         self.pool = torch.cuda.graph_pool_handle()
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, list, torch.Tensor]] = {}
-        self._capture(shapes, dtypes, device)
+        # Benchmark mode times cuDNN's algorithms for each fixed shape in the warm-up and keeps
+        # the fastest that fits (its heuristic alone picked float16 kernels slower than float32
+        # ones at batch 32 on an H100); no TF32, as in the eager path.
+        with torch.backends.cudnn.flags(enabled=True, benchmark=True, allow_tf32=False):
+            self._capture(shapes, dtypes, device)
 
     def _capture(self, shapes, dtypes, device) -> None:
         # Largest first: the pool then holds the biggest activations once and the smaller
@@ -92,24 +95,11 @@ class GraphBuckets:
                 ]
                 stream = torch.cuda.Stream()
                 stream.wait_stream(torch.cuda.current_stream())
-                # Warm-up outside capture; benchmark mode times cuDNN's algorithms for this
-                # fixed shape and keeps the fastest that fits (its heuristic alone picked
-                # float16 kernels slower than float32 ones at batch 32 on an H100).
-                with (
-                    torch.cuda.stream(stream),
-                    torch.backends.cudnn.flags(
-                        enabled=True, benchmark=True, allow_tf32=self.allow_tf32
-                    ),
-                ):
-                    self.fn(*inputs)
+                with torch.cuda.stream(stream):
+                    self.fn(*inputs)  # warm-up outside capture
                 torch.cuda.current_stream().wait_stream(stream)
                 graph = torch.cuda.CUDAGraph()
-                with (
-                    torch.cuda.graph(graph, pool=self.pool),
-                    torch.backends.cudnn.flags(
-                        enabled=True, benchmark=True, allow_tf32=self.allow_tf32
-                    ),
-                ):
+                with torch.cuda.graph(graph, pool=self.pool):
                     out = self.fn(*inputs)
                 self.graphs[(b, t)] = (graph, inputs, out)
 
@@ -163,7 +153,7 @@ class _TorchNet:
         try:
             with torch.inference_mode():
                 self.graphs = GraphBuckets(
-                    fn, shapes, dtypes, o.graph_batches, o.graph_frames, self.device, scale, False
+                    fn, shapes, dtypes, o.graph_batches, o.graph_frames, self.device, scale
                 )
         except torch.OutOfMemoryError:
             raise ModelConfigError(
@@ -187,9 +177,7 @@ class TorchAcousticNet(_TorchNet):
 
     def __init__(self, path: str | Path, options: TorchOptions) -> None:
         super().__init__(load(Acoustic(), path), options)
-        self.module.enc_p.float()
-        self.module.dp.float()
-        self.module.flow.to(self.dtype)
+        self.module.flow.to(self.dtype)  # the encoder and durations stay float32
         channels = self.module.flow.flows["0"].half * 2
         self._capture(self.module.decode, [(channels,), (1,)], [self.dtype, self.dtype])
 

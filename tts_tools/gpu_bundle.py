@@ -22,6 +22,7 @@ since Triton 2.51's Python-backend stub returns empty outputs under numpy 2 (doc
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -38,9 +39,6 @@ NO_DEPS = ("nvidia-pytriton==0.7.0",)
 PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
              "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64")  # fmt: skip
-# Exported voice files the GPU profile loads (python -m export writes them).
-VOICE_GLOBS = ("*/1/voice.json", "*/1/voices.json", "*/1/weights.safetensors",
-               "*/1/loudness.json", "*/1/voices/**/*", ".export-manifest.json")  # fmt: skip
 
 
 def run(cmd: list[str], **kw) -> None:
@@ -69,10 +67,17 @@ def build(out: Path, python: str, host_torch: bool) -> None:
         ["git", "-C", str(ROOT), "archive", "HEAD"], check=True, capture_output=True
     ).stdout
     run(["tar", "-x", "-C", str(project)], input=archive)
+    # The export's own list of what it wrote, less the ONNX files the torch engine never reads.
+    from export.__main__ import MANIFEST  # here, not at the top: `install` runs standalone
+
     repo = ROOT / "model_repository"
-    files = [p for g in VOICE_GLOBS for p in repo.glob(g) if p.is_file()]
-    if not any(p.name == "weights.safetensors" for p in files):
+    manifest = repo / MANIFEST
+    if not manifest.exists():
         raise SystemExit("no exported voice: run `make export` first")
+    outputs = json.loads(manifest.read_text())["outputs"]
+    files = [repo / p for p in outputs if not p.endswith(".onnx")] + [manifest]
+    if not any(p.name == "weights.safetensors" for p in files):
+        raise SystemExit("the export has no weights.safetensors: run `make export` again")
     with tarfile.open(out / "voice.tar", "w") as tar:
         for path in files:
             tar.add(path, arcname=str(path.relative_to(repo)))

@@ -214,15 +214,15 @@ class Supervisor:
             headers={"Content-Type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.canary_timeout) as response:
-                answer = response.read().decode(errors="replace")
-            if "is not healthy" not in answer:  # a stream reports errors inside its 200
+            try:
+                with urllib.request.urlopen(request, timeout=self.canary_timeout) as response:
+                    answer = response.read()  # a stream reports its errors inside its 200
+            except urllib.error.HTTPError as e:
+                answer = e.read()
+            # Triton's own stub health check answers for a stub that stopped responding; any
+            # other answer (audio, overloaded, unloading...) means it is not hung.
+            if b"is not healthy" not in answer:
                 return False
-            reason = "Triton reports its stub not healthy"
-        except urllib.error.HTTPError as e:
-            # Triton's own stub health check answers for a stub that stopped responding.
-            if "is not healthy" not in e.read().decode(errors="replace"):
-                return False  # another answer (overloaded, unloading...): not hung
             reason = "Triton reports its stub not healthy"
         except OSError:  # no answer in time (or the server went away)
             waited = time.monotonic() - start

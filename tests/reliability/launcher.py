@@ -43,12 +43,13 @@ class Launcher:
         """A sample of the supervisor's Prometheus endpoint (0 when absent)."""
         import urllib.request
 
+        from prometheus_client.parser import text_string_to_metric_families
+
         url = f"http://127.0.0.1:{self.supervisor_metrics}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
-            for line in response.read().decode().splitlines():
-                if line.startswith(name + " ") or line.startswith(name + "{"):
-                    return float(line.rsplit(" ", 1)[1])
-        return 0.0
+            text = response.read().decode()
+        samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+        return next((s.value for s in samples if s.name == name), 0.0)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
