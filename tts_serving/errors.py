@@ -7,3 +7,7 @@ class InvalidInputError(ValueError):
 
 class ModelConfigError(ValueError):
     """A model's config.pbtxt is inconsistent; raised in ``initialize`` so loading fails."""
+
+
+class PhonemizerCrashError(InvalidInputError):
+    """The text killed espeak-ng twice: a client error, never to be read as "nothing to say"."""

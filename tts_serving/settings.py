@@ -130,6 +130,24 @@ def _normalize_text() -> Any:
     return field(default=True, metadata=doc(doc_))
 
 
+def _espeak_workers() -> Any:
+    doc_ = (
+        "processes that run espeak-ng for this instance: a text that crashes it costs only its "
+        "own request (INVALID_ARG); 0 runs espeak-ng inside the stub, unisolated"
+    )
+    return field(default=1, metadata=doc(doc_))
+
+
+def _espeak_timeout_s() -> Any:
+    doc_ = "seconds one text may take in an espeak-ng worker before it is killed and replaced"
+    return field(default=10.0, metadata=doc(doc_))
+
+
+def _check_espeak(workers: int, timeout_s: float) -> None:
+    if workers < 0 or timeout_s <= 0:
+        raise ValueError("espeak_workers must be >= 0 and espeak_timeout_s > 0")
+
+
 def _sample_rate() -> Any:
     return field(
         default=22050, metadata=doc("the voice's rate (checked); clients read it from `tts`")
@@ -144,10 +162,13 @@ class PhonemizerSettings:
         metadata=doc("characters per `tts` request, checked before any work is done"),
     )
     normalize_text: bool = _normalize_text()
+    espeak_workers: int = _espeak_workers()
+    espeak_timeout_s: float = _espeak_timeout_s()
 
     def __post_init__(self) -> None:
         if self.max_phoneme_ids < 3 or self.max_characters < 1:
             raise ValueError("max_phoneme_ids must be >= 3 and max_characters >= 1")
+        _check_espeak(self.espeak_workers, self.espeak_timeout_s)
 
 
 @dataclass(frozen=True)
@@ -204,8 +225,11 @@ class StreamSettings:
     fade_ms: float = field(default=3.0, metadata=doc("raised-cosine fade at chunk edges"))
     max_phoneme_ids: int = _max_phoneme_ids()
     normalize_text: bool = _normalize_text()
+    espeak_workers: int = _espeak_workers()
+    espeak_timeout_s: float = _espeak_timeout_s()
 
     def __post_init__(self) -> None:
+        _check_espeak(self.espeak_workers, self.espeak_timeout_s)
         if min(self.max_characters, self.max_in_flight, self.max_streams) < 1:
             raise ValueError("max_characters, max_streams and max_in_flight must be >= 1")
         if self.first_chunk_ids < 10 or self.chunk_target_ids < self.first_chunk_ids:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import InvalidInputError
+from .errors import InvalidInputError, PhonemizerCrashError
 from .settings import StreamSettings
 from .text import normalize as normalize_english
 from .text import split_text
@@ -85,9 +85,12 @@ def plan_chunks(
 
 
 def _ids(phonemizer: Phonemizer, text: str) -> list[int]:
-    """The phoneme ids of ``text``; empty when it has nothing speakable (a lone symbol)."""
+    """The phoneme ids of ``text``; empty when it has nothing speakable (a lone symbol). A text
+    that crashes espeak-ng is an error, never a silently skipped chunk."""
     try:
         return phonemizer.ids(text)
+    except PhonemizerCrashError:
+        raise
     except InvalidInputError:
         return []
 

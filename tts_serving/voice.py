@@ -64,32 +64,104 @@ def validate_noise(name: str, value: float) -> float:
     return value
 
 
-# espeak-ng 1.52 (in piper-tts 1.8.0) segfaults on a word holding a long run of dotted single
-# letters ("A.B.C.D..." past about 80 letters, "I.B.M.-I.B.M.-..."; found by
-# bench/fuzz_phonemizer.py). A reader spells such a run letter by letter, so the letters of a
-# word with more than MAX_DOTTED_LETTERS of them are given to espeak-ng separated by spaces.
-MAX_DOTTED_LETTERS = 8
+# espeak-ng 1.52 (in piper-tts 1.8.0) segfaults on long runs of spelled letters or symbols,
+# in one word ("A.B.C.D..." past about 80 letters, "Ａ.Ａ.Ａ..." sooner: dotted abbreviations
+# fill a fixed 80-byte buffer) and across words ("a . a . a ...": a clause's word table
+# overruns); bench/fuzz_phonemizer.py finds more. Texts are shaped before espeak-ng sees them,
+# as a reader would say them:
+# - a word longer than MAX_WORD_CHARACTERS, or holding more than SPELLED_PIECE dotted
+#   characters, has its punctuation read as spaces ("a,a,a,..." -> "a a a ...");
+# - a run of more than MAX_SPELLED_RUN spelled tokens (at most 3 letters or digits,
+#   punctuation alone, or a dot inside: "I.B.M", ".a.b"; prose rarely has 16 in a row) keeps
+#   only clause marks at token ends and is phonemized SPELLED_PIECE tokens at a time;
+# - the rest goes to espeak-ng in pieces of at most MAX_PIECE_WORDS words, cut after the last
+#   punctuation mark in a piece where there is one.
+# Normal sentences are untouched. A text that still crashes espeak-ng costs only its own
+# request (tts_serving/isolation.py).
+MAX_SPELLED_RUN = 16
+SPELLED_PIECE = 8
+MAX_WORD_CHARACTERS = 40
+MAX_PIECE_WORDS = 40
 _WORD = re.compile(r"\S+")
-_DOTTED_LETTER = re.compile(r"([^\W\d_])\.")
+_DOTTED_CHARACTER = re.compile(r"[^\s.]\.")
 
 
-def _spell_dotted_runs(word: re.Match) -> str:
-    text = word.group(0)
-    if text.count(".") <= MAX_DOTTED_LETTERS:
-        return text
-    if len(_DOTTED_LETTER.findall(text)) <= MAX_DOTTED_LETTERS:
-        return text
-    return _DOTTED_LETTER.sub(r"\1 ", text).strip()
+def _is_punctuation(c: str) -> bool:
+    return unicodedata.category(c).startswith("P")
+
+
+def _core(word: str) -> str:
+    return "".join(c for c in word if c.isalnum())
+
+
+def _shape_word(word: str) -> str:
+    if len(word) > MAX_WORD_CHARACTERS or len(_DOTTED_CHARACTER.findall(word)) > SPELLED_PIECE:
+        word = "".join(" " if _is_punctuation(c) else c for c in word)
+    return word
+
+
+def _is_spelled(word: str) -> bool:
+    return len(_core(word)) <= 3 or "." in word.rstrip(".")
+
+
+def _unpunctuated(word: str) -> str:
+    """``word`` without punctuation but a clause mark at its end ("I.B.M.," -> "IBM,")."""
+    end = word[-1] if word[-1] in ",;:!?" else ""
+    return "".join(c for c in word if not _is_punctuation(c)) + end
+
+
+def _pieces(words: list[str]) -> list[str]:
+    """Words in pieces of at most MAX_PIECE_WORDS, cut after punctuation where possible."""
+    pieces: list[str] = []
+    while words:
+        cut = len(words)
+        if cut > MAX_PIECE_WORDS:
+            ends = [i for i in range(MAX_PIECE_WORDS // 2, MAX_PIECE_WORDS)
+                    if _is_punctuation(words[i][-1])]  # fmt: skip
+            cut = ends[-1] + 1 if ends else MAX_PIECE_WORDS
+        pieces.append(" ".join(words[:cut]))
+        words = words[cut:]
+    return pieces
+
+
+def espeak_pieces(text: str) -> list[str]:
+    """``text`` shaped for espeak-ng (see above), as the pieces to phonemize one by one."""
+    words = " ".join(_shape_word(w) for w in _WORD.findall(text)).split()
+    pieces: list[str] = []
+    normal: list[str] = []
+    i = 0
+    while i < len(words):
+        j = i
+        while j < len(words) and _is_spelled(words[j]):
+            j += 1
+        if j - i > MAX_SPELLED_RUN:
+            pieces += _pieces(normal)
+            normal = []
+            spelled = [_unpunctuated(w) for w in words[i:j] if _core(w)]
+            pieces += [" ".join(spelled[k : k + SPELLED_PIECE])
+                       for k in range(0, len(spelled), SPELLED_PIECE)]  # fmt: skip
+            i = j
+        else:
+            normal += words[i : max(j, i + 1)]
+            i = max(j, i + 1)
+    return pieces + _pieces(normal)
 
 
 def shape_for_espeak(text: str) -> str:
-    """Rewrite the shapes espeak-ng is known to crash on into what a reader would say."""
-    return _WORD.sub(_spell_dotted_runs, text)
+    """The shaped text in one string (pieces joined by spaces)."""
+    return " ".join(espeak_pieces(text))
 
 
 def has_latin_text(text: str) -> bool:
     """At least one digit or Latin-script letter (what an English voice can read)."""
     return any(c.isdigit() or (c.isalpha() and "LATIN" in unicodedata.name(c, "")) for c in text)
+
+
+def speaks_english(config: PiperConfig) -> bool:
+    """The English text normalizer only makes sense for an English espeak-ng voice."""
+    return config.phoneme_type == PhonemeType.ESPEAK and (
+        config.espeak_voice.lower().startswith("en")
+    )
 
 
 class Phonemizer:
@@ -100,17 +172,17 @@ class Phonemizer:
     ONNX session is needed for that, so none is loaded.
     """
 
-    def __init__(self, config: PiperConfig, max_phoneme_ids: int = 1 << 30) -> None:
+    def __init__(
+        self, config: PiperConfig, max_phoneme_ids: int = 1 << 30, shape: bool = True
+    ) -> None:
         self.config = config
         self.max_phoneme_ids = max_phoneme_ids
+        self.shape = shape  # False only to fuzz espeak-ng itself (bench.fuzz_phonemizer --raw)
         self._voice = PiperVoice(session=None, config=config)  # type: ignore[arg-type]
 
     @property
     def is_english(self) -> bool:
-        """The English text normalizer only makes sense for an English espeak-ng voice."""
-        return self.config.phoneme_type == PhonemeType.ESPEAK and (
-            self.config.espeak_voice.lower().startswith("en")
-        )
+        return speaks_english(self.config)
 
     def check(self) -> None:
         """Phonemize a word once (loads espeak-ng data) or refuse the voice with a reason."""
@@ -125,14 +197,15 @@ class Phonemizer:
 
     def phonemes(self, text: str) -> list[str]:
         """One phoneme list for the whole text; sentences joined by a space."""
-        if self.config.phoneme_type == PhonemeType.ESPEAK:
-            text = shape_for_espeak(text)
+        espeak = self.shape and self.config.phoneme_type == PhonemeType.ESPEAK
+        pieces = espeak_pieces(text) if espeak else [text]
         joined: list[str] = []
-        for sentence in self._voice.phonemize(text):
-            if sentence:
-                if joined:
-                    joined.append(" ")
-                joined.extend(sentence)
+        for piece in pieces:
+            for sentence in self._voice.phonemize(piece):
+                if sentence:
+                    if joined:
+                        joined.append(" ")
+                    joined.extend(sentence)
         return joined
 
     def ids(self, text: str) -> list[int]:

@@ -5,6 +5,7 @@ import triton_python_backend_utils as pb_utils
 
 from tts_client.protocol import NORMALIZE, TEXT
 from tts_serving.errors import InvalidInputError, ModelConfigError
+from tts_serving.isolation import voice_phonemizers
 from tts_serving.settings import PhonemizerSettings
 from tts_serving.text import normalize
 from tts_serving.triton_adapter import (
@@ -14,8 +15,7 @@ from tts_serving.triton_adapter import (
     single_item,
     voice_name,
 )
-from tts_serving.voice import Phonemizer, check_characters, check_encoded_size, decode_text
-from tts_serving.voices import VoiceTable
+from tts_serving.voice import check_characters, check_encoded_size, decode_text
 
 
 class TritonPythonModel:
@@ -23,18 +23,21 @@ class TritonPythonModel:
         self.ctx = ModelContext.from_args(args, PhonemizerSettings)
         self.ctx.require_max_batch_size(1)
         self.settings = self.ctx.settings
-        self.voices = VoiceTable(
-            self.ctx.voices(), lambda v: Phonemizer(v.config, self.settings.max_phoneme_ids)
+        self.logger = pb_utils.Logger
+        self.voices, self.pool = voice_phonemizers(
+            self.ctx.voices(),
+            self.settings.max_phoneme_ids,
+            self.settings.espeak_workers,
+            self.settings.espeak_timeout_s,
+            self.logger.log_warn,
         )
         for name, phonemizer in self.voices:
-            phonemizer.check()  # loads espeak-ng data before the first request
             if self.settings.normalize_text and not phonemizer.is_english:
                 raise ModelConfigError(
                     f"normalize_text is true but voice {name!r} speaks "
                     f"{phonemizer.config.espeak_voice!r}: the text normalizer is English only; "
                     "set it to false"
                 )
-        self.logger = pb_utils.Logger
         self.logger.log_info(
             f"phonemizer ready: voices {', '.join(self.voices.names)}; {self.settings}"
         )
@@ -57,3 +60,7 @@ class TritonPythonModel:
 
     def execute(self, requests):
         return execute_batched(requests, self.parse, self.run, self.logger, "phonemizer")
+
+    def finalize(self):
+        if self.pool is not None:
+            self.pool.close()

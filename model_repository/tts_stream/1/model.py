@@ -27,18 +27,13 @@ from tts_client.protocol import (
     stream_error_message,
 )
 from tts_serving.errors import InvalidInputError, ModelConfigError
+from tts_serving.isolation import voice_phonemizers
 from tts_serving.scheduler import InFlight, StreamResponse, run_stream
 from tts_serving.settings import StreamSettings
 from tts_serving.streaming import finish_chunk, plan_chunks
 from tts_serving.triton_adapter import ModelContext, stage_error, stream_option
-from tts_serving.voice import (
-    Phonemizer,
-    check_encoded_size,
-    decode_text,
-    validate_noise,
-    validate_speed,
-)
-from tts_serving.voices import VoiceTable, decode_voice
+from tts_serving.voice import check_encoded_size, decode_text, validate_noise, validate_speed
+from tts_serving.voices import decode_voice
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 FINALIZE_WAIT_S = 20.0  # inside Triton's default 30 s exit timeout, so unloading ends
@@ -50,13 +45,20 @@ class TritonPythonModel:
         if not pb_utils.using_decoupled_model_transaction_policy(self.ctx.config):
             raise ModelConfigError("tts_stream needs model_transaction_policy { decoupled: true }")
         self.settings = self.ctx.settings
-        self.voices = VoiceTable(self.ctx.voices(), lambda v: Phonemizer(v.config))
+        self.logger = pb_utils.Logger
+        # The stream plans its own chunks within max_phoneme_ids: no limit on one text here.
+        self.voices, self.pool = voice_phonemizers(
+            self.ctx.voices(),
+            1 << 30,
+            self.settings.espeak_workers,
+            self.settings.espeak_timeout_s,
+            self.logger.log_warn,
+        )
         rates = {p.config.sample_rate for _, p in self.voices}
         if len(rates) != 1:
             raise ModelConfigError(f"every voice must share one sample rate, got {sorted(rates)}")
         self.sample_rate = rates.pop()
         for name, phonemizer in self.voices:
-            phonemizer.check()
             if self.settings.normalize_text and not phonemizer.is_english:
                 raise ModelConfigError(
                     f"normalize_text is true but voice {name!r} speaks "
@@ -71,7 +73,6 @@ class TritonPythonModel:
             CANCELLED: pb_utils.TritonError.CANCELLED,
             INTERNAL: pb_utils.TritonError.INTERNAL,
         }
-        self.logger = pb_utils.Logger
         self.logger.log_info(
             f"tts_stream ready: voices {', '.join(self.voices.names)}; {self.settings}"
         )
@@ -175,3 +176,5 @@ class TritonPythonModel:
             self.logger.log_warn(
                 f"tts_stream: {self.in_flight.count} streams still running at unload"
             )
+        if self.pool is not None:
+            self.pool.close()

