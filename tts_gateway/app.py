@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tts_client import protocol
@@ -47,12 +47,28 @@ class SpeechRequest(BaseModel):
     model: str = Field(description=f"one of {', '.join(MODELS)} (all the same engine)")
     input: str = Field(description="the text to speak")
     voice: str = Field(description="a voice id or alias (GET /v1/audio/voices)")
-    speed: float = Field(1.0, ge=0.25, le=4.0, allow_inf_nan=False)
+    # strict: a number, as OpenAI's API takes it ("1.5" and true are refused, not coerced).
+    speed: float = Field(1.0, ge=0.25, le=4.0, allow_inf_nan=False, strict=True)
     response_format: FormatName = "mp3"
     stream_format: Literal["audio", "sse"] = "audio"
     instructions: str | None = Field(
         None, description="accepted for compatibility and ignored: Piper voices take no prompt"
     )
+
+
+    @field_validator("input")
+    @classmethod
+    def _valid_unicode(cls, text: str) -> str:
+        # JSON may escape a lone surrogate ("\\ud800"): no UTF-8 encodes it, so refuse it here
+        # with its place instead of failing later as a 500.
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(
+                f"holds a lone surrogate ({text[e.start]!r} at character {e.start}); "
+                "send valid Unicode"
+            ) from None
+        return text
 
 
 class SpeechBackend(Protocol):

@@ -22,12 +22,20 @@ import sysconfig
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import start_http_server
 
-from .supervisor import SUPERVISED_ARGS, Supervisor, SupervisorMetrics, is_ready
+from .supervisor import (
+    SUPERVISED_ARGS,
+    Supervisor,
+    SupervisorMetrics,
+    become_subreaper,
+    end_orphans,
+    is_ready,
+)
 
 # How long a stopping gateway may take to finish its requests (uvicorn's graceful shutdown).
 GATEWAY_DRAIN_S = 35.0
@@ -320,6 +328,19 @@ def main(argv: list[str] | None = None) -> None:
         "model-config to close those too)",
     )
     args, extra = parser.parse_known_args(argv)
+    taken = taken_port(
+        args.bind,
+        [
+            (args.http_port, "--http-port / HTTP_PORT"),
+            (args.grpc_port, "--grpc-port / GRPC_PORT"),
+            (args.metrics_port, "--metrics-port / METRICS_PORT"),
+            (args.gateway_port, "--gateway-port / GATEWAY_PORT"),
+            (args.supervisor_metrics_port, "--supervisor-metrics-port / SUPERVISOR_METRICS_PORT"),
+        ],
+    )
+    if taken:
+        print(f"launcher: {taken}", file=sys.stderr, flush=True)
+        sys.exit(2)
     key, configured = admin_key()
     cmd = server_command(
         args.model_repository,
@@ -362,6 +383,23 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(
         supervise(cmd, args.http_port, args.model_repository, headers, gateway, metrics=metrics)
     )
+
+
+def taken_port(bind: str, ports: list[tuple[int, str]]) -> str | None:
+    """One line naming the first port (0: none) that cannot be bound on ``bind``, and the
+    option or make variable that moves it; None when all are free."""
+    for port, option in ports:
+        if not port:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((bind, port))
+            except OSError as e:
+                return (
+                    f"port {port} on {bind} is not free ({e.strerror}); stop what uses it or "
+                    f"choose another with {option}"
+                )
+    return None
 
 
 def gateway_command(
@@ -454,6 +492,7 @@ def supervise(
     drain_s: float = GATEWAY_DRAIN_S,
     restarts: RestartPolicy | None = None,
     metrics: SupervisorMetrics | None = None,
+    gateway_restarts: RestartPolicy | None = None,
 ) -> int:
     """Run tritonserver (and the gateway) as children with the supervisor beside them.
 
@@ -474,7 +513,9 @@ def supervise(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    gateway: subprocess.Popen | None = None
+    # Stubs of a tritonserver that died are reparented here (not to init) and ended below.
+    become_subreaper()
+    gateway: Keeper | None = None
     while True:
         # Their own sessions: a terminal's Ctrl-C reaches only us, and we forward it once.
         process = subprocess.Popen(cmd, env=server_env(), start_new_session=True)
@@ -486,33 +527,44 @@ def supervise(
                 process.pid, http_port, repository, headers, say, metrics=metrics
             ).start()
             if gateway_cmd and gateway is None:
-                gateway = subprocess.Popen(gateway_cmd, start_new_session=True)
+                gateway = Keeper(
+                    "the gateway",
+                    lambda: subprocess.Popen(gateway_cmd, start_new_session=True),
+                    gateway_restarts or RestartPolicy(),
+                    say,
+                )
         while process.poll() is None and not stopping.is_set():
-            if gateway and gateway.poll() is not None:
-                say(f"launcher: the gateway exited ({gateway.returncode}); starting it again")
-                gateway = subprocess.Popen(gateway_cmd, start_new_session=True)
+            if gateway and not gateway.check(time.monotonic()):
+                stopping.set()
+                break
+            end_orphans(keep={process.pid, *gateway.pids()} if gateway else {process.pid})
             stopping.wait(0.5)
         if stopping.is_set():
             break
-        # tritonserver died on its own: its stubs follow it; their regions are left behind.
+        # tritonserver died on its own. Its stubs would live on (they were seen for minutes,
+        # mapping the dead server's regions): end them, then remove the regions.
         code = process.wait()
         if supervisor:
             supervisor.stop()
+        orphans = end_orphans(keep=set(gateway.pids()) if gateway else set())
+        if orphans:
+            say(f"launcher: ended {len(orphans)} stub(s) of the dead tritonserver")
+        if supervisor:
             supervisor.remove_all_regions()
         delay = restarts.next_delay(time.monotonic())
         if delay is None:
             say(f"launcher: tritonserver exited ({code}) {restarts.describe()}; giving up")
             if gateway:
-                _stop(gateway, drain_s)
+                gateway.stop(drain_s)
             return code or 1
         say(f"launcher: tritonserver exited ({code}); starting it again in {delay:.0f} s")
         metrics.server_restarts.inc()
         if stopping.wait(delay):
             if gateway:
-                _stop(gateway, drain_s)
+                gateway.stop(drain_s)
             return 0  # stopped on request while the server was down: nothing left to stop
     if gateway:
-        _stop(gateway, drain_s)
+        gateway.stop(drain_s)
     if supervisor:  # stubs stop on purpose now: nothing to heal
         supervisor.stop(wait=False)
     if process.poll() is None:
@@ -521,7 +573,50 @@ def supervise(
     code = process.wait()
     if supervisor:
         supervisor.stop()
-    return code
+    return 1 if gateway and gateway.gave_up else code
+
+
+class Keeper:
+    """A child the launcher keeps running (the gateway): started again after it exits, after
+    the policy's backoff, until the policy gives up (a taken port made it restart once a
+    second for ever before)."""
+
+    def __init__(
+        self,
+        name: str,
+        start: Callable[[], subprocess.Popen],
+        policy: RestartPolicy,
+        say: Callable[[str], None],
+    ) -> None:
+        self.name, self.start, self.policy, self.say = name, start, policy, say
+        self.process: subprocess.Popen | None = start()
+        self.due: float | None = None  # when it is started again
+        self.gave_up = False
+
+    def pids(self) -> list[int]:
+        return [self.process.pid] if self.process else []
+
+    def check(self, now: float) -> bool:
+        """Start it again when due; False once it has died too often (the launcher stops)."""
+        if self.process and self.process.poll() is not None and self.due is None:
+            code = self.process.returncode
+            delay = self.policy.next_delay(now)
+            if delay is None:
+                self.say(
+                    f"launcher: {self.name} exited ({code}) {self.policy.describe()}; "
+                    "giving up (its error is above)"
+                )
+                self.gave_up = True
+                return False
+            self.say(f"launcher: {self.name} exited ({code}); starting it again in {delay:.0f} s")
+            self.due = now + delay
+        if self.due is not None and now >= self.due:
+            self.process, self.due = self.start(), None
+        return True
+
+    def stop(self, grace: float) -> None:
+        if self.process:
+            _stop(self.process, grace)
 
 
 @dataclass

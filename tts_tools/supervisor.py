@@ -84,6 +84,46 @@ def stubs_by_model(
     return found
 
 
+def become_subreaper() -> bool:
+    """Make this process the Linux child subreaper of its descendants: when tritonserver dies,
+    its stubs are reparented here instead of to init, where ``end_orphans`` finds them."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def end_orphans(keep: set[int]) -> list[int]:
+    """Kill the Python-backend stubs that became this process's children (their tritonserver
+    died) and reap every child that is not in ``keep`` once it has ended; the pids killed."""
+    me = os.getpid()
+    killed, ended = [], []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) in keep:
+            continue
+        try:
+            state, ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            cmdline = (proc / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if int(ppid) != me:
+            continue
+        if state == "Z":
+            ended.append(int(proc.name))
+        elif STUB.encode() in cmdline:
+            os.kill(int(proc.name), signal.SIGKILL)
+            killed.append(int(proc.name))
+    for pid in killed + ended:
+        try:
+            os.waitpid(pid, 0 if pid in killed else os.WNOHANG)
+        except ChildProcessError:
+            pass
+    return killed
+
+
 # A request each batched model answers in milliseconds (ids and latent valid for any voice).
 CANARIES = {
     "phonemizer": [{"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": ["a"]}],

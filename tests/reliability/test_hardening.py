@@ -1,0 +1,127 @@
+"""Hardening, second pass (issue 20): the items built so far, each with the defect it fixes.
+
+- (8) the gateway answered 500 for a lone surrogate in `input` and accepted "1.5" and true
+  for `speed`; a taken port made the launcher restart the gateway once a second for ever.
+- (5) after kill -9 of tritonserver its stubs lived on with parent 1 (test_restart.py checks
+  they are gone; here the launcher's orphan handling is checked on a real child)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import httpx2 as httpx
+import pytest
+
+from tests.conftest import ROOT
+from tts_tools.server import Keeper, RestartPolicy
+from tts_tools.supervisor import STUB
+
+BODY = {"model": "tts-1", "voice": "alloy", "input": "Fine.", "response_format": "pcm"}
+
+
+def post(gateway, raw: bytes) -> httpx.Response:
+    return httpx.post(
+        f"{gateway.url}/v1/audio/speech",
+        content=raw,
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
+
+
+def test_a_lone_surrogate_is_a_400_naming_input(gateway):
+    raw = b'{"model": "tts-1", "voice": "alloy", "input": "Hi \\ud800 there"}'
+    response = post(gateway, raw)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == "input" and "lone surrogate" in error["message"]
+
+
+@pytest.mark.parametrize("speed", ['"1.5"', "true", '"fast"'])
+def test_speed_must_be_a_number(gateway, speed):
+    raw = b'{"model": "tts-1", "voice": "alloy", "input": "Hi.", "speed": %s}' % speed.encode()
+    response = post(gateway, raw)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "speed"
+
+
+@pytest.mark.parametrize("speed", ["1", "1.5"])
+def test_speed_as_a_json_number_is_served(gateway, speed):
+    raw = b'{"model": "tts-1", "voice": "alloy", "input": "Hi.", "speed": %s}' % speed.encode()
+    assert post(gateway, raw).status_code == 200
+
+
+def test_a_taken_port_is_one_clear_line(exported_repository):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "tts_tools.server", f"--model-repository={exported_repository}",
+             "--http-port=0", "--grpc-port=0", "--metrics-port=0", f"--gateway-port={port}",
+             "--supervisor-metrics-port=0"],
+            capture_output=True, text=True, timeout=60, cwd=ROOT,
+        )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    line = result.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, line
+    assert f"port {port}" in line and "GATEWAY_PORT" in line, line
+
+
+class FakeProcess:
+    """A child that has exited with ``code``."""
+
+    pid = 1 << 22
+
+    def __init__(self, code: int) -> None:
+        self.returncode = code
+
+    def poll(self) -> int:
+        return self.returncode
+
+
+def test_a_gateway_that_keeps_dying_is_restarted_with_backoff_then_given_up():
+    said, starts = [], []
+
+    def start():
+        starts.append(1)
+        return FakeProcess(1)  # dies at once, as on a taken port
+
+    keeper = Keeper("the gateway", start, RestartPolicy(max_restarts=3), said.append)
+    clock, checks = 0.0, 0
+    while keeper.check(clock):
+        clock += 0.5
+        checks += 1
+        assert checks < 100
+    # Restarted after 1, 2 and 4 s (not every 0.5 s check), then given up.
+    assert len(starts) == 4 and keeper.gave_up
+    assert [s.split("again in ")[1] for s in said[:3]] == ["1 s", "2 s", "4 s"]
+    assert "giving up" in said[-1]
+    assert 7.0 <= clock <= 8.5
+
+
+def test_stubs_left_by_a_dead_server_are_ended():
+    # A child that stands for tritonserver starts a process named like a stub and dies; as
+    # subreaper, this process inherits the orphan, and end_orphans kills and reaps it.
+    code = (
+        "import os, subprocess, sys\n"
+        f"p = subprocess.Popen(['bash', '-c', 'exec -a {STUB} sleep 600'])\n"
+        "print(p.pid, flush=True)\n"
+        "os._exit(0)\n"
+    )
+    script = (
+        "import subprocess, sys, os\n"
+        "from tts_tools.supervisor import become_subreaper, end_orphans\n"
+        "assert become_subreaper()\n"
+        f"server = subprocess.Popen([sys.executable, '-c', {code!r}], stdout=subprocess.PIPE)\n"
+        "stub = int(server.stdout.readline())\n"
+        "server.wait()\n"
+        "stat = open(f'/proc/{stub}/stat').read()\n"
+        "assert int(stat.rsplit(')', 1)[1].split()[1]) == os.getpid(), stat\n"
+        "print('ended', end_orphans(keep=set()) == [stub], os.path.exists(f'/proc/{stub}'))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert result.stdout.strip() == "ended True False", result.stdout + result.stderr
