@@ -55,7 +55,6 @@ class SpeechRequest(BaseModel):
         None, description="accepted for compatibility and ignored: Piper voices take no prompt"
     )
 
-
     @field_validator("input")
     @classmethod
     def _valid_unicode(cls, text: str) -> str:
