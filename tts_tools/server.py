@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import importlib.util
 import os
 import secrets
@@ -71,8 +72,39 @@ def prepare_backends(cache_dir: Path) -> Path:
     return backends
 
 
-def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
+SHIM_SOURCE = Path(__file__).with_name("server_shim.c")
+KEY_PLACEHOLDER = "tts-admin-key-hidden"  # what /proc/PID/cmdline shows; see server_shim.c
+KEY_ENV = "TTS_TRITON_ADMIN_KEY"
+
+
+def server_shim(cache_dir: Path) -> Path:
+    """``server_shim.c`` built into ``cache_dir`` (rebuilt when the source changes)."""
+    source = SHIM_SOURCE.read_bytes()
+    digest = hashlib.sha256(source).hexdigest()[:16]
+    library = Path(cache_dir) / f"libtts_server_shim-{digest}.so"
+    if not library.exists():
+        compiler = shutil.which(os.environ.get("CC", "cc"))
+        if compiler is None:
+            raise SystemExit(
+                "no C compiler (cc) to build tts_tools/server_shim.c, which keeps the admin key "
+                "out of tritonserver's command line: run `make system-deps` (installs gcc)"
+            )
+        library.parent.mkdir(parents=True, exist_ok=True)
+        partial = library.with_suffix(f".{os.getpid()}.tmp")
+        flags = ["-shared", "-fPIC", "-O2", "-Wall"]
+        subprocess.run([compiler, *flags, "-o", str(partial), str(SHIM_SOURCE), "-ldl"], check=True)
+        partial.replace(library)
+    return library
+
+
+def server_env(
+    base: dict[str, str] | None = None, key: str | None = None, cache_dir: Path | None = None
+) -> dict[str, str]:
+    """tritonserver's environment; with ``key``, the shim that hands it the key (server_shim.c)."""
     env = dict(os.environ if base is None else base)
+    if key is not None:
+        env[KEY_ENV] = key
+        env["LD_PRELOAD"] = str(server_shim(cache_dir or Path(".cache/triton")).resolve())
     libs = Path(pytriton_dir()).parent.parent / "nvidia_pytriton.libs"
     ld = [sysconfig.get_config_var("LIBDIR"), str(libs)]
     if env.get("LD_LIBRARY_PATH"):
@@ -129,6 +161,44 @@ def admin_headers(key: str) -> dict[str, str]:
     return {ADMIN_HEADER: key, f"{GRPC_HEADER_PREFIX}{ADMIN_HEADER}": key}
 
 
+# Shared-memory regions and files tritonserver creates are its user's alone (request text and
+# audio pass through /dev/shm).
+SERVER_UMASK = 0o077
+KEY_FAILED = (
+    "the admin key did not reach tritonserver (tts_tools/server_shim.c was not loaded), so its "
+    "key would be the placeholder any local user can read in /proc; stopped"
+)
+
+# A request per restricted API that needs the key and changes nothing.
+KEY_PROBES = {
+    "model-repository": ("POST", "/v2/repository/index"),
+    "logging": ("GET", "/v2/logging"),
+    "trace": ("GET", "/v2/trace/setting"),
+    "shared-memory": ("GET", "/v2/systemsharedmemory/status"),
+    "statistics": ("GET", "/v2/models/stats"),
+}
+
+
+def key_works(http_port: int, key: str, restricted: str = RESTRICTED) -> bool:
+    """Whether ``key`` opens a restricted API. False means the shim did not hand tritonserver
+    the key, so its key is the placeholder anyone can read: the caller must not go on."""
+    for api in restricted.split(","):
+        if api in KEY_PROBES:
+            method, path = KEY_PROBES[api]
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{http_port}{path}",
+                data=b"{}" if method == "POST" else None,
+                method=method,
+                headers=admin_headers(key),
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    return response.status == 200
+            except OSError:
+                return False
+    return True  # nothing restricted that a probe knows: nothing to check
+
+
 def server_command(
     model_repository: Path,
     http_port: int = 8000,
@@ -141,14 +211,16 @@ def server_command(
     restricted: str = RESTRICTED,
     supervised: bool = True,
 ) -> list[str]:
-    """The tritonserver command line. ``key``: the admin key (None: a random, unknown one);
-    ``supervised``: with the model-control flags the supervisor needs.
+    """The tritonserver command line; ``supervised``: with the model-control flags the
+    supervisor needs.
 
-    Triton 2.51 takes the key only as a flag, so it is in tritonserver's own argv (readable by
-    the same user in /proc); it is never printed, logged, or typed on a command line.
+    The admin key flags hold a placeholder: Triton 2.51 takes the key only as a flag, and
+    /proc/PID/cmdline is readable by every local user, so the key itself reaches tritonserver
+    through ``server_env(key=...)`` and server_shim.c. ``key`` is kept for callers' symmetry and
+    never written here.
     """
+    del key  # it travels in the environment (server_env), never on the command line
     backends = prepare_backends(cache_dir)
-    key = key or secrets.token_urlsafe(32)
     return [
         str(tritonserver_binary()),
         f"--model-repository={Path(model_repository).resolve()}",
@@ -160,8 +232,8 @@ def server_command(
         f"--grpc-port={grpc_port}",
         f"--metrics-port={metrics_port}",
         *(SUPERVISED_ARGS if supervised else ()),
-        f"--http-restricted-api={restricted}:{ADMIN_HEADER}={key}",
-        f"--grpc-restricted-protocol={restricted}:{ADMIN_HEADER}={key}",
+        f"--http-restricted-api={restricted}:{ADMIN_HEADER}={KEY_PLACEHOLDER}",
+        f"--grpc-restricted-protocol={restricted}:{ADMIN_HEADER}={KEY_PLACEHOLDER}",
         "--allow-metrics=true",
         "--exit-on-error=true",
         "--strict-readiness=true",
@@ -213,6 +285,7 @@ class ServerProcess:
             free_port(),
         )
         self.log_path = Path(log_path)
+        self.cache_dir = cache_dir
         self.command = server_command(
             model_repository,
             self.http_port,
@@ -247,7 +320,11 @@ class ServerProcess:
         # tritonserver's writes from overwriting them.
         with open(self.log_path, "a") as log:
             self.process = subprocess.Popen(
-                self.command, stdout=log, stderr=subprocess.STDOUT, env=server_env()
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=server_env(key=self.admin_key, cache_dir=self.cache_dir),
+                umask=SERVER_UMASK,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -256,6 +333,9 @@ class ServerProcess:
                     f"tritonserver exited ({self.process.returncode}):\n{self.log_tail()}"
                 )
             if is_ready(self.http_port):
+                if not key_works(self.http_port, self.admin_key):
+                    self.stop()
+                    raise RuntimeError(KEY_FAILED)
                 if self.supervise:
                     self.supervisor = self._supervisor().start()
                 return self
@@ -380,8 +460,18 @@ def main(argv: list[str] | None = None) -> None:
             f"supervisor: outage metrics on {args.bind}:{args.supervisor_metrics_port}/metrics",
             flush=True,
         )
+    env = server_env(key=key, cache_dir=args.cache_dir)
     sys.exit(
-        supervise(cmd, args.http_port, args.model_repository, headers, gateway, metrics=metrics)
+        supervise(
+            cmd,
+            args.http_port,
+            args.model_repository,
+            headers,
+            gateway,
+            metrics=metrics,
+            env=env,
+            restricted=args.restricted_apis,
+        )
     )
 
 
@@ -493,6 +583,8 @@ def supervise(
     restarts: RestartPolicy | None = None,
     metrics: SupervisorMetrics | None = None,
     gateway_restarts: RestartPolicy | None = None,
+    env: dict[str, str] | None = None,
+    restricted: str = RESTRICTED,
 ) -> int:
     """Run tritonserver (and the gateway) as children with the supervisor beside them.
 
@@ -518,9 +610,21 @@ def supervise(
     gateway: Keeper | None = None
     while True:
         # Their own sessions: a terminal's Ctrl-C reaches only us, and we forward it once.
-        process = subprocess.Popen(cmd, env=server_env(), start_new_session=True)
+        process = subprocess.Popen(
+            cmd, env=env or server_env(), start_new_session=True, umask=SERVER_UMASK
+        )
         while process.poll() is None and not stopping.is_set() and not is_ready(http_port):
             stopping.wait(0.5)
+        key = headers.get(ADMIN_HEADER, "")
+        if (
+            process.poll() is None
+            and not stopping.is_set()
+            and not key_works(http_port, key, restricted)
+        ):
+            say(f"launcher: {KEY_FAILED}")
+            process.kill()
+            process.wait()
+            return 1
         supervisor: Supervisor | None = None
         if process.poll() is None and not stopping.is_set():
             supervisor = Supervisor(

@@ -2,16 +2,46 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import shutil
 import socket
+import subprocess
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tts_tools.server import ADMIN_HEADER, DEFAULT_BIND, admin_key, server_command
+from tests.conftest import ROOT
+from tts_tools.server import (
+    ADMIN_HEADER,
+    DEFAULT_BIND,
+    KEY_ENV,
+    KEY_PLACEHOLDER,
+    admin_key,
+    server_command,
+    server_env,
+)
+from tts_tools.supervisor import python_models, stubs_by_model
+
+NOBODY = 65534
+as_another_user = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="running a command as another user needs root and setpriv (util-linux)",
+)
+
+
+def as_nobody(*argv: str) -> subprocess.CompletedProcess:
+    """``argv`` run as the unprivileged user nobody: any local account."""
+    return subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv],
+        capture_output=True,
+        timeout=30,
+    )
 
 
 def http(server, method: str, path: str, body: dict | None = None, headers=None) -> int:
@@ -103,6 +133,50 @@ def test_without_a_configured_key_nobody_has_it(monkeypatch, tmp_path):
     monkeypatch.setenv("TTS_ADMIN_KEY_FILE", str(key_file))
     assert admin_key() == ("s3cret", True)
     command = " ".join(server_command(tmp_path, key="s3cret"))
-    assert f"{ADMIN_HEADER}=s3cret" in command and "shared-memory" in command
+    assert "s3cret" not in command and "shared-memory" in command
+    assert f"{ADMIN_HEADER}={KEY_PLACEHOLDER}" in command
+    env = server_env(key="s3cret", cache_dir=ROOT / ".cache" / "triton")
+    assert env[KEY_ENV] == "s3cret" and Path(env["LD_PRELOAD"]).exists()
     closed = " ".join(server_command(tmp_path, key="k", restricted="logging,statistics"))
     assert "--http-restricted-api=logging,statistics:" in closed
+
+
+@as_another_user
+def test_another_local_user_cannot_get_the_key_or_load_code(server):
+    # Issue 20, item 1: as nobody, the key was read from /proc/PID/cmdline and a model loaded
+    # with a file override ran code as root.
+    pid = server.process.pid
+    seen = as_nobody("cat", f"/proc/{pid}/cmdline")
+    assert seen.returncode == 0, seen.stderr
+    assert server.admin_key.encode() not in seen.stdout
+    assert KEY_PLACEHOLDER.encode() in seen.stdout
+    assert as_nobody("cat", f"/proc/{pid}/environ").returncode != 0
+    stubs = set().union(*stubs_by_model(pid, python_models(server.model_repository)).values())
+    for stub in stubs:  # the stubs inherit neither the key nor the preloaded library
+        environ = Path(f"/proc/{stub}/environ").read_bytes()
+        assert server.admin_key.encode() not in environ and b"LD_PRELOAD" not in environ
+    # What nobody can see opens nothing: the load with a file override is refused.
+    code = base64.b64encode(b"import os\nos.system('id > /tmp/pwned')\n").decode()
+    body = {"parameters": {"config": "{}", "file:1/model.py": code}}
+    for header in (KEY_PLACEHOLDER, ""):
+        status = http(
+            server, "POST", "/v2/repository/models/pwn/load", body, {ADMIN_HEADER: header}
+        )
+        assert status in (401, 403), status
+
+
+def test_shared_memory_regions_are_the_servers_own(server):
+    regions: dict[int, str] = {}
+    stubs_by_model(server.process.pid, python_models(server.model_repository), regions)
+    assert regions
+    for region in regions.values():
+        mode = os.stat(f"/dev/shm/{region}").st_mode & 0o777
+        assert mode == 0o600, (region, oct(mode))
+
+
+@as_another_user
+def test_another_local_user_cannot_read_a_region(server):
+    regions: dict[int, str] = {}
+    stubs_by_model(server.process.pid, python_models(server.model_repository), regions)
+    for region in regions.values():
+        assert as_nobody("cat", f"/dev/shm/{region}").returncode != 0, region
