@@ -34,6 +34,7 @@ from .supervisor import (
     Supervisor,
     SupervisorMetrics,
     become_subreaper,
+    die_with_parent,
     end_orphans,
     is_ready,
 )
@@ -325,6 +326,7 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 env=server_env(key=self.admin_key, cache_dir=self.cache_dir),
                 umask=SERVER_UMASK,
+                preexec_fn=die_with_parent,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -611,7 +613,11 @@ def supervise(
     while True:
         # Their own sessions: a terminal's Ctrl-C reaches only us, and we forward it once.
         process = subprocess.Popen(
-            cmd, env=env or server_env(), start_new_session=True, umask=SERVER_UMASK
+            cmd,
+            env=env or server_env(),
+            start_new_session=True,
+            umask=SERVER_UMASK,
+            preexec_fn=die_with_parent,
         )
         while process.poll() is None and not stopping.is_set() and not is_ready(http_port):
             stopping.wait(0.5)

@@ -96,6 +96,14 @@ def become_subreaper() -> bool:
         return False
 
 
+def die_with_parent() -> None:
+    """For ``Popen(preexec_fn=...)``: the child gets SIGTERM when its parent dies, so a
+    launcher killed with SIGKILL does not leave a tritonserver serving under init."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
 def end_orphans(keep: set[int]) -> list[int]:
     """Kill the Python-backend stubs that became this process's children (their tritonserver
     died) and reap every child that is not in ``keep`` once it has ended; the pids killed."""

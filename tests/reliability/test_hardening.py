@@ -10,11 +10,14 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import httpx2 as httpx
 import pytest
 
 from tests.conftest import ROOT
+from tests.reliability.launcher import Launcher
 from tts_tools.server import Keeper, RestartPolicy
 from tts_tools.supervisor import STUB
 
@@ -125,3 +128,27 @@ def test_stubs_left_by_a_dead_server_are_ended():
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT
     )
     assert result.stdout.strip() == "ended True False", result.stdout + result.stderr
+
+
+def test_a_killed_launcher_takes_tritonserver_with_it(exported_repository, tmp_path):
+    # A launcher that dies without its cleanup (kill -9, OOM) left tritonserver serving under
+    # init; now tritonserver gets SIGTERM when its launcher dies (PR_SET_PDEATHSIG).
+    launcher = Launcher(exported_repository, tmp_path / "launcher.log")
+    try:
+        launcher.wait_ready()
+        triton = launcher.triton_pid()
+        launcher.process.kill()
+        launcher.process.wait()
+        deadline = time.monotonic() + 90  # Triton's own exit takes up to its 30 s timeout
+        while Path(f"/proc/{triton}").exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not Path(f"/proc/{triton}").exists() or "Z" in stat_state(triton)
+    finally:
+        launcher.close()
+
+
+def stat_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
