@@ -37,6 +37,8 @@ from .supervisor import (
     die_with_parent,
     end_orphans,
     is_ready,
+    new_shm_prefix,
+    remove_regions,
 )
 
 # How long a stopping gateway may take to finish its requests (uvicorn's graceful shutdown).
@@ -211,6 +213,7 @@ def server_command(
     key: str | None = None,
     restricted: str = RESTRICTED,
     supervised: bool = True,
+    shm_prefix: str | None = None,
 ) -> list[str]:
     """The tritonserver command line; ``supervised``: with the model-control flags the
     supervisor needs.
@@ -235,6 +238,7 @@ def server_command(
         *(SUPERVISED_ARGS if supervised else ()),
         f"--http-restricted-api={restricted}:{ADMIN_HEADER}={KEY_PLACEHOLDER}",
         f"--grpc-restricted-protocol={restricted}:{ADMIN_HEADER}={KEY_PLACEHOLDER}",
+        *([f"--backend-config=python,shm-region-prefix-name={shm_prefix}"] if shm_prefix else []),
         "--allow-metrics=true",
         "--exit-on-error=true",
         "--strict-readiness=true",
@@ -287,6 +291,7 @@ class ServerProcess:
         )
         self.log_path = Path(log_path)
         self.cache_dir = cache_dir
+        self.shm_prefix = new_shm_prefix()
         self.command = server_command(
             model_repository,
             self.http_port,
@@ -296,6 +301,7 @@ class ServerProcess:
             extra_args,
             key=self.admin_key,
             supervised=supervise,
+            shm_prefix=self.shm_prefix,
         )
         self.process: subprocess.Popen | None = None
 
@@ -356,6 +362,7 @@ class ServerProcess:
             self.model_repository,
             self.admin_headers,
             log,
+            shm_prefix=self.shm_prefix,
             **self.supervisor_options,
         )
 
@@ -369,6 +376,7 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        remove_regions(self.shm_prefix, set(), lambda line: None)
 
     def __enter__(self) -> ServerProcess:
         return self.start()
@@ -410,6 +418,7 @@ def main(argv: list[str] | None = None) -> None:
         "model-config to close those too)",
     )
     args, extra = parser.parse_known_args(argv)
+    shm_prefix = new_shm_prefix()
     taken = taken_port(
         args.bind,
         [
@@ -434,6 +443,7 @@ def main(argv: list[str] | None = None) -> None:
         bind=args.bind,
         key=key,
         restricted=args.restricted_apis,
+        shm_prefix=shm_prefix,
     )
     admin = (
         f"need the {ADMIN_HEADER} header (key from ${ADMIN_KEY_ENV} / ${ADMIN_KEY_FILE_ENV})"
@@ -473,6 +483,7 @@ def main(argv: list[str] | None = None) -> None:
             metrics=metrics,
             env=env,
             restricted=args.restricted_apis,
+            shm_prefix=shm_prefix,
         )
     )
 
@@ -587,6 +598,7 @@ def supervise(
     gateway_restarts: RestartPolicy | None = None,
     env: dict[str, str] | None = None,
     restricted: str = RESTRICTED,
+    shm_prefix: str = "",
 ) -> int:
     """Run tritonserver (and the gateway) as children with the supervisor beside them.
 
@@ -634,7 +646,13 @@ def supervise(
         supervisor: Supervisor | None = None
         if process.poll() is None and not stopping.is_set():
             supervisor = Supervisor(
-                process.pid, http_port, repository, headers, say, metrics=metrics
+                process.pid,
+                http_port,
+                repository,
+                headers,
+                say,
+                metrics=metrics,
+                shm_prefix=shm_prefix,
             ).start()
             if gateway_cmd and gateway is None:
                 gateway = Keeper(
@@ -661,6 +679,7 @@ def supervise(
             say(f"launcher: ended {len(orphans)} stub(s) of the dead tritonserver")
         if supervisor:
             supervisor.remove_all_regions()
+        remove_regions(shm_prefix, set(), say)
         delay = restarts.next_delay(time.monotonic())
         if delay is None:
             say(f"launcher: tritonserver exited ({code}) {restarts.describe()}; giving up")
@@ -683,6 +702,7 @@ def supervise(
     code = process.wait()
     if supervisor:
         supervisor.stop()
+    remove_regions(shm_prefix, set(), say)  # what stubs that died along the way left behind
     return 1 if gateway and gateway.gave_up else code
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import threading
 import time
@@ -39,6 +40,37 @@ from prometheus_client import CollectorRegistry, Counter
 STUB = "triton_python_backend_stub"
 # The flags a supervised tritonserver needs: models loaded at start, reloadable by the API.
 SUPERVISED_ARGS = ("--model-control-mode=explicit", "--load-model=*")
+
+
+def new_shm_prefix() -> str:
+    """A region-name prefix of one server's own (the Python backend's
+    ``shm-region-prefix-name``): its regions can be found, and removed, without having seen
+    the stub that made each one."""
+    return f"tts_{secrets.token_hex(6)}_"
+
+
+def remove_regions(prefix: str, keep: set[str], log: Callable[[str], None]) -> list[str]:
+    """Remove the /dev/shm regions named ``prefix``... other than ``keep`` (the living stubs')."""
+    removed = []
+    if not prefix:
+        return removed
+    for path in Path("/dev/shm").glob(f"{prefix}*"):
+        if path.name not in keep:
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    if removed:
+        log(f"supervisor: removed {len(removed)} shared-memory region(s) of dead stubs")
+    return removed
+
+
+def is_live(http_port: int) -> bool:
+    """The server on ``http_port`` answers live (it may be not ready: a model is down)."""
+    try:
+        url = f"http://localhost:{http_port}/v2/health/live"
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 def is_ready(http_port: int) -> bool:
@@ -202,8 +234,10 @@ class Supervisor:
     outages: int = 0
     metrics: SupervisorMetrics = field(default_factory=SupervisorMetrics)
     regions: dict[int, str] = field(default_factory=dict)  # stub pid -> its /dev/shm region
+    shm_prefix: str = ""  # this server's region prefix (new_shm_prefix); "" when not set
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _retry: dict[str, tuple[int, float]] = field(default_factory=dict)  # failures, next try
 
     def start(self) -> Supervisor:
         self.models = python_models(self.repository)
@@ -228,11 +262,14 @@ class Supervisor:
         while not self._stop.wait(self.interval):
             living = stubs_by_model(self.server_pid, self.models, self.regions)
             dead = {m: n - len(living[m]) for m, n in self.expected.items() if len(living[m]) < n}
-            # Not ready: starting or shutting down, when stubs come and go on purpose.
-            if not dead or not is_ready(self.http_port):
+            # Live, not ready: a model is down (--strict-readiness), which is what we heal; a
+            # failed reload must be retried, not wait for a readiness that never comes. The
+            # supervisor runs only between the server's start and its stop.
+            if not dead or not is_live(self.http_port):
                 continue
+            now = time.monotonic()
             for model, count in dead.items():
-                if not self._stop.is_set():
+                if not self._stop.is_set() and now >= self._retry.get(model, (0, 0.0))[1]:
                     self.heal(model, count)
 
     def _canaries(self) -> None:
@@ -313,8 +350,12 @@ class Supervisor:
             self._control(model, "unload")
             self._control(model, "load")
         except OSError as e:
-            self.log(f"supervisor: reloading {model} failed: {e}; trying again")
+            failures = self._retry.get(model, (0, 0.0))[0] + 1
+            delay = min(30.0, 2.0 ** (failures - 1))
+            self._retry[model] = (failures, time.monotonic() + delay)
+            self.log(f"supervisor: reloading {model} failed: {e}; trying again in {delay:.0f} s")
             return
+        self._retry.pop(model, None)
         down = time.monotonic() - start
         self.metrics.outage_seconds.labels(model).inc(down)
         self.log(f"supervisor: {model} is back after {down:.1f} s")
@@ -323,13 +364,16 @@ class Supervisor:
     def remove_all_regions(self) -> None:
         """The server itself died: none of its stubs' regions will be removed by them."""
         self._remove_regions(set(self.regions), "the dead server's stub")
+        remove_regions(self.shm_prefix, set(), self.log)
 
     def _remove_dead_regions(self) -> None:
-        """A killed stub cannot remove its shared-memory region; do it for it."""
-        living = {
-            pid for pids in stubs_by_model(self.server_pid, self.models).values() for pid in pids
-        }
-        self._remove_regions(set(self.regions) - living, "the dead stub")
+        """A killed stub cannot remove its shared-memory region; do it for it. With a prefix,
+        every region of this server that no living stub uses goes, including those of stubs
+        that died again before a scan saw them (a crash loop leaked those before)."""
+        living_regions: dict[int, str] = {}
+        stubs_by_model(self.server_pid, self.models, living_regions)
+        self._remove_regions(set(self.regions) - set(living_regions), "the dead stub")
+        remove_regions(self.shm_prefix, set(living_regions.values()), self.log)
 
     def _remove_regions(self, pids: set[int], whose: str) -> None:
         for pid in pids:

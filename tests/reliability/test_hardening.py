@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -18,8 +20,9 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.reliability.launcher import Launcher
-from tts_tools.server import Keeper, RestartPolicy
-from tts_tools.supervisor import STUB
+from tts_client import TTSClient, TTSError
+from tts_tools.server import Keeper, RestartPolicy, ServerProcess
+from tts_tools.supervisor import STUB, python_models, stubs_by_model
 
 BODY = {"model": "tts-1", "voice": "alloy", "input": "Fine.", "response_format": "pcm"}
 
@@ -152,3 +155,53 @@ def stat_state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "gone"
+
+
+def test_a_crash_loop_leaves_no_shared_memory_behind(exported_repository, tmp_path):
+    # Issue 20, item 3: a stub that died again before the supervisor's 1 s scan saw it was
+    # never recorded, and its region stayed (10 of 12 deaths leaked), even past SIGTERM.
+    server = ServerProcess(
+        exported_repository, tmp_path / "triton.log", cache_dir=ROOT / ".cache" / "triton",
+        supervisor_options={"canary_interval": 0},
+    ).start()  # fmt: skip
+    try:
+        pid = server.process.pid
+        (stub,) = stubs_by_model(pid, ["vocoder"])["vocoder"]
+        ready = f"http://127.0.0.1:{server.http_port}/v2/models/vocoder/ready"
+        for _ in range(6):  # each new stub dies as soon as it serves, well inside the 1 s scan
+            os.kill(stub, signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                fresh = stubs_by_model(pid, ["vocoder"])["vocoder"] - {stub}
+                if fresh and httpx.get(ready, timeout=5).status_code == 200:
+                    stub = fresh.pop()
+                    break
+                time.sleep(0.02)
+            else:
+                raise AssertionError(f"vocoder did not come back:\n{server.log_tail()}")
+        with TTSClient(server.grpc_url, timeout=30) as client:  # healed in the end
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                try:
+                    assert client.synthesize("Back.").duration > 0.2
+                    break
+                except TTSError:
+                    time.sleep(0.5)
+        living: dict[int, str] = {}
+        stubs_by_model(pid, python_models(exported_repository), living)
+        assert all(r.startswith(server.shm_prefix) for r in living.values())  # ours alone
+        deadline = time.monotonic() + 30  # the supervisor cleans up after its last reload
+        while time.monotonic() < deadline:
+            left = regions_of(server) - set(living.values())
+            if not left:
+                break
+            time.sleep(0.5)
+        assert not left, (left, server.log_tail())
+    finally:
+        server.stop()
+    assert regions_of(server) == set()
+
+
+def regions_of(server: ServerProcess) -> set[str]:
+    """This server's /dev/shm regions (its own name prefix; other servers may be running)."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith(server.shm_prefix)}
