@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 
@@ -19,15 +20,28 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"tts_gateway: http://{settings.host}:{settings.port}/ -> {settings.triton_url}", flush=True
     )
-    uvicorn.run(
-        create_app(settings),
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
         host=settings.host,
         port=settings.port,
         log_level=log_level,
-        # Each open connection costs little; admission control is ours (429), not uvicorn's 503.
-        timeout_graceful_shutdown=30,
+        # Our own drain ends streams cleanly at drain_s; uvicorn's limit is only the backstop.
+        timeout_graceful_shutdown=int(settings.drain_s) + 5,
         access_log=False,
     )
+    DrainingServer(config).run()
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server that also starts the app's drain clock when asked to stop."""
+
+    def handle_exit(self, sig, frame) -> None:
+        try:
+            self.config.app.state.drain.begin(asyncio.get_event_loop())
+        except RuntimeError:  # no loop yet: nothing in flight to drain
+            pass
+        super().handle_exit(sig, frame)
 
 
 if __name__ == "__main__":

@@ -110,6 +110,52 @@ def _validation_error(exc: RequestValidationError) -> APIError:
     return bad_request(message, param=param, code=kind or None)
 
 
+class DrainCut(Exception):
+    """The gateway is stopping and its drain time ran out with this stream still running."""
+
+
+class Drain:
+    """When the gateway began to stop (SIGTERM), so streams can end cleanly at its limit."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.cut_at: float | None = None  # on the event loop's clock
+        self.started = asyncio.Event()
+
+    def begin(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Called from the signal handler (tts_gateway.__main__); thread-safe."""
+        if self.cut_at is None:
+            self.cut_at = loop.time() + self.seconds
+            loop.call_soon_threadsafe(self.started.set)
+
+
+async def next_chunk(chunks: AsyncIterator, deadline: float, drain: Drain):
+    """The next chunk, or TimeoutError at ``deadline``, or DrainCut when the drain runs out;
+    StopAsyncIteration at the end."""
+    loop = asyncio.get_running_loop()
+    step = asyncio.ensure_future(anext(chunks))
+    try:
+        while True:
+            cut = drain.cut_at
+            limit = deadline if cut is None else min(deadline, cut)
+            waits: set[asyncio.Future] = {step}
+            if cut is None:  # wake up when a drain begins, to honour its limit
+                waits.add(asyncio.ensure_future(drain.started.wait()))
+            done, pending = await asyncio.wait(
+                waits, timeout=max(0.0, limit - loop.time()), return_when=asyncio.FIRST_COMPLETED
+            )
+            for future in pending - {step}:
+                future.cancel()
+            if step in done:
+                return step.result()
+            if loop.time() >= limit:
+                raise DrainCut() if cut is not None and limit == cut else asyncio.TimeoutError()
+    finally:
+        if not step.done():
+            step.cancel()
+            await asyncio.gather(step, return_exceptions=True)
+
+
 class _Slots:
     """Admission control: at most ``limit`` speech requests in this process."""
 
@@ -196,6 +242,7 @@ def create_app(
     slots = _Slots(settings.max_concurrent_requests, metrics)
     voice_names = settings.voice_names()
     state: dict[str, SpeechBackend] = {}
+    drain = Drain(settings.drain_s)
 
     @asynccontextmanager
     async def lifespan(_app):
@@ -218,6 +265,7 @@ def create_app(
         version="0.1.0",
         lifespan=lifespan,
     )
+    app.state.drain = drain
 
     @app.exception_handler(APIError)
     async def _api_error(_request, exc: APIError):
@@ -388,14 +436,13 @@ def create_app(
                             metrics.first_byte.observe(time.perf_counter() - started)
                         yield data
                     try:
-                        async with asyncio.timeout_at(deadline):
-                            pending = await anext(chunks)
+                        pending = await next_chunk(chunks, deadline, drain)
                     except StopAsyncIteration:
                         pending = None
                 yield await asyncio.to_thread(encoder.finish)
             except BaseException as exc:
                 status = "cancelled" if isinstance(exc, asyncio.CancelledError) else "stream_error"
-                if isinstance(exc, TTSError | asyncio.TimeoutError):
+                if isinstance(exc, TTSError | asyncio.TimeoutError | DrainCut):
                     log.warning(
                         "stream cut after %.2f s of audio: %s", progress["samples"] / rate, exc
                     )
@@ -440,9 +487,13 @@ async def _sse(
                 yield event(
                     {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
                 )
-    except (asyncio.TimeoutError, TTSError) as exc:
-        error = exc if isinstance(exc, TTSError) else None
-        message = str(error) if error else "the gateway's deadline passed"
+    except (asyncio.TimeoutError, TTSError, DrainCut) as exc:
+        if isinstance(exc, DrainCut):
+            message = "the gateway is shutting down and its drain time ran out; retry"
+        elif isinstance(exc, TTSError):
+            message = str(exc)
+        else:
+            message = "the gateway's deadline passed"
         yield event({"type": "error", "error": {"message": message, "type": "server_error"}})
         return
     yield event(

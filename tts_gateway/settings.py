@@ -87,6 +87,9 @@ class GatewaySettings:
     max_concurrent_requests: int = 256
     # Deadline for a whole request; past it, 504 (or the stream is cut with an error).
     request_timeout_s: float = 120.0
+    # After SIGTERM, requests in flight get this long; a stream still running then ends with
+    # an SSE error event (audio streams are cut), and the gateway exits.
+    drain_s: float = 30.0
     retry_after_s: int = 1
     # A JSON list of voices (see Voice); empty: the bundled voice with OpenAI's names as aliases.
     voices_file: str = ""
@@ -98,6 +101,8 @@ class GatewaySettings:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.request_timeout_s <= 0:
             raise ValueError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+        if self.drain_s < 0:
+            raise ValueError(f"drain_s must be >= 0, got {self.drain_s}")
         if self.max_body_bytes < 6 * self.max_input_chars:
             # A character can take 6 bytes in JSON (\\uXXXX); a legal input must fit the body.
             raise ValueError(

@@ -42,7 +42,7 @@ from .supervisor import (
 )
 
 # How long a stopping gateway may take to finish its requests (uvicorn's graceful shutdown).
-GATEWAY_DRAIN_S = 35.0
+GATEWAY_DRAIN_S = 40.0
 PY_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 

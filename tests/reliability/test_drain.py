@@ -157,3 +157,36 @@ def test_sigterm_to_make_serve_drains_the_gateway(exported_repository, tmp_path)
     assert results["stream0"] == results["stream1"] == "speech.audio.done", results
     assert not stubs_of(triton_pid)
     assert set(os.listdir("/dev/shm")) - shm_before == set()
+
+
+def test_a_stream_cut_at_the_drain_limit_ends_with_an_error_event(server, tmp_path_factory):
+    """Issue 20, item 6: an SSE stream still running when the gateway's drain time ran out got
+    neither a done nor an error event. Now it ends with an error event, and the gateway exits."""
+    import json
+
+    import httpx2 as httpx
+
+    from tests.gateway_support import gateway_on
+
+    gateway = gateway_on(server, tmp_path_factory, "--max-input-chars=20000", "--drain-s=2")
+    gateway.start()
+    try:
+        body = {"model": "tts-1", "voice": "alloy", "input": PARAGRAPH * 4}
+        body |= {"response_format": "pcm", "stream_format": "sse"}
+        url = f"{gateway.url}/v1/audio/speech"
+        with httpx.stream("POST", url, json=body, timeout=120) as response:
+            events = []
+            for line in response.iter_lines():
+                if line:
+                    events.append(json.loads(line[6:]))
+                    if len(events) == 1:  # the stream is running: stop the gateway
+                        gateway.process.send_signal(signal.SIGTERM)
+        code = gateway.process.wait(60)
+    finally:
+        gateway.stop()
+    assert events[0]["type"] == "speech.audio.delta"
+    assert events[-1]["type"] == "error", events[-1]
+    assert "shutting down" in events[-1]["error"]["message"]
+    # uvicorn re-raises the SIGTERM it handled once it has shut down cleanly.
+    assert code in (0, -signal.SIGTERM), gateway.log_tail()
+    assert "Application shutdown complete" in gateway.log_tail()
