@@ -63,24 +63,23 @@ def remove_regions(prefix: str, keep: set[str], log: Callable[[str], None]) -> l
     return removed
 
 
-def is_live(http_port: int) -> bool:
-    """The server on ``http_port`` answers live (it may be not ready: a model is down)."""
+def _health(http_port: int, which: str) -> bool:
     try:
-        url = f"http://localhost:{http_port}/v2/health/live"
+        url = f"http://localhost:{http_port}/v2/health/{which}"
         with urllib.request.urlopen(url, timeout=2) as response:
             return response.status == 200
     except OSError:
         return False
+
+
+def is_live(http_port: int) -> bool:
+    """The server on ``http_port`` answers live (it may be not ready: a model is down)."""
+    return _health(http_port, "live")
 
 
 def is_ready(http_port: int) -> bool:
     """The server on ``http_port`` answers ready (not starting, not shutting down)."""
-    try:
-        url = f"http://localhost:{http_port}/v2/health/ready"
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
+    return _health(http_port, "ready")
 
 
 def python_models(repository: Path) -> list[str]:
