@@ -168,7 +168,7 @@ def test_a_crash_loop_leaves_no_shared_memory_behind(exported_repository, tmp_pa
         pid = server.process.pid
         (stub,) = stubs_by_model(pid, ["vocoder"])["vocoder"]
         ready = f"http://127.0.0.1:{server.http_port}/v2/models/vocoder/ready"
-        for _ in range(6):  # each new stub dies as soon as it serves, well inside the 1 s scan
+        for _ in range(4):  # each new stub dies as soon as it serves, well inside the 1 s scan
             os.kill(stub, signal.SIGKILL)
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
