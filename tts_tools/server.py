@@ -210,7 +210,6 @@ def server_command(
     cache_dir: Path = Path(".cache/triton"),
     extra_args: list[str] | None = None,
     bind: str = DEFAULT_BIND,
-    key: str | None = None,
     restricted: str = RESTRICTED,
     supervised: bool = True,
     shm_prefix: str | None = None,
@@ -220,10 +219,8 @@ def server_command(
 
     The admin key flags hold a placeholder: Triton 2.51 takes the key only as a flag, and
     /proc/PID/cmdline is readable by every local user, so the key itself reaches tritonserver
-    through ``server_env(key=...)`` and server_shim.c. ``key`` is kept for callers' symmetry and
-    never written here.
+    through ``server_env(key=...)`` and server_shim.c.
     """
-    del key  # it travels in the environment (server_env), never on the command line
     backends = prepare_backends(cache_dir)
     return [
         str(tritonserver_binary()),
@@ -299,7 +296,6 @@ class ServerProcess:
             self.metrics_port,
             cache_dir,
             extra_args,
-            key=self.admin_key,
             supervised=supervise,
             shm_prefix=self.shm_prefix,
         )
@@ -441,7 +437,6 @@ def main(argv: list[str] | None = None) -> None:
         args.cache_dir,
         extra,
         bind=args.bind,
-        key=key,
         restricted=args.restricted_apis,
         shm_prefix=shm_prefix,
     )
@@ -677,8 +672,6 @@ def supervise(
         orphans = end_orphans(keep=set(gateway.pids()) if gateway else set())
         if orphans:
             say(f"launcher: ended {len(orphans)} stub(s) of the dead tritonserver")
-        if supervisor:
-            supervisor.remove_all_regions()
         remove_regions(shm_prefix, set(), say)
         delay = restarts.next_delay(time.monotonic())
         if delay is None:

@@ -232,7 +232,6 @@ class Supervisor:
     canary_timeout: float = 30.0
     outages: int = 0
     metrics: SupervisorMetrics = field(default_factory=SupervisorMetrics)
-    regions: dict[int, str] = field(default_factory=dict)  # stub pid -> its /dev/shm region
     shm_prefix: str = ""  # this server's region prefix (new_shm_prefix); "" when not set
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -240,7 +239,7 @@ class Supervisor:
 
     def start(self) -> Supervisor:
         self.models = python_models(self.repository)
-        stubs = stubs_by_model(self.server_pid, self.models, self.regions)
+        stubs = stubs_by_model(self.server_pid, self.models)
         self.expected = {m: len(p) for m, p in stubs.items()}
         missing = [m for m, n in self.expected.items() if n == 0]
         if missing:
@@ -259,7 +258,7 @@ class Supervisor:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            living = stubs_by_model(self.server_pid, self.models, self.regions)
+            living = stubs_by_model(self.server_pid, self.models)
             dead = {m: n - len(living[m]) for m, n in self.expected.items() if len(living[m]) < n}
             # Live, not ready: a model is down (--strict-readiness), which is what we heal; a
             # failed reload must be retried, not wait for a readiness that never comes. The
@@ -360,24 +359,10 @@ class Supervisor:
         self.log(f"supervisor: {model} is back after {down:.1f} s")
         self._remove_dead_regions()
 
-    def remove_all_regions(self) -> None:
-        """The server itself died: none of its stubs' regions will be removed by them."""
-        self._remove_regions(set(self.regions), "the dead server's stub")
-        remove_regions(self.shm_prefix, set(), self.log)
-
     def _remove_dead_regions(self) -> None:
-        """A killed stub cannot remove its shared-memory region; do it for it. With a prefix,
-        every region of this server that no living stub uses goes, including those of stubs
-        that died again before a scan saw them (a crash loop leaked those before)."""
-        living_regions: dict[int, str] = {}
-        stubs_by_model(self.server_pid, self.models, living_regions)
-        self._remove_regions(set(self.regions) - set(living_regions), "the dead stub")
-        remove_regions(self.shm_prefix, set(living_regions.values()), self.log)
-
-    def _remove_regions(self, pids: set[int], whose: str) -> None:
-        for pid in pids:
-            region = self.regions.pop(pid)
-            path = Path("/dev/shm") / region
-            if region.startswith("triton_python_backend_shm_region_") and path.exists():
-                path.unlink(missing_ok=True)
-                self.log(f"supervisor: removed {region} of {whose} {pid}")
+        """A killed stub cannot remove its shared-memory region; do it for it: every region of
+        this server that no living stub uses goes, including those of stubs that died again
+        before a scan saw them (a crash loop leaked those before)."""
+        living: dict[int, str] = {}
+        stubs_by_model(self.server_pid, self.models, living)
+        remove_regions(self.shm_prefix, set(living.values()), self.log)

@@ -79,3 +79,11 @@ class Launcher:
             self.process.kill()
             self.process.wait()
         self._log.close()
+
+
+def alive(pid: int) -> bool:
+    """``pid`` is a running process (not gone, not a zombie), read from /proc."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -13,13 +13,12 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx2 as httpx
 import pytest
 
 from tests.conftest import ROOT
-from tests.reliability.launcher import Launcher
+from tests.reliability.launcher import Launcher, alive
 from tts_client import TTSClient, TTSError
 from tts_tools.server import Keeper, RestartPolicy, ServerProcess
 from tts_tools.supervisor import STUB, python_models, stubs_by_model
@@ -143,18 +142,11 @@ def test_a_killed_launcher_takes_tritonserver_with_it(exported_repository, tmp_p
         launcher.process.kill()
         launcher.process.wait()
         deadline = time.monotonic() + 90  # Triton's own exit takes up to its 30 s timeout
-        while Path(f"/proc/{triton}").exists() and time.monotonic() < deadline:
+        while alive(triton) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert not Path(f"/proc/{triton}").exists() or "Z" in stat_state(triton)
+        assert not alive(triton)
     finally:
         launcher.close()
-
-
-def stat_state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"
 
 
 def test_a_crash_loop_leaves_no_shared_memory_behind(exported_repository, tmp_path):

@@ -11,15 +11,8 @@ import time
 
 import httpx2 as httpx
 
-from tests.reliability.launcher import Launcher
+from tests.reliability.launcher import Launcher, alive
 from tts_tools.supervisor import python_models, stubs_by_model
-
-
-def alive(pid: int) -> bool:
-    try:
-        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_killed_tritonserver_is_started_again(exported_repository, tmp_path):

@@ -132,12 +132,12 @@ def test_without_a_configured_key_nobody_has_it(monkeypatch, tmp_path):
     key_file.write_text("s3cret\n")
     monkeypatch.setenv("TTS_ADMIN_KEY_FILE", str(key_file))
     assert admin_key() == ("s3cret", True)
-    command = " ".join(server_command(tmp_path, key="s3cret"))
+    command = " ".join(server_command(tmp_path))
     assert "s3cret" not in command and "shared-memory" in command
     assert f"{ADMIN_HEADER}={KEY_PLACEHOLDER}" in command
     env = server_env(key="s3cret", cache_dir=ROOT / ".cache" / "triton")
     assert env[KEY_ENV] == "s3cret" and Path(env["LD_PRELOAD"]).exists()
-    closed = " ".join(server_command(tmp_path, key="k", restricted="logging,statistics"))
+    closed = " ".join(server_command(tmp_path, restricted="logging,statistics"))
     assert "--http-restricted-api=logging,statistics:" in closed
 
 
