@@ -50,7 +50,8 @@ export: $(VENV)/.installed
 serve: setup export
 	exec $(PY) -m tts_tools.server --model-repository model_repository \
 	  --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) \
-	  --gateway-port $(GATEWAY_PORT) --bind $(BIND) $(if $(PROFILE),--model-config-name=$(PROFILE))
+	  --gateway-port $(GATEWAY_PORT) --bind $(BIND) $(if $(PROFILE),--model-config-name=$(PROFILE)) \
+	  $(if $(FRONT_ARGS),--front-args "$(FRONT_ARGS)")
 
 # Regenerate model_repository/*/configs/<profile>.pbtxt from config.pbtxt (tts_tools/profiles.py).
 profiles: $(VENV)/.installed

@@ -14,6 +14,7 @@ import hashlib
 import importlib.util
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -43,6 +44,8 @@ from .supervisor import (
 
 # How long a stopping gateway may take to finish its requests (uvicorn's graceful shutdown).
 GATEWAY_DRAIN_S = 40.0
+# tritonserver's exit timeout behind the front door (which drains first).
+FRONTED_EXIT_TIMEOUT_S = 5
 PY_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
@@ -213,9 +216,11 @@ def server_command(
     restricted: str = RESTRICTED,
     supervised: bool = True,
     shm_prefix: str | None = None,
+    metrics_bind: str | None = None,
 ) -> list[str]:
     """The tritonserver command line; ``supervised``: with the model-control flags the
-    supervisor needs.
+    supervisor needs; ``metrics_bind``: the metrics address when it differs from ``bind``
+    (behind the front door, HTTP and gRPC stay on loopback).
 
     The admin key flags hold a placeholder: Triton 2.51 takes the key only as a flag, and
     /proc/PID/cmdline is readable by every local user, so the key itself reaches tritonserver
@@ -228,7 +233,7 @@ def server_command(
         f"--backend-directory={backends.resolve()}",
         f"--http-address={bind}",
         f"--grpc-address={bind}",
-        f"--metrics-address={bind}",
+        f"--metrics-address={metrics_bind or bind}",
         f"--http-port={http_port}",
         f"--grpc-port={grpc_port}",
         f"--metrics-port={metrics_port}",
@@ -413,6 +418,17 @@ def main(argv: list[str] | None = None) -> None:
         help=f"APIs that need the admin key (default {RESTRICTED}; add statistics, "
         "model-config to close those too)",
     )
+    parser.add_argument(
+        "--no-front",
+        action="store_true",
+        help="serve tritonserver's HTTP and gRPC on the public ports directly, without the "
+        "front door's size limits, admission and stream watch (tts_tools/front.py)",
+    )
+    parser.add_argument(
+        "--front-args",
+        default=os.environ.get("FRONT_ARGS", ""),
+        help="extra flags of the front door, e.g. '--deadline-s 5 --max-request-mib 16'",
+    )
     args, extra = parser.parse_known_args(argv)
     shm_prefix = new_shm_prefix()
     taken = taken_port(
@@ -429,32 +445,54 @@ def main(argv: list[str] | None = None) -> None:
         print(f"launcher: {taken}", file=sys.stderr, flush=True)
         sys.exit(2)
     key, configured = admin_key()
+    # Behind the front door tritonserver listens on private loopback ports; only the front
+    # (and the launcher's own probes) reach it.
+    triton_http, triton_grpc = (
+        (args.http_port, args.grpc_port) if args.no_front else (free_port(), free_port())
+    )
+    if not args.no_front:
+        # Nothing is in flight once the front door has drained, but a stream of a stub that
+        # died stays in flight in Triton 2.51 for ever: do not wait 30 s for it at exit.
+        extra = [f"--exit-timeout-secs={FRONTED_EXIT_TIMEOUT_S}", *extra]
     cmd = server_command(
         args.model_repository,
-        args.http_port,
-        args.grpc_port,
+        triton_http,
+        triton_grpc,
         args.metrics_port,
         args.cache_dir,
         extra,
-        bind=args.bind,
+        bind=args.bind if args.no_front else "127.0.0.1",
         restricted=args.restricted_apis,
         shm_prefix=shm_prefix,
+        metrics_bind=args.bind,
     )
     admin = (
         f"need the {ADMIN_HEADER} header (key from ${ADMIN_KEY_ENV} / ${ADMIN_KEY_FILE_ENV})"
         if configured
         else f"are refused (set ${ADMIN_KEY_ENV} or ${ADMIN_KEY_FILE_ENV} to use them)"
     )
+    front = None
+    if not args.no_front:
+        front = front_command(
+            triton_grpc,
+            triton_http,
+            args.bind,
+            args.grpc_port,
+            args.http_port,
+            shm_prefix,
+            ["--notify-parent", *shlex.split(args.front_args)],
+        )
     print(
-        f"tritonserver: HTTP on {args.bind}:{args.http_port}, gRPC on {args.bind}:{args.grpc_port},"
-        f" metrics on {args.bind}:{args.metrics_port}/metrics; model repository "
-        f"{args.model_repository}; admin APIs ({args.restricted_apis}) {admin}",
+        f"tritonserver: HTTP on {args.bind}:{args.http_port}, gRPC on {args.bind}:{args.grpc_port}"
+        f"{'' if args.no_front else ' (through the front door)'}, metrics on "
+        f"{args.bind}:{args.metrics_port}/metrics; model repository {args.model_repository}; "
+        f"admin APIs ({args.restricted_apis}) {admin}",
         flush=True,
     )
     gateway = None
     if args.gateway_port:
-        triton = f"grpc://127.0.0.1:{args.grpc_port}"
-        gateway = gateway_command(triton, args.bind, args.gateway_port)
+        local = "127.0.0.1" if args.bind in ("0.0.0.0", "::") else args.bind
+        gateway = gateway_command(f"grpc://{local}:{args.grpc_port}", args.bind, args.gateway_port)
         print(
             f"gateway: OpenAI-compatible API on http://{args.bind}:{args.gateway_port}/v1",
             flush=True,
@@ -471,7 +509,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(
         supervise(
             cmd,
-            args.http_port,
+            triton_http,
             args.model_repository,
             headers,
             gateway,
@@ -479,6 +517,7 @@ def main(argv: list[str] | None = None) -> None:
             env=env,
             restricted=args.restricted_apis,
             shm_prefix=shm_prefix,
+            front_cmd=front,
         )
     )
 
@@ -571,14 +610,95 @@ class GatewayProcess:
         self.stop()
 
 
-def _stop(process: subprocess.Popen, grace: float) -> None:
+def front_command(
+    triton_grpc_port: int,
+    triton_http_port: int,
+    bind: str,
+    grpc_port: int,
+    http_port: int,
+    shm_prefix: str = "",
+    extra_args: list[str] | None = None,
+) -> list[str]:
+    """The front door (``tts_tools.front``) on the public ports, tritonserver on loopback ones."""
+    return [
+        sys.executable,
+        "-m",
+        "tts_tools.front",
+        f"--triton-grpc=127.0.0.1:{triton_grpc_port}",
+        f"--triton-http=127.0.0.1:{triton_http_port}",
+        f"--bind={bind}",
+        f"--grpc-port={grpc_port}",
+        f"--http-port={http_port}",
+        f"--shm-prefix={shm_prefix}",
+        *(extra_args or []),
+    ]
+
+
+class FrontProcess:
+    """``python -m tts_tools.front`` before a ServerProcess, on free ports (tests, bench)."""
+
+    def __init__(
+        self, server: ServerProcess, log_path: Path, extra_args: list[str] | None = None
+    ) -> None:
+        self.grpc_port, self.http_port = free_port(), free_port()
+        self.log_path = Path(log_path)
+        self.command = front_command(
+            server.grpc_port,
+            server.http_port,
+            "127.0.0.1",
+            self.grpc_port,
+            self.http_port,
+            server.shm_prefix,
+            extra_args,
+        )
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def grpc_url(self) -> str:
+        return f"grpc://localhost:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://localhost:{self.http_port}"
+
+    def log_tail(self, lines: int = 60) -> str:
+        return log_tail(self.log_path, lines)
+
+    def start(self, timeout: float = 30.0) -> FrontProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"front exited ({self.process.returncode}):\n{self.log_tail()}")
+            if is_ready(self.http_port):
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"front not up after {timeout:.0f} s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.process:
+            _stop(self.process, 35.0)
+
+    def __enter__(self) -> FrontProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _stop(process: subprocess.Popen, grace: float, kill: bool = True) -> None:
+    """SIGTERM, wait up to ``grace``, then SIGKILL (``kill``) or leave it running."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
         try:
             process.wait(timeout=grace)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            if kill:
+                process.kill()
+                process.wait()
 
 
 def supervise(
@@ -594,13 +714,17 @@ def supervise(
     env: dict[str, str] | None = None,
     restricted: str = RESTRICTED,
     shm_prefix: str = "",
+    front_cmd: list[str] | None = None,
 ) -> int:
-    """Run tritonserver (and the gateway) as children with the supervisor beside them.
+    """Run tritonserver (and the front door and the gateway) as children with the supervisor
+    beside them.
 
     SIGTERM/SIGINT stop the gateway first, which stops accepting and lets its requests finish
-    (up to ``drain_s``) while Triton still serves them; then tritonserver. A gateway that dies
-    is started again; so is a tritonserver that dies on its own (a crash, an OOM kill), with
-    backoff, until ``restarts`` says it keeps dying; then the launcher exits with its code.
+    (up to ``drain_s``) while Triton still serves them; then the front door the same way (its
+    connections to Triton closed, so none holds Triton's exit); then tritonserver. A gateway
+    or front door that dies is started again; so is a tritonserver that dies on its own (a
+    crash, an OOM kill), with backoff, until ``restarts`` says it keeps dying; then the
+    launcher exits with its code.
     """
     restarts = restarts or RestartPolicy()
     metrics = metrics or SupervisorMetrics()
@@ -614,9 +738,12 @@ def supervise(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    drained = threading.Event()  # the front door has drained, but waits for Triton to go
+    signal.signal(signal.SIGUSR1, lambda *_: drained.set())
     # Stubs of a tritonserver that died are reparented here (not to init) and ended below.
     become_subreaper()
     gateway: Keeper | None = None
+    front: Keeper | None = None
     while True:
         # Their own sessions: a terminal's Ctrl-C reaches only us, and we forward it once.
         process = subprocess.Popen(
@@ -649,6 +776,13 @@ def supervise(
                 metrics=metrics,
                 shm_prefix=shm_prefix,
             ).start()
+            if front_cmd and front is None:
+                front = Keeper(
+                    "the front door",
+                    lambda: subprocess.Popen(front_cmd, start_new_session=True),
+                    RestartPolicy(),
+                    say,
+                )
             if gateway_cmd and gateway is None:
                 gateway = Keeper(
                     "the gateway",
@@ -656,11 +790,12 @@ def supervise(
                     gateway_restarts or RestartPolicy(),
                     say,
                 )
+        keepers = [k for k in (front, gateway) if k]
         while process.poll() is None and not stopping.is_set():
-            if gateway and not gateway.check(time.monotonic()):
+            if not all(k.check(time.monotonic()) for k in keepers):
                 stopping.set()
                 break
-            end_orphans(keep={process.pid, *gateway.pids()} if gateway else {process.pid})
+            end_orphans(keep={process.pid, *(p for k in keepers for p in k.pids())})
             stopping.wait(0.5)
         if stopping.is_set():
             break
@@ -669,34 +804,55 @@ def supervise(
         code = process.wait()
         if supervisor:
             supervisor.stop()
-        orphans = end_orphans(keep=set(gateway.pids()) if gateway else set())
+        orphans = end_orphans(keep={p for k in keepers for p in k.pids()})
         if orphans:
             say(f"launcher: ended {len(orphans)} stub(s) of the dead tritonserver")
         remove_regions(shm_prefix, set(), say)
         delay = restarts.next_delay(time.monotonic())
         if delay is None:
             say(f"launcher: tritonserver exited ({code}) {restarts.describe()}; giving up")
-            if gateway:
-                gateway.stop(drain_s)
+            for keeper in keepers:
+                keeper.stop(drain_s)
             return code or 1
         say(f"launcher: tritonserver exited ({code}); starting it again in {delay:.0f} s")
         metrics.server_restarts.inc()
         if stopping.wait(delay):
-            if gateway:
-                gateway.stop(drain_s)
+            for keeper in keepers:
+                keeper.stop(drain_s)
             return 0  # stopped on request while the server was down: nothing left to stop
+    # The gateway drains into the front door, the front door into Triton: in that order. A
+    # front door that holds streams of dead stubs exits only once Triton has (see front.py).
     if gateway:
         gateway.stop(drain_s)
+    if front and front.process and front.process.poll() is None:
+        front.process.send_signal(signal.SIGTERM)
+        until = time.monotonic() + drain_s
+        while front.process.poll() is None and not drained.is_set() and time.monotonic() < until:
+            time.sleep(0.05)
     if supervisor:  # stubs stop on purpose now: nothing to heal
         supervisor.stop(wait=False)
     if process.poll() is None:
         say("launcher: stopping tritonserver")
         process.send_signal(signal.SIGTERM)
     code = process.wait()
+    if code != 0 and drained.is_set():
+        # The front door held streams of stubs that died (their clients already got an error):
+        # Triton 2.51 keeps them in flight for ever, so its exit timeout passes (exit 1), or
+        # closing them aborts it; everything else had finished.
+        say(
+            f"launcher: tritonserver exited {code} on streams of stubs that died earlier "
+            "(Triton 2.51 never ends them); everything else had finished"
+        )
+        code = 0
+    orphans = end_orphans(keep={p for k in (front, gateway) if k for p in k.pids()})
+    if orphans:
+        say(f"launcher: ended {len(orphans)} stub(s) tritonserver left behind")
+    if front:
+        front.stop(10.0)
     if supervisor:
         supervisor.stop()
     remove_regions(shm_prefix, set(), say)  # what stubs that died along the way left behind
-    return 1 if gateway and gateway.gave_up else code
+    return 1 if any(k and k.gave_up for k in (gateway, front)) else code
 
 
 class Keeper:
@@ -737,9 +893,9 @@ class Keeper:
             self.process, self.due = self.start(), None
         return True
 
-    def stop(self, grace: float) -> None:
+    def stop(self, grace: float, kill: bool = True) -> None:
         if self.process:
-            _stop(self.process, grace)
+            _stop(self.process, grace, kill)
 
 
 @dataclass

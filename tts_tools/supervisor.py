@@ -88,9 +88,13 @@ def python_models(repository: Path) -> list[str]:
 
 
 def stubs_by_model(
-    server_pid: int, models: list[str], regions: dict[int, str] | None = None
+    server_pid: int | None,
+    models: list[str],
+    regions: dict[int, str] | None = None,
+    shm_prefix: str = "",
 ) -> dict[str, set[int]]:
-    """Living stub processes of ``server_pid``, by model name (read from /proc).
+    """Living stub processes of ``server_pid`` (None: of any server whose regions carry
+    ``shm_prefix``), by model name (read from /proc).
 
     ``regions``, when given, is filled with each stub's shared-memory region name.
     """
@@ -105,7 +109,11 @@ def stubs_by_model(
             continue  # it ended while we looked
         # stat: "pid (comm) state ppid ..."; comm may hold spaces, so split after ')'.
         state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-        if int(ppid) != server_pid or state == "Z" or not cmdline or STUB not in str(cmdline[0]):
+        if state == "Z" or not cmdline or STUB not in str(cmdline[0]):
+            continue
+        if server_pid is not None and int(ppid) != server_pid:
+            continue
+        if shm_prefix and (len(cmdline) < 3 or shm_prefix.encode() not in cmdline[2]):
             continue
         for model in models:
             if any(arg.endswith(f"/{model}/1/model.py".encode()) for arg in cmdline[1:3]):

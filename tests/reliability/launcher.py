@@ -17,7 +17,9 @@ class Launcher:
     """The launcher on free ports, its output in ``log_path``; ``wait_ready`` polls the
     gateway's /ready (Triton's `tts` and `tts_stream` ready behind it)."""
 
-    def __init__(self, repository: Path, log_path: Path) -> None:
+    def __init__(
+        self, repository: Path, log_path: Path, extra_args: list[str] | None = None
+    ) -> None:
         self.http, self.grpc, self.metrics, self.gateway, self.supervisor_metrics = (
             free_port() for _ in range(5)
         )
@@ -31,6 +33,7 @@ class Launcher:
                 f"--http-port={self.http}", f"--grpc-port={self.grpc}",
                 f"--metrics-port={self.metrics}", f"--gateway-port={self.gateway}",
                 f"--supervisor-metrics-port={self.supervisor_metrics}",
+                *(extra_args or []),
             ],
             stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
         )  # fmt: skip

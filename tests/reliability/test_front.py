@@ -1,0 +1,229 @@
+"""The front door (issue 20, items 2, 4, 6 and 7): each test sends the same thing straight to
+Triton first, where it shows the defect, then through the front door, where it must not.
+
+- item 2: oversized gRPC messages and HTTP bodies (plain, compressed, chunked) are refused
+  while they are read; Triton's memory does not grow;
+- item 7: a burst far over capacity is part served, part refused at once, never only queued;
+- item 4: a stream whose `tts_stream` stub dies ends with an error instead of hanging;
+- item 6: SIGTERM to `make serve` with an idle keep-alive connection exits 0, without Triton's
+  30 s "Exit timeout expired".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import http.client
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from tests.reliability.launcher import Launcher
+from tests.reliability.test_memory import rss_mb
+from tts_client import AsyncTTSClient, ServerOverloaded, ServerUnavailable, TTSClient
+from tts_client.protocol import RetryPolicy
+from tts_tools.server import FrontProcess
+from tts_tools.supervisor import stubs_by_model
+from tts_tools.texts import PARAGRAPH, SENTENCES
+
+LIMIT_MIB = 1
+BIG = 12 * 2**20  # bytes of text in an oversized request
+
+
+@pytest.fixture(scope="module")
+def front(server, tmp_path_factory):
+    """The front door before the session's server, with a 1 MiB request limit."""
+    log = tmp_path_factory.mktemp("front") / "front.log"
+    with FrontProcess(server, log, [f"--max-request-mib={LIMIT_MIB}"]) as f:
+        yield f
+
+
+def big_text_infer(url: str) -> InferenceServerException:
+    client = grpcclient.InferenceServerClient(url)
+    text = grpcclient.InferInput("text", [1, 1], "BYTES")
+    text.set_data_from_numpy(np.array([[b"a" * BIG]], dtype=object))
+    try:
+        with pytest.raises(InferenceServerException) as e:
+            client.infer("tts", [text])
+        return e.value
+    finally:
+        client.close()
+
+
+def infer_body(chars: int) -> bytes:
+    inputs = [{"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": ["a" * chars]}]
+    return json.dumps({"inputs": inputs}).encode()
+
+
+def post(port: int, body: bytes, headers: dict[str, str], chunked: bool = False) -> tuple:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        if chunked:
+            conn.request(
+                "POST", "/v2/models/tts/infer", body=iter([body[i : i + 65536] for i in
+                range(0, len(body), 65536)]), headers=headers, encode_chunked=True,
+            )  # fmt: skip
+        else:
+            conn.request("POST", "/v2/models/tts/infer", body=body, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    except (BrokenPipeError, ConnectionResetError):
+        return "closed", b""  # refused while the body was still being sent
+    finally:
+        conn.close()
+
+
+def test_oversized_requests_are_refused_before_triton_copies_them(server, front):
+    triton = server.process.pid
+    # Straight to Triton: the 12 MB message is copied into tritonserver (and the stub's
+    # shared memory) before the model refuses it for its length.
+    before = rss_mb(triton)
+    direct = big_text_infer(f"localhost:{server.grpc_port}")
+    assert "1000 characters" in str(direct) or "characters" in str(direct), direct
+    grown_direct = rss_mb(triton) - before
+    assert grown_direct > BIG / 2**20 / 2, f"Triton grew only {grown_direct:.1f} MB"
+
+    before = rss_mb(triton)
+    refused = big_text_infer(f"localhost:{front.grpc_port}")
+    assert refused.status() == "StatusCode.RESOURCE_EXHAUSTED", refused
+    assert "larger than max" in str(refused)
+
+    body = infer_body(BIG)
+    gz = gzip.compress(body)
+    assert len(gz) < LIMIT_MIB * 2**20  # small on the wire, 12 MB inflated
+    json_type = {"Content-Type": "application/json"}
+    for name, (status, text) in {
+        "plain": post(front.http_port, body, json_type),
+        "gzip": post(front.http_port, gz, json_type | {"Content-Encoding": "gzip"}),
+        "chunked": post(front.http_port, body, json_type, chunked=True),
+    }.items():
+        assert status in (413, "closed"), (name, status, text)
+        if status == 413:
+            assert b"limit" in text, (name, text)
+    assert rss_mb(triton) - before < 5, "Triton's memory grew through the front door"
+    assert rss_mb(front.process.pid) < 300
+    # A compressed body under the limit is inflated and served.
+    small = gzip.compress(infer_body(40))
+    status, text = post(front.http_port, small, json_type | {"Content-Encoding": "gzip"})
+    assert status == 200, text
+    with TTSClient(front.grpc_url) as client:
+        assert client.synthesize("Still serving.").duration > 0.3
+
+
+async def burst(url: str, n: int) -> tuple[int, int, list[BaseException]]:
+    served = refused = 0
+    other: list[BaseException] = []
+    async with AsyncTTSClient(url, retry=RetryPolicy(retries=0), timeout=300) as client:
+
+        async def one(i: int) -> None:
+            nonlocal served, refused
+            try:
+                await client.synthesize(SENTENCES[i % len(SENTENCES)])
+                served += 1
+            except ServerOverloaded:
+                refused += 1
+            except Exception as e:
+                other.append(e)
+
+        await asyncio.gather(*(one(i) for i in range(n)))
+    return served, refused, other
+
+
+def front_metric(front: FrontProcess, name: str) -> float:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{front.http_url}/metrics", timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_burst_over_capacity_is_refused_at_once_not_queued(server, tmp_path):
+    n = 40
+    served, refused, other = asyncio.run(burst(server.grpc_url, n))
+    assert (served, refused, other) == (n, 0, [])  # straight to Triton: everything queues
+
+    args = ["--deadline-s=1", "--min-in-flight=2"]
+    with FrontProcess(server, tmp_path / "front.log", args) as front:
+        with TTSClient(front.grpc_url) as client:
+            client.synthesize("Warm up.")  # one measured request
+        served, refused, other = asyncio.run(burst(front.grpc_url, n))
+        assert other == [], other
+        assert served + refused == n
+        assert refused > 0 and served >= 2, (served, refused)
+        assert front_metric(front, 'tts_front_refused_total{model="tts"}') == refused
+        assert front_metric(front, "tts_front_in_flight") == 0  # every admitted one released
+        with TTSClient(front.grpc_url) as client:
+            assert client.synthesize("Served after the burst.").duration > 0.3
+
+
+def test_a_stream_whose_stub_dies_ends_with_an_error(exported_repository, tmp_path):
+    """Through `make serve`: the stream ends with a clear error, the model is healed, and the
+    stop afterwards is clean (closing such a stream while Triton ran aborted it)."""
+    launcher = Launcher(exported_repository, tmp_path / "launcher.log")
+    url = f"grpc://127.0.0.1:{launcher.grpc}"
+    try:
+        launcher.wait_ready()
+        triton = launcher.triton_pid()
+        outcome: dict = {}
+
+        def listen() -> None:
+            with TTSClient(url, timeout=600) as client:
+                try:
+                    for i, _ in enumerate(client.stream(PARAGRAPH * 20)):
+                        if i == 1:
+                            for pid in stubs_by_model(triton, ["tts_stream"])["tts_stream"]:
+                                os.kill(pid, signal.SIGKILL)
+                            outcome["killed"] = True
+                    outcome["result"] = "finished"
+                except (ServerOverloaded, ServerUnavailable) as e:
+                    outcome["result"] = e
+
+        thread = threading.Thread(target=listen, daemon=True)
+        thread.start()
+        # Straight to Triton this stream stayed open for ever (11 minutes in one harness).
+        thread.join(120)
+        assert outcome.get("killed")
+        assert not thread.is_alive(), "the stream hung after its stub died"
+        assert "serving this stream died" in str(outcome["result"]), outcome
+        launcher.wait_ready(60)  # healed by the supervisor
+        with TTSClient(url) as client:
+            assert sum(c.duration for c in client.stream("Back again. Fine.")) > 0.5
+        launcher.process.send_signal(signal.SIGTERM)
+        code = launcher.process.wait(120)
+    finally:
+        launcher.close()
+    log = launcher.log()
+    assert code == 0, log[-3000:]
+    assert "lock_exception" not in log and "Signal (6)" not in log, log[-3000:]
+    assert not stubs_by_model(triton, ["tts_stream", "vocoder"])["tts_stream"]
+
+
+def test_sigterm_with_an_idle_keep_alive_connection_exits_at_once(exported_repository, tmp_path):
+    logs = {}
+    # Triton's exit timeout shortened from 30 s: the direct run shows the same wait, sooner.
+    for mode, args in (("direct", ["--no-front", "--exit-timeout-secs=5"]), ("front", [])):
+        launcher = Launcher(exported_repository, tmp_path / f"{mode}.log", args)
+        try:
+            launcher.wait_ready()
+            conn = http.client.HTTPConnection("127.0.0.1", launcher.http, timeout=10)
+            conn.request("GET", "/v2/health/ready")
+            assert conn.getresponse().read() == b""  # answered; the connection stays open
+            launcher.process.send_signal(signal.SIGTERM)
+            code = launcher.process.wait(120)
+            conn.close()
+        finally:
+            launcher.close()
+        logs[mode] = (code, Path(launcher.log_path).read_text(errors="replace"))
+    # Straight to Triton, the idle connection held its exit for the whole timeout, then exit 1.
+    assert logs["direct"][0] == 1 and "Exit timeout expired" in logs["direct"][1]
+    assert logs["front"][0] == 0, logs["front"][1][-3000:]
+    assert "Exit timeout expired" not in logs["front"][1]

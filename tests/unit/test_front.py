@@ -1,0 +1,119 @@
+"""The front door's pure parts: admission arithmetic (a fake clock) and the model-name reader."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2
+
+from tts_tools.front import Admission, FrontSettings, model_name
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_cold_server_admits_min_in_flight_then_refuses():
+    clock = Clock()
+    admission = Admission(deadline_s=10, min_in_flight=3, clock=clock)
+    assert [admission.enter() for _ in range(5)] == [True, True, True, False, False]
+    assert admission.in_flight == 3 and admission.refused == 2
+
+
+def test_admission_follows_the_measured_throughput():
+    clock = Clock()
+    admission = Admission(deadline_s=10, min_in_flight=4, clock=clock)
+    # 4 requests at a time, each batch of 4 served in 1 s: 4 per busy second.
+    for _ in range(5):
+        assert all(admission.enter() for _ in range(4))
+        clock.now += 1.0
+        for _ in range(4):
+            admission.leave(1.0)
+    assert admission.throughput() == pytest.approx(4.0)
+    # A wait of (n + 1) / 4 s fits 10 s up to n = 39 in flight: 40 admitted, then refused.
+    admitted = sum(admission.enter() for _ in range(60))
+    assert admitted == 40
+    assert admission.estimated_wait() == pytest.approx(41 / 4)
+    assert "10 s deadline" in admission.refusal() and "40 requests in flight" in admission.refusal()
+
+
+def test_idle_time_does_not_count_as_slowness():
+    clock = Clock()
+    admission = Admission(deadline_s=10, min_in_flight=1, clock=clock)
+    admission.enter()
+    clock.now += 0.5
+    admission.leave(0.5)
+    clock.now += 20.0  # idle
+    assert admission.throughput() == pytest.approx(2.0)
+
+
+def test_late_requests_shrink_what_admission_counts_on_and_timely_ones_restore_it():
+    clock = Clock()
+    admission = Admission(deadline_s=10, min_in_flight=1, clock=clock)
+    admission.enter()
+    clock.now += 1.0
+    admission.leave(1.0)
+    before = admission.estimated_wait()
+    for _ in range(5):
+        admission.enter()
+        clock.now += 1.0
+        admission.leave(12.0)  # over the deadline
+    assert admission.share == pytest.approx(0.9**5)
+    assert admission.late == 5
+    assert admission.estimated_wait() > before
+    for _ in range(200):
+        admission.enter()
+        clock.now += 1.0
+        admission.leave(1.0)
+    assert admission.share == 1.0
+
+
+def test_the_window_forgets_old_measurements():
+    clock = Clock()
+    admission = Admission(deadline_s=10, min_in_flight=1, window_s=30, clock=clock)
+    admission.enter()
+    clock.now += 0.1
+    admission.leave(0.1)
+    clock.now += 31
+    admission.enter()
+    assert admission.throughput() is None
+
+
+def infer_request(model: str, text: bytes = b"hello", **fields) -> bytes:
+    inp = grpcclient.InferInput("text", [1, 1], "BYTES")
+    inp.set_data_from_numpy(np.array([[text]], dtype=object))
+    request = service_pb2.ModelInferRequest(model_name=model, id="r1", **fields)
+    request.inputs.extend([inp._get_tensor()])
+    request.raw_input_contents.extend([inp._get_content()])
+    return request.SerializeToString()
+
+
+def test_model_name_is_read_from_the_wire_format():
+    assert model_name(infer_request("tts")) == "tts"
+    assert model_name(infer_request("tts_stream", b"x" * 100_000, model_version="1")) == (
+        "tts_stream"
+    )
+    # Field order on the wire is the sender's choice: model_name after the tensors.
+    reordered = service_pb2.ModelInferRequest(id="r2").SerializeToString() + (
+        service_pb2.ModelInferRequest(model_name="vocoder").SerializeToString()
+    )
+    assert model_name(reordered) == "vocoder"
+
+
+@pytest.mark.parametrize("raw", [b"", b"\x0a", b"\x0a\xff\xff", b"\x0f\x00", b"\x0a\x02\xff\xfe"])
+def test_model_name_of_a_malformed_message_is_none(raw):
+    assert model_name(raw) is None
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("max_request_bytes", 10), ("deadline_s", 0), ("deadline_s", 1e9), ("min_in_flight", 0)],
+)
+def test_settings_refuse_nonsense(field, value):
+    with pytest.raises(ValueError, match=field):
+        FrontSettings(**{field: value})
