@@ -37,7 +37,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml client/pyproject.toml
 	@test -x $(PY) || { echo "creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade "pip==24.3.1"
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e . -e client
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e wire -e client -e .
 	@touch $@
 
 setup: system-deps $(VENV)/.installed
@@ -65,6 +65,7 @@ gpu-bundle: setup export
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports  # the layers in pyproject.toml [tool.importlinter]
 
 format: $(VENV)/.installed
 	$(PY) -m ruff format .

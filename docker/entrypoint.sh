@@ -6,7 +6,7 @@ cd /workspace
 if [ ! -f /opt/tts/.installed ]; then
   pip install -q -r docker/requirements-gpu.txt
   pip install -q --no-deps piper-tts==1.8.0
-  pip install -q --no-deps -e . -e client
+  pip install -q --no-deps -e wire -e client -e .
   mkdir -p /opt/tts && touch /opt/tts/.installed
 fi
 python3 -m export --repository model_repository

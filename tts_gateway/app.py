@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tts_client import protocol
 from tts_client.errors import TTSError
+from tts_wire import MAX_SPEED, MIN_SPEED
 
 from .encoding import FORMATS, Encoder
 from .errors import APIError, bad_request, from_tts_error, timeout
@@ -48,7 +49,7 @@ class SpeechRequest(BaseModel):
     input: str = Field(description="the text to speak")
     voice: str = Field(description="a voice id or alias (GET /v1/audio/voices)")
     # strict: a number, as OpenAI's API takes it ("1.5" and true are refused, not coerced).
-    speed: float = Field(1.0, ge=0.25, le=4.0, allow_inf_nan=False, strict=True)
+    speed: float = Field(1.0, ge=MIN_SPEED, le=MAX_SPEED, allow_inf_nan=False, strict=True)
     response_format: FormatName = "mp3"
     stream_format: Literal["audio", "sse"] = "audio"
     instructions: str | None = Field(

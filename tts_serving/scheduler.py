@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from tts_client.protocol import CANCELLED, INTERNAL, INVALID_ARGUMENT
+from tts_wire import CANCELLED, INTERNAL, INVALID_ARGUMENT
 
 from .errors import InvalidInputError
 

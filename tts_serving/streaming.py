@@ -15,8 +15,7 @@ import numpy as np
 
 from .errors import InvalidInputError, PhonemizerCrashError
 from .settings import StreamSettings
-from .text import normalize as normalize_english
-from .text import split_text
+from .text import normalize as normalize_english, split_text
 from .text.split import Chunk
 from .voice import Phonemizer
 

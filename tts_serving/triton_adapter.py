@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from tts_client.protocol import UNAVAILABLE, VOICE
+from tts_wire import UNAVAILABLE, VOICE
 
 from .config import config_parameters, parse_settings
 from .errors import InvalidInputError, ModelConfigError

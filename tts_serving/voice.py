@@ -11,12 +11,9 @@ from pathlib import Path
 from piper import PiperVoice
 from piper.config import PhonemeType, PiperConfig
 
-from tts_client.protocol import TEXT_TOO_LONG
+from tts_wire import TEXT_TOO_LONG, speed_error
 
 from .errors import InvalidInputError, ModelConfigError
-
-MIN_SPEED = 0.25
-MAX_SPEED = 4.0
 
 
 def load_voice_config(path: str | Path) -> PiperConfig:
@@ -49,10 +46,9 @@ def decode_text(raw: bytes | str) -> str:
 def validate_speed(speed: float) -> float:
     """Speed factor (1.0 = the voice's natural pace) within [MIN_SPEED, MAX_SPEED]."""
     speed = float(speed)
-    if math.isnan(speed) or not (MIN_SPEED <= speed <= MAX_SPEED):
-        raise InvalidInputError(
-            f"speed must be between {MIN_SPEED} and {MAX_SPEED} (1.0 = normal pace), got {speed}"
-        )
+    problem = speed_error(speed)
+    if problem:
+        raise InvalidInputError(problem)
     return speed
 
 

@@ -114,7 +114,7 @@ def install(bundle: Path, wheels: list[Path] | None = None, no_deps: bool = Fals
     )
     project = (bundle / "project").resolve()
     # The project and its client import from the bundle's copy (no build step offline).
-    (site / "tts_project.pth").write_text(f"{project}\n{project / 'client'}\n")
+    (site / "tts_project.pth").write_text(f"{project}\n{project / 'client'}\n{project / 'wire'}\n")
     host_torch = (bundle / "host-torch").exists() and (
         bundle / "host-torch"
     ).read_text().strip() == "yes"

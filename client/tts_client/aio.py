@@ -119,9 +119,11 @@ class AsyncTTSClient:
         async def infer():
             try:
                 if self.endpoint.protocol == "grpc":
-                    return await self._client.infer(self.model, inputs, client_timeout=self.timeout)
+                    return await self._client.infer(
+                        self.model, inputs, client_timeout=self.timeout, priority=self.priority
+                    )
                 # (infer's `timeout` is Triton's queue timeout in microseconds, not seconds.)
-                return await self._client.infer(self.model, inputs)
+                return await self._client.infer(self.model, inputs, priority=self.priority)
             except Exception as e:
                 raise await self._error(e) from None
 

@@ -6,6 +6,8 @@ import argparse
 import sys
 import time
 
+from tts_wire import MAX_SPEED, MIN_SPEED
+
 from .audio import Audio, join_chunks
 from .client import TTSClient
 from .errors import TTSError
@@ -34,7 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("text", help="text to speak ('-' reads standard input)")
     parser.add_argument("-o", "--output", default="out.wav", help="output .wav or .flac")
     parser.add_argument("--url", default="grpc://localhost:8001", help="grpc:// or http:// URL")
-    parser.add_argument("--speed", type=float, default=1.0, help="0.25..4.0, 1.0 = normal")
+    parser.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help=f"{MIN_SPEED}..{MAX_SPEED}, 1.0 = normal",
+    )
     parser.add_argument("--voice", default=None, help="a voice the server has (default: its first)")
     parser.add_argument("--model", default="tts")
     parser.add_argument(

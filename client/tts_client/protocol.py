@@ -1,8 +1,8 @@
-"""The wire contract between the server's models and this client, written once.
+"""The client's side of the wire contract (``tts_wire``, shared with the server and gateway).
 
-Tensor names, how one request's inputs are built, and what an error code means. The server
-(``tts_serving``) imports the constants below too, so the two sides cannot drift apart. The
-sync and asyncio clients are thin layers over these functions.
+How one request's inputs are built, what an error code means, how a stream is read and how
+overload is retried. The sync and asyncio clients are thin layers over these functions; the
+contract's names are re-exported here for the client's users.
 """
 
 from __future__ import annotations
@@ -18,37 +18,37 @@ from typing import TypeVar
 
 import numpy as np
 
+from tts_wire import (
+    AUDIO as AUDIO,
+    CANCELLED as CANCELLED,
+    CHUNK_TEXT as CHUNK_TEXT,
+    DEADLINE_EXCEEDED as DEADLINE_EXCEEDED,
+    INTERNAL as INTERNAL,
+    INVALID_ARGUMENT as INVALID_ARGUMENT,
+    MAX_SPEED as MAX_SPEED,
+    MIN_SPEED as MIN_SPEED,
+    NOISE_SCALE as NOISE_SCALE,
+    NOISE_W as NOISE_W,
+    NORMALIZE as NORMALIZE,
+    NOT_FOUND as NOT_FOUND,
+    PRIORITY_LEVELS as PRIORITY_LEVELS,
+    RESOURCE_EXHAUSTED as RESOURCE_EXHAUSTED,
+    SPEED as SPEED,
+    STREAM_PARAMETERS as STREAM_PARAMETERS,
+    TEXT as TEXT,
+    TEXT_TOO_LONG as TEXT_TOO_LONG,
+    UNAVAILABLE as UNAVAILABLE,
+    VOICE as VOICE,
+    parse_stream_error as parse_stream_error,
+    stream_error_message as stream_error_message,
+)
+
 from .audio import Audio, AudioChunk
 from .errors import InferenceFailed, InvalidInput, ServerOverloaded, ServerUnavailable, TTSError
 
 T = TypeVar("T")
 
-# Tensor names, identical in tts, tts_stream and every stage.
-TEXT = "text"
-SPEED = "speed"
-NOISE_SCALE = "noise_scale"
-NOISE_W = "noise_w"
-NORMALIZE = "normalize"
-VOICE = "voice"
-AUDIO = "audio"
-CHUNK_TEXT = "chunk_text"
-
-# The start of the INVALID_ARG message for text over a limit: synthesize() then streams.
-TEXT_TOO_LONG = "text is too long"
-
-# A gRPC stream carries an error's message but not its code: tts_stream writes the code in
-# front, "[INVALID_ARGUMENT] text is empty ...", and parse_stream_error reads it back.
-_STREAM_ERROR = re.compile(r"^\[([A-Z_]+)\] ")
 _ENSEMBLE_PREFIX = re.compile(r"^(in ensemble '[^']+', )+")
-
-# Triton error codes (pb_utils.TritonError) by their gRPC status names.
-INVALID_ARGUMENT = "INVALID_ARGUMENT"
-UNAVAILABLE = "UNAVAILABLE"
-RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
-NOT_FOUND = "NOT_FOUND"
-DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
-CANCELLED = "CANCELLED"
-INTERNAL = "INTERNAL"
 
 _HTTP_CODES = {
     "400": INVALID_ARGUMENT,
@@ -59,19 +59,6 @@ _HTTP_CODES = {
     "503": UNAVAILABLE,
     "504": DEADLINE_EXCEEDED,
 }
-
-
-def stream_error_message(code: str, message: str) -> str:
-    """What tts_stream sends as a stream error: the code, then the message."""
-    return f"[{code}] {message}"
-
-
-def parse_stream_error(message: str) -> tuple[str | None, str]:
-    """(code, message) from a stream error written by :func:`stream_error_message`."""
-    m = _STREAM_ERROR.match(message)
-    if not m:
-        return None, message
-    return m.group(1), message[m.end() :]
 
 
 def build_inputs(
@@ -113,10 +100,6 @@ def build_inputs(
         )
         inputs.append(tensor)
     return inputs
-
-
-# The stages' dynamic_batching priority_levels (config.pbtxt): 1 interactive, 2 bulk.
-PRIORITY_LEVELS = 2
 
 
 def check_priority(priority: int) -> int:
@@ -242,9 +225,6 @@ class StreamReader:
 # (cancelling) a stream while Triton 2.51 still completes its final response once crashed the
 # server (segfault in the gRPC stream handler), so the client lets the stream end first.
 FINAL_AFTER_ERROR_S = 5.0
-
-# tts_stream sends one empty response with the final flag, so the end is always seen.
-STREAM_PARAMETERS = {"triton_enable_empty_final_response": True}
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,7 @@ import json
 
 import httpx2 as httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.gateway_support import good_request
 

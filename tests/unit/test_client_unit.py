@@ -172,3 +172,72 @@ def test_priority_is_checked_by_the_client():
         with pytest.raises(InvalidInput, match="priority must be 0"):
             TTSClient("grpc://localhost:1", priority=bad)
     assert TTSClient("grpc://localhost:1", priority=1).priority == 1
+
+
+class FakeTransport:
+    """Stands in for tritonclient's client: records what a synthesize() puts on the wire."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, np.ndarray], dict]] = []
+
+    def get_model_config(self, model, **_):
+        return {"config": {"name": model, "parameters": {"sample_rate": {"string_value": "22050"}}}}
+
+    def infer(self, model, inputs, **kwargs):
+        sent = {i.name(): _sent_array(i) for i in inputs}
+        self.calls.append((model, sent, kwargs))
+        return FakeResult()
+
+
+class AsyncFakeTransport(FakeTransport):
+    async def get_model_config(self, model, **kw):
+        return super().get_model_config(model, **kw)
+
+    async def infer(self, model, inputs, **kwargs):
+        return super().infer(model, inputs, **kwargs)
+
+
+class FakeResult:
+    def as_numpy(self, name):
+        return np.zeros((1, 2205), np.float32) if name == "audio" else None
+
+
+def _sent_array(tensor) -> np.ndarray:
+    # Both tritonclient flavours keep the serialized bytes; decode them back per datatype.
+    from tritonclient.utils import deserialize_bytes_tensor, triton_to_np_dtype
+
+    raw = tensor._get_binary_data() if hasattr(tensor, "_get_binary_data") else None
+    if raw is None:
+        raw = tensor._get_content()
+    if tensor.datatype() == "BYTES":
+        return deserialize_bytes_tensor(raw)
+    return np.frombuffer(raw, dtype=triton_to_np_dtype(tensor.datatype()))
+
+
+OPTIONS = {"speed": 1.5, "noise_scale": 0.3, "noise_w": 0.4, "normalize": False, "voice": "joe"}
+
+
+@pytest.mark.parametrize("url", ["grpc://localhost:1", "http://localhost:1"])
+def test_both_clients_send_every_option_and_the_priority(url):
+    """What the sync and async clients put on the wire for one synthesize(), side by side."""
+    from tts_client import AsyncTTSClient, TTSClient
+
+    sync = TTSClient(url, priority=1)
+    sync._client = FakeTransport()
+    sync.synthesize("Hello there.", **OPTIONS)
+
+    async def run():
+        client = AsyncTTSClient(url, priority=1)
+        client._client = AsyncFakeTransport()
+        await client.synthesize("Hello there.", **OPTIONS)
+        return client._client.calls
+
+    calls = {"sync": sync._client.calls, "async": asyncio.run(run())}
+    for name, [(model, sent, kwargs)] in calls.items():
+        assert model == "tts", name
+        assert kwargs.get("priority") == 1, (name, kwargs)
+        assert sent["text"].tolist() == [b"Hello there."], name
+        assert sent["speed"].tolist() == [1.5] and sent["normalize"].tolist() == [False], name
+        assert sent["noise_scale"].tolist() == pytest.approx([0.3]), name
+        assert sent["noise_w"].tolist() == pytest.approx([0.4]), name
+        assert sent["voice"].tolist() == [b"joe"], name

@@ -3,7 +3,6 @@
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from tts_client.protocol import NORMALIZE, TEXT
 from tts_serving.errors import InvalidInputError, ModelConfigError
 from tts_serving.isolation import voice_phonemizers
 from tts_serving.settings import PhonemizerSettings
@@ -16,6 +15,7 @@ from tts_serving.triton_adapter import (
     voice_name,
 )
 from tts_serving.voice import check_characters, check_encoded_size, decode_text
+from tts_wire import NORMALIZE, TEXT
 
 
 class TritonPythonModel:

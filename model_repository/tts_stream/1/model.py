@@ -11,7 +11,15 @@ import asyncio
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from tts_client.protocol import (
+from tts_serving.errors import InvalidInputError, ModelConfigError
+from tts_serving.isolation import voice_phonemizers
+from tts_serving.scheduler import InFlight, StreamResponse, run_stream
+from tts_serving.settings import StreamSettings
+from tts_serving.streaming import finish_chunk, plan_chunks
+from tts_serving.triton_adapter import ModelContext, stage_error, stream_option
+from tts_serving.voice import check_encoded_size, decode_text, validate_noise, validate_speed
+from tts_serving.voices import decode_voice
+from tts_wire import (
     AUDIO,
     CANCELLED,
     CHUNK_TEXT,
@@ -26,14 +34,6 @@ from tts_client.protocol import (
     VOICE,
     stream_error_message,
 )
-from tts_serving.errors import InvalidInputError, ModelConfigError
-from tts_serving.isolation import voice_phonemizers
-from tts_serving.scheduler import InFlight, StreamResponse, run_stream
-from tts_serving.settings import StreamSettings
-from tts_serving.streaming import finish_chunk, plan_chunks
-from tts_serving.triton_adapter import ModelContext, stage_error, stream_option
-from tts_serving.voice import check_encoded_size, decode_text, validate_noise, validate_speed
-from tts_serving.voices import decode_voice
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 FINALIZE_WAIT_S = 20.0  # inside Triton's default 30 s exit timeout, so unloading ends
