@@ -258,14 +258,24 @@ def test_triton_at_capacity_gives_503_with_retry_after(gateway, server):
     from tts_client import protocol
 
     clients = []
+    started = threading.Semaphore(0)  # released once per stream at its first chunk
     try:
         for _ in range(16):
             client = grpcclient.InferenceServerClient(f"localhost:{server.grpc_port}")
-            client.start_stream(callback=lambda result, error: None)
+            first = threading.Event()
+
+            def on_response(result, error, first=first) -> None:
+                if not first.is_set():
+                    first.set()
+                    started.release()
+
+            client.start_stream(callback=on_response)
             inputs = protocol.build_inputs(grpcclient, PARAGRAPH * 20, batched=False)
             client.async_stream_infer("tts_stream", inputs, parameters=protocol.STREAM_PARAMETERS)
             clients.append(client)
-        time.sleep(1)  # (not a timing assumption: the 16 are counted from their first request)
+        # All 16 are running (each has answered) and have minutes of text left.
+        for _ in range(16):
+            assert started.acquire(timeout=120), "a stream never started"
         response = httpx.post(
             f"{gateway.url}/v1/audio/speech",
             json={"model": "tts-1", "voice": "alloy", "input": PARAGRAPH},
