@@ -100,7 +100,7 @@ def model_file(options: EngineSettings) -> str:
     return "model.onnx"
 
 
-def torch_options(options: EngineSettings, device_id: int = 0):
+def torch_options(options: EngineSettings, device_id: int = 0, graph_budget: int = 0):
     from .torch_engine import TorchOptions
 
     return TorchOptions(
@@ -110,6 +110,7 @@ def torch_options(options: EngineSettings, device_id: int = 0):
         threads=options.intra_op_threads,
         graph_batches=options.graph_batches,
         graph_frames=options.graph_frames,
+        graph_budget=graph_budget,
     )
 
 
@@ -129,7 +130,8 @@ def load_vocoder(
     if options.engine == "torch":
         from .torch_engine import TorchVocoderNet
 
-        net = TorchVocoderNet(path, torch_options(options, device_id))
+        # The vocoder's lengths are latent frames, its graphs' frames axis.
+        net = TorchVocoderNet(path, torch_options(options, device_id, options.max_padded_length))
         return Vocoder(net, hop_length, options)
     return Vocoder(OrtVocoderNet(create_session(path, options)), hop_length, options)
 

@@ -33,6 +33,9 @@ class TorchOptions:
     threads: int = 0  # CPU threads (0 = torch's default)
     graph_batches: tuple[int, ...] = ()
     graph_frames: tuple[int, ...] = ()
+    # The padded-call budget (items x longest frames; 0 = none) of a net whose lengths are
+    # its graphs' frames (the vocoder): graphs no call within it can use are not captured.
+    graph_budget: int = 0
 
     def torch_device(self) -> torch.device:
         if self.device == "cuda" or (self.device == "auto" and torch.cuda.is_available()):
@@ -45,6 +48,44 @@ class TorchOptions:
         if self.dtype == "auto":
             return torch.float16 if device.type == "cuda" else torch.float32
         return DTYPES[self.dtype]
+
+
+def bind_device(device: torch.device) -> None:
+    """Make ``device`` this process's current CUDA device. Each Triton instance is its own
+    stub process; streams, graph pools and captures use the current device, so without this
+    an instance placed on cuda:1 would capture its graphs on cuda:0."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+
+
+def graph_cells(
+    batches: Sequence[int], frames: Sequence[int], budget: int = 0
+) -> list[tuple[int, int]]:
+    """The (batch, frames) buckets some padded call can use, largest first.
+
+    A call of B items padded to T frames uses the smallest bucket with b >= B and t >= T; with a
+    ``budget`` (B x T <= budget) the bucket (b, t) is used only if a call just above the next
+    smaller bucket on both axes fits it. The vocoder's GPU profile (batches 1..64, frames
+    128..1024, budget 4096) had 6 such unusable graphs of 28, the largest of which sized the
+    shared pool.
+    """
+    batches, frames = sorted(set(batches)), sorted(set(frames))
+    cells = []
+    for i, b in enumerate(batches):
+        least_b = batches[i - 1] + 1 if i else 1
+        for j, t in enumerate(frames):
+            least_t = frames[j - 1] + 1 if j else 1
+            if not budget or least_b * least_t <= budget:
+                cells.append((b, t))
+    return sorted(cells, key=lambda c: (c[0] * c[1], c), reverse=True)
+
+
+def pick_bucket(
+    cells: Sequence[tuple[int, int]], batch: int, frames: int
+) -> tuple[int, int] | None:
+    """The captured bucket a call of ``batch`` items x ``frames`` replays (None: eager)."""
+    fitting = [(b, t) for b, t in cells if b >= batch and t >= frames]
+    return min(fitting, key=lambda c: (c[0], c[1])) if fitting else None
 
 
 def _no_tf32():
@@ -73,9 +114,11 @@ class GraphBuckets:
         frames: Sequence[int],
         device: torch.device,
         scale: int = 1,
+        budget: int = 0,
     ) -> None:
         self.fn, self.scale = fn, scale
         self.batches, self.frames = sorted(batches), sorted(frames)
+        self.cells = graph_cells(batches, frames, budget)
         self.pool = torch.cuda.graph_pool_handle()
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, list, torch.Tensor]] = {}
         # Benchmark mode times cuDNN's algorithms for each fixed shape in the warm-up and keeps
@@ -87,26 +130,23 @@ class GraphBuckets:
     def _capture(self, shapes, dtypes, device) -> None:
         # Largest first: the pool then holds the biggest activations once and the smaller
         # graphs reuse that memory; a bucket that cannot fit fails here, not under load.
-        for b in reversed(self.batches):
-            for t in reversed(self.frames):
-                inputs = [
-                    torch.zeros((b, *shape, t), dtype=dtype, device=device)
-                    for shape, dtype in zip(shapes, dtypes)
-                ]
-                stream = torch.cuda.Stream()
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):
-                    self.fn(*inputs)  # warm-up outside capture
-                torch.cuda.current_stream().wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self.pool):
-                    out = self.fn(*inputs)
-                self.graphs[(b, t)] = (graph, inputs, out)
+        for b, t in self.cells:
+            inputs = [
+                torch.zeros((b, *shape, t), dtype=dtype, device=device)
+                for shape, dtype in zip(shapes, dtypes)
+            ]
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                self.fn(*inputs)  # warm-up outside capture
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                out = self.fn(*inputs)
+            self.graphs[(b, t)] = (graph, inputs, out)
 
     def bucket(self, batch: int, frames: int) -> tuple[int, int] | None:
-        b = next((x for x in self.batches if x >= batch), None)
-        t = next((x for x in self.frames if x >= frames), None)
-        return None if b is None or t is None else (b, t)
+        return pick_bucket(self.cells, batch, frames)
 
     def __call__(self, *inputs: torch.Tensor) -> torch.Tensor | None:
         """``fn(*inputs)`` by graph replay, or None when no bucket holds the batch."""
@@ -128,6 +168,7 @@ class _TorchNet:
             torch.set_num_threads(options.threads)
         self.options = options
         self.device = options.torch_device()
+        bind_device(self.device)
         self.dtype = options.torch_dtype(self.device)
         self.module = module.to(self.device).requires_grad_(False)
         self.graphs: GraphBuckets | None = None
@@ -136,15 +177,15 @@ class _TorchNet:
     @property
     def description(self) -> str:
         graphs = (
-            f", CUDA graphs for batches {list(self.graphs.batches)} x frames "
-            f"{list(self.graphs.frames)} captured in {self.warmup_s:.1f} s"
+            f", {len(self.graphs.cells)} CUDA graphs for batches {list(self.graphs.batches)} x "
+            f"frames {list(self.graphs.frames)} captured in {self.warmup_s:.1f} s"
             if self.graphs
             else ""
         )
         name = torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "CPU"
         return f"torch {torch.__version__} on {self.device} ({name}), {self.dtype}{graphs}"
 
-    def _capture(self, fn, shapes, dtypes, scale: int = 1) -> None:
+    def _capture(self, fn, shapes, dtypes, scale: int = 1, budget: int = 0) -> None:
         o = self.options
         if self.device.type != "cuda" or not (o.graph_batches and o.graph_frames):
             return
@@ -153,7 +194,14 @@ class _TorchNet:
         try:
             with torch.inference_mode():
                 self.graphs = GraphBuckets(
-                    fn, shapes, dtypes, o.graph_batches, o.graph_frames, self.device, scale
+                    fn,
+                    shapes,
+                    dtypes,
+                    o.graph_batches,
+                    o.graph_frames,
+                    self.device,
+                    scale,
+                    budget,
                 )
         except torch.OutOfMemoryError:
             raise ModelConfigError(
@@ -207,7 +255,16 @@ class TorchVocoderNet(_TorchNet):
         super().__init__(load(Decoder(), path), options)
         self.module.to(self.dtype)
         self.hop_length = self.module.hop_length
-        self._capture(self.module, [(192,)], [self.dtype], scale=self.hop_length)
+        # Its calls are padded latents within the frames budget (run_in_buckets). The padding
+        # is not masked: HiFi-GAN's convolutions let it reach at most the receptive field into
+        # the real frames' edge, and each item is cut back to its own frames * hop samples.
+        self._capture(
+            self.module,
+            [(192,)],
+            [self.dtype],
+            scale=self.hop_length,
+            budget=options.graph_budget,
+        )
 
     @torch.inference_mode()
     def __call__(self, latent: np.ndarray) -> np.ndarray:

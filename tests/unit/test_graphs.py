@@ -1,0 +1,74 @@
+"""The CUDA-graph grid and the GPU device binding, without a GPU (pure selection, a fake)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from tests.unit.test_repository import REPO
+from tts_serving import torch_engine
+from tts_serving.config import parse_settings, pbtxt_parameters
+from tts_serving.settings import SETTINGS
+from tts_serving.torch_engine import TorchOptions, bind_device, graph_cells, pick_bucket
+
+BATCHES, FRAMES = (1, 2, 4, 8, 16, 32, 64), (128, 256, 512, 1024)
+
+
+def used_cells(cells, budget: int) -> set:
+    """Every bucket some call within the budget replays (brute force over all calls)."""
+    used = set()
+    for batch, frames in itertools.product(range(1, max(BATCHES) + 1), range(1, 1025)):
+        if batch * frames <= budget:
+            used.add(pick_bucket(cells, batch, frames))
+    return used
+
+
+def test_the_vocoder_profiles_grid_loses_its_six_unreachable_graphs():
+    full = graph_cells(BATCHES, FRAMES)
+    assert len(full) == 28
+    cells = graph_cells(BATCHES, FRAMES, budget=4096)
+    assert sorted(set(full) - set(cells)) == [
+        (16, 1024), (32, 512), (32, 1024), (64, 256), (64, 512), (64, 1024)
+    ]  # fmt: skip
+    # Every captured graph is replayed by some call, and every call replays the bucket the
+    # whole grid would have given it (nothing it could use was dropped).
+    assert used_cells(cells, 4096) == set(cells)
+    for batch, frames in [(1, 1), (3, 700), (17, 240), (33, 124), (8, 512), (5, 800)]:
+        assert pick_bucket(cells, batch, frames) == pick_bucket(full, batch, frames)
+    assert cells[0][0] * cells[0][1] == max(b * t for b, t in cells)  # captured first
+
+
+def test_calls_outside_every_bucket_run_eagerly():
+    cells = graph_cells(BATCHES, FRAMES, budget=4096)
+    assert pick_bucket(cells, 65, 10) is None
+    assert pick_bucket(cells, 1, 1025) is None
+
+
+@pytest.mark.parametrize("profile", sorted(REPO.glob("vocoder/configs/*.pbtxt")))
+def test_each_vocoder_profile_captures_only_graphs_it_can_replay(profile):
+    settings = parse_settings(SETTINGS["vocoder"], pbtxt_parameters(profile), "vocoder")
+    if not (settings.graph_batches and settings.graph_frames):
+        pytest.skip(f"{profile.name} captures no CUDA graphs")
+    cells = graph_cells(settings.graph_batches, settings.graph_frames, settings.max_padded_length)
+    assert cells and used_cells(cells, settings.max_padded_length) == set(cells)
+
+
+def test_an_instance_binds_the_gpu_triton_gave_it(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.append(("set_device", d)))
+
+    class Module(torch.nn.Module):
+        def to(self, *args, **kwargs):
+            calls.append(("to", args[0]))
+            return self
+
+    net = torch_engine._TorchNet(Module(), TorchOptions(device="cuda", device_id=1))
+    assert net.device == torch.device("cuda", 1)
+    # Bound before anything touches the device (streams and graph pools use the current one).
+    assert calls[:2] == [("set_device", torch.device("cuda", 1)), ("to", torch.device("cuda", 1))]
+    calls.clear()
+    bind_device(torch.device("cpu"))
+    assert calls == []
