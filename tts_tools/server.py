@@ -1,9 +1,9 @@
 """Start the real ``tritonserver`` shipped in the nvidia-pytriton wheel on a model repository.
 
 ``python -m tts_tools.server --model-repository model_repository`` (``make serve`` calls it).
-The wheel carries Triton 2.51 with the Python backend; what it needs to run outside PyTriton
-(see TOOLCHAIN.md): a backend directory holding the stub for this interpreter, libpython's
-directory first on LD_LIBRARY_PATH, and this environment's ``bin/`` first on PATH.
+The wheel carries Triton 2.51 with the Python backend; what it needs to run outside PyTriton:
+a backend directory holding the stub for this interpreter, libpython's directory first on
+LD_LIBRARY_PATH, and this environment's ``bin/`` first on PATH.
 """
 
 from __future__ import annotations
