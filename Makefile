@@ -12,7 +12,7 @@ GATEWAY_PORT ?= 8080
 BIND ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: setup system-deps test-system-deps apt-install export serve test test-reliability unit lint format clean perf \
+.PHONY: setup client-venv system-deps test-system-deps apt-install export serve test test-reliability unit lint format clean perf \
   perf-smoke bench soak flops profiles gpu-bundle
 
 # System packages: libb64 for perf_analyzer (the rest ships in the Python wheels); a C compiler
@@ -74,8 +74,18 @@ format: $(VENV)/.installed
 unit: $(VENV)/.installed
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
-test: setup test-system-deps export lint
+test: setup test-system-deps export lint client-venv
 	$(PY) -m pytest -rs $(PYTEST_ARGS)
+
+# The client alone, as a user installs it (./wire + ./client, the newest tritonclient in the
+# client's range), for tests/integration/test_client_alone.py. Built once per checkout.
+CLIENT_VENV ?= .venv-client
+client-venv: $(CLIENT_VENV)/.installed
+$(CLIENT_VENV)/.installed: client/pyproject.toml wire/pyproject.toml
+	rm -rf $(CLIENT_VENV)
+	$(PYTHON) -m venv $(CLIENT_VENV)
+	$(CLIENT_VENV)/bin/pip install -q --disable-pip-version-check ./wire ./client
+	touch $@
 
 # The reliability tier with its long tests (sustained overload, memory growth per bad input).
 test-reliability: setup export

@@ -11,18 +11,18 @@ from .client import DEFAULT_MODEL, DEFAULT_STREAM_MODEL, Endpoint
 from .errors import InvalidInput, ServerUnavailable, TTSError
 
 
-async def _final_arrives(responses) -> bool:
-    """After a stream error, wait (bounded) for the final flag the server always sends."""
+async def _stream_ends(responses) -> bool:
+    """After a stream error, wait (bounded) for the server to end the stream: cancelling it
+    while Triton 2.51 completed the stream once crashed the server (segfault)."""
 
-    async def final() -> bool:
-        async for result, _ in responses:
-            if result is not None and protocol.is_final(result):
-                return True
-        return False
+    async def drain() -> None:
+        async for _ in responses:
+            pass
 
     try:
-        return await asyncio.wait_for(final(), protocol.FINAL_AFTER_ERROR_S)
-    except Exception:  # timed out, or the stream broke: it is over either way
+        await asyncio.wait_for(drain(), protocol.END_AFTER_ERROR_S)
+        return True
+    except Exception:  # timed out, or the stream broke: cancel it
         return False
 
 
@@ -164,11 +164,9 @@ class AsyncTTSClient:
         )
 
         async def requests():
-            yield {
-                "model_name": self.stream_model,
-                "inputs": inputs,
-                "parameters": protocol.STREAM_PARAMETERS,
-            }
+            # No `triton_*` parameters: tritonclient >= 2.5x refuses them in a request, and
+            # tts_stream sends its final flag with the last chunk or the error anyway.
+            yield {"model_name": self.stream_model, "inputs": inputs}
 
         responses = self._client.stream_infer(requests())
         reader = protocol.StreamReader(rate)
@@ -184,7 +182,7 @@ class AsyncTTSClient:
                     ) from None
                 if error is not None:
                     failure = await self._error(error)
-                    reader.finished = await _final_arrives(responses)
+                    reader.finished = await _stream_ends(responses)
                     raise failure
                 chunk = reader.read(result)
                 if chunk is not None:

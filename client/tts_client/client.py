@@ -50,8 +50,8 @@ class Endpoint:
 
 
 def _final_arrives(results: queue.Queue) -> bool:
-    """After a stream error, wait (bounded) for the final flag the server always sends."""
-    deadline = time.monotonic() + protocol.FINAL_AFTER_ERROR_S
+    """After a stream error, wait (bounded) for the final flag the server sends next."""
+    deadline = time.monotonic() + protocol.END_AFTER_ERROR_S
     while (left := deadline - time.monotonic()) > 0:
         try:
             result, _ = results.get(timeout=left)
@@ -228,6 +228,9 @@ class TTSClient:
                         f"no audio from the server in {self.timeout} s"
                     ) from None
                 if error is not None:
+                    # The final comes after the error (the stream was asked for empty finals):
+                    # let the stream end, since cancelling while Triton 2.51 completed it once
+                    # crashed the server (segfault).
                     failure = self._error(error)
                     reader.finished = _final_arrives(results)
                     raise failure

@@ -23,6 +23,7 @@ from tts_wire import (
     CANCELLED as CANCELLED,
     CHUNK_TEXT as CHUNK_TEXT,
     DEADLINE_EXCEEDED as DEADLINE_EXCEEDED,
+    FINAL_RESPONSE as FINAL_RESPONSE,
     INTERNAL as INTERNAL,
     INVALID_ARGUMENT as INVALID_ARGUMENT,
     MAX_SPEED as MAX_SPEED,
@@ -34,7 +35,6 @@ from tts_wire import (
     PRIORITY_LEVELS as PRIORITY_LEVELS,
     RESOURCE_EXHAUSTED as RESOURCE_EXHAUSTED,
     SPEED as SPEED,
-    STREAM_PARAMETERS as STREAM_PARAMETERS,
     TEXT as TEXT,
     TEXT_TOO_LONG as TEXT_TOO_LONG,
     UNAVAILABLE as UNAVAILABLE,
@@ -201,8 +201,12 @@ def chunk_from_result(result, index: int, sample_rate: int) -> AudioChunk | None
 
 def is_final(result) -> bool:
     """True for the response that carries the stream's final flag."""
-    final = result.get_response().parameters.get("triton_final_response")
+    final = result.get_response().parameters.get(FINAL_RESPONSE)
     return final is not None and final.bool_param
+
+
+# How long a client waits, after a stream error, for the stream to end before closing it.
+END_AFTER_ERROR_S = 5.0
 
 
 class StreamReader:
@@ -219,12 +223,6 @@ class StreamReader:
             self.index += 1
         self.finished = is_final(result)
         return chunk
-
-
-# How long a client waits for the final flag after a stream error before closing it. Closing
-# (cancelling) a stream while Triton 2.51 still completes its final response once crashed the
-# server (segfault in the gRPC stream handler), so the client lets the stream end first.
-FINAL_AFTER_ERROR_S = 5.0
 
 
 @dataclass(frozen=True)

@@ -271,7 +271,7 @@ def test_triton_at_capacity_gives_503_with_retry_after(gateway, server):
 
             client.start_stream(callback=on_response)
             inputs = protocol.build_inputs(grpcclient, PARAGRAPH * 20, batched=False)
-            client.async_stream_infer("tts_stream", inputs, parameters=protocol.STREAM_PARAMETERS)
+            client.async_stream_infer("tts_stream", inputs)
             clients.append(client)
         # All 16 are running (each has answered) and have minutes of text left.
         for _ in range(16):

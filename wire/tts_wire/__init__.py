@@ -38,9 +38,10 @@ DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
 CANCELLED = "CANCELLED"
 INTERNAL = "INTERNAL"
 
-# Sent with every tts_stream request: the last response of a stream carries the final flag
-# even when it has no audio, so a client knows the stream ended.
-STREAM_PARAMETERS = {"triton_enable_empty_final_response": True}
+# tts_stream sends the final flag (the response parameter Triton calls
+# "triton_final_response") with a stream's last chunk or with its error: a client needs no
+# empty final response, which only a reserved request parameter could ask for.
+FINAL_RESPONSE = "triton_final_response"
 
 # A gRPC stream carries an error's message but not its code: tts_stream writes the code in
 # front, "[INVALID_ARGUMENT] text is empty ...", and parse_stream_error reads it back.

@@ -120,10 +120,23 @@ class TritonPythonModel:
     def sender(self, request):
         response_sender = request.get_response_sender()
         rate = self.sample_rate
+        closed = False
+
+        def is_closed() -> bool:
+            return closed
 
         def send(response: StreamResponse):
+            # The final flag travels with the last chunk, so a client sees the end without
+            # asking for an empty final response (a reserved `triton_*` parameter newer
+            # tritonclients refuse to send). An error is followed by a flag-only final: an
+            # error response sent with the final flag crashed Triton 2.51 (segfault in
+            # TRITONBACKEND_ResponseFactoryIsCancelled); a client sees the stream end instead.
+            nonlocal closed
+            if closed:
+                return
             if response.final:
                 response_sender.send(flags=FINAL)
+                closed = True
             elif response.error_code is not None:
                 message = stream_error_message(response.error_code, response.error_message)
                 error = pb_utils.TritonError(message, self.codes[response.error_code])
@@ -139,13 +152,15 @@ class TritonPythonModel:
                             pb_utils.Tensor(AUDIO, audio),
                             pb_utils.Tensor(CHUNK_TEXT, caption),
                         ]
-                    )
+                    ),
+                    flags=FINAL if response.last else 0,
                 )
+                closed = response.last
 
-        return send
+        return send, is_closed
 
     async def stream(self, request):
-        send = self.sender(request)
+        send, closed = self.sender(request)
         if self.in_flight.count >= self.settings.max_streams:
             # Shed load at once rather than queue a stream behind minutes of others.
             message = f"{self.settings.max_streams} streams are running; retry later"
@@ -163,7 +178,10 @@ class TritonPythonModel:
                 plan,
                 lambda chunk: self.synthesize(chunk, options),
                 send,
-                request.is_cancelled,
+                # Never asked once the final flag went out: the response factory is gone
+                # then, and asking crashed Triton 2.51 (segfault in
+                # TRITONBACKEND_ResponseFactoryIsCancelled).
+                lambda: not closed() and request.is_cancelled(),
                 self.settings.max_in_flight,
                 lambda message: self.logger.log_error(f"tts_stream: {message}"),
             )
