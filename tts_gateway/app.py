@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hmac
 import json
 import logging
 import time
@@ -20,9 +21,10 @@ from typing import Literal, Protocol
 import numpy as np
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tts_client import protocol
@@ -32,7 +34,7 @@ from tts_wire import MAX_SPEED, MIN_SPEED
 from .encoding import FORMATS, Encoder
 from .errors import APIError, bad_request, from_tts_error, timeout
 from .metrics import Metrics
-from .settings import MODELS, GatewaySettings
+from .settings import MODELS, GatewaySettings, known_model
 
 log = logging.getLogger("tts_gateway")
 
@@ -56,6 +58,14 @@ class SpeechRequest(BaseModel):
         None, description="accepted for compatibility and ignored: Piper voices take no prompt"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_default(cls, data):
+        # OpenAI's SDKs and many clients send null for an option they leave unset.
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None or k not in _OPTIONAL}
+        return data
+
     @field_validator("input")
     @classmethod
     def _valid_unicode(cls, text: str) -> str:
@@ -69,6 +79,9 @@ class SpeechRequest(BaseModel):
                 "send valid Unicode"
             ) from None
         return text
+
+
+_OPTIONAL = {"speed", "response_format", "stream_format", "instructions"}
 
 
 class SpeechBackend(Protocol):
@@ -231,6 +244,42 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+class Access:
+    """On /v1/: the API key when one is configured (``Authorization: Bearer``, compared in
+    constant time; 401), and JSON for a POST body (415 naming the header, instead of a
+    validation error about a missing dict)."""
+
+    def __init__(self, app, api_key: str) -> None:
+        self.app = app
+        self.key = api_key.encode()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or ())
+        if self.key:
+            scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.key):
+                error = APIError(
+                    401,
+                    "a valid API key is needed: send 'Authorization: Bearer <key>'",
+                    code="invalid_api_key",
+                )
+                return await _error_response(error)(scope, receive, send)
+        content_type = headers.get(b"content-type")
+        if scope["method"] == "POST" and content_type is not None:
+            media = content_type.split(b";")[0].strip().lower()
+            if media != b"application/json" and not media.endswith(b"+json"):
+                error = APIError(
+                    415,
+                    f"the body must be JSON: send it with 'Content-Type: application/json' "
+                    f"(got {media.decode(errors='replace')!r})",
+                    code="unsupported_media_type",
+                )
+                return await _error_response(error)(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
 def _error_response(error: APIError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers())
 
@@ -316,12 +365,18 @@ def create_app(
         ]
         return {"object": "list", "data": data}
 
+    @app.get("/v1/audio/models")
+    async def audio_models() -> dict:
+        """The speech models, as Open WebUI and Kokoro-FastAPI list them."""
+        return {"models": [{"id": m, "name": m} for m in MODELS]}
+
     @app.get("/v1/audio/voices")
     async def voices() -> dict:
         return {
             "voices": [
                 {
                     "id": v.id,
+                    "name": v.id,  # Open WebUI reads id and name
                     "description": v.description,
                     "aliases": list(v.aliases),
                     "speed": v.speed,
@@ -344,7 +399,7 @@ def create_app(
             metrics.requests.labels(str(error.status), label).inc()
             return error
 
-        if request.model not in MODELS:
+        if not known_model(request.model):
             raise refuse(
                 APIError(
                     404,
@@ -470,7 +525,19 @@ def create_app(
             )
         return StreamingResponse(encoded(), media_type=fmt.media_type, headers=headers)
 
+    # Outermost last: CORS (a preflight needs no key), then the key and the content type,
+    # then the body limit.
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(Access, api_key=settings.api_key)
+    origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
+    if origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type"],
+            expose_headers=["X-Sample-Rate", "X-Audio-Streaming", "Retry-After"],
+        )
     return app
 
 

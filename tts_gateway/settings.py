@@ -6,21 +6,32 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 # OpenAI's model names, all served by the same Triton pipeline (there is one engine).
 MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+# Their dated snapshots ("tts-1-1106", "gpt-4o-mini-tts-2025-03-20") name the same engine too.
+_SNAPSHOT = re.compile(r"^(tts-1-hd|tts-1|gpt-4o-mini-tts)(-\d{4}(-\d{2}-\d{2})?)?$")
+
+
+def known_model(name: str) -> bool:
+    """One of MODELS or a dated snapshot of one."""
+    return _SNAPSHOT.match(name) is not None
+
 
 # OpenAI's voice names, each an alias of a voice this repository serves.
 OPENAI_VOICES = (
     "alloy",
     "ash",
     "ballad",
+    "cedar",
     "coral",
     "echo",
     "fable",
+    "marin",
     "nova",
     "onyx",
     "sage",
@@ -93,6 +104,11 @@ class GatewaySettings:
     retry_after_s: int = 1
     # A JSON list of voices (see Voice); empty: the bundled voice with OpenAI's names as aliases.
     voices_file: str = ""
+    # Required as `Authorization: Bearer <key>` on /v1/ when set (OpenAI clients send one);
+    # give it as $TTS_GATEWAY_API_KEY rather than a flag (flags are visible in ps).
+    api_key: str = ""
+    # Comma-separated origins a browser app may call from (CORS); empty: none.
+    cors_origins: str = ""
     voices: tuple[Voice, ...] = field(default=DEFAULT_VOICES)
 
     def __post_init__(self) -> None:

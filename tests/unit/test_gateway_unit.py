@@ -230,3 +230,69 @@ def test_bad_voices_files_are_refused_with_the_reason(tmp_path, content, message
 def test_settings_refuse_a_body_limit_below_the_input_limit():
     with pytest.raises(ValueError, match="max_body_bytes"):
         GatewaySettings(max_input_chars=100_000, max_body_bytes=100_000)
+
+
+def test_open_webui_reads_models_and_voices_with_names():
+    client = client_for(FakeBackend())
+    models = client.get("/v1/audio/models").json()["models"]
+    assert {"id": "tts-1", "name": "tts-1"} in models
+    voices = client.get("/v1/audio/voices").json()["voices"]
+    assert all(v["name"] for v in voices) and voices[0]["id"] == "joe"
+
+
+@pytest.mark.parametrize("model", ["tts-1-1106", "tts-1-hd-1106", "gpt-4o-mini-tts-2025-03-20"])
+def test_dated_model_snapshots_and_new_voice_names_are_served(model):
+    with client_for(FakeBackend()) as client:
+        for voice in ("marin", "cedar"):
+            ok = speech(client, model=model, voice=voice, response_format="pcm")
+            assert ok.status_code == 200, ok.text
+        unknown = speech(client, model="tts-2", response_format="pcm")
+    assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "model"
+
+
+def test_null_for_an_optional_field_means_its_default():
+    backend = FakeBackend()
+    with client_for(backend) as client:
+        response = speech(
+            client, speed=None, response_format=None, stream_format=None, instructions=None
+        )
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "audio/mpeg"  # mp3, the default
+    assert backend.calls[-1][2] == 1.0  # speed
+
+
+def test_a_body_that_is_not_json_is_a_415_naming_the_header():
+    client = client_for(FakeBackend())
+    response = client.post(
+        "/v1/audio/speech",
+        content=json.dumps({"model": "tts-1", "voice": "alloy", "input": "Hi."}),
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert response.status_code == 415
+    assert "Content-Type: application/json" in response.json()["error"]["message"]
+
+
+def test_an_api_key_is_required_when_configured():
+    body = {"model": "tts-1", "voice": "alloy", "input": "Hi.", "response_format": "pcm"}
+    with client_for(FakeBackend(), api_key="s3cret") as client:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret"}):
+            refused = client.post("/v1/audio/speech", json=body, headers=headers)
+            assert refused.status_code == 401, headers
+            assert refused.json()["error"]["code"] == "invalid_api_key"
+        assert client.get("/v1/audio/voices").status_code == 401
+        key = {"Authorization": "Bearer s3cret"}
+        assert client.post("/v1/audio/speech", json=body, headers=key).status_code == 200
+        assert client.get("/health").status_code == 200  # probes need no key
+
+
+def test_cors_lets_only_the_configured_origins_in():
+    client = client_for(FakeBackend(), cors_origins="https://app.example")
+    preflight = {"Origin": "https://app.example", "Access-Control-Request-Method": "POST"}
+    allowed = client.options("/v1/audio/speech", headers=preflight)
+    assert allowed.headers["access-control-allow-origin"] == "https://app.example"
+    other = client.options(
+        "/v1/audio/speech", headers=preflight | {"Origin": "https://evil.example"}
+    )
+    assert "access-control-allow-origin" not in other.headers
+    plain = client_for(FakeBackend()).get("/v1/models", headers={"Origin": "https://app.example"})
+    assert "access-control-allow-origin" not in plain.headers
