@@ -30,7 +30,7 @@ def gateway_on(server, tmp_path_factory, *args: str) -> GatewayProcess:
     )
 
 
-def decode(data: bytes, fmt: str, rate: int = 22050) -> tuple[np.ndarray, int]:
+def decode(data: bytes, fmt: str, rate: int = 24000) -> tuple[np.ndarray, int]:
     """Samples (float, mono) and sample rate of an encoded response."""
     if fmt == "pcm":
         return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768, rate

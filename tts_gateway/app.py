@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import hmac
 import json
 import logging
@@ -290,6 +291,8 @@ def create_app(
 ) -> FastAPI:
     metrics = Metrics()
     slots = _Slots(settings.max_concurrent_requests, metrics)
+    pcm = dataclasses.replace(FORMATS["pcm"], sample_rate=settings.pcm_sample_rate or None)
+    formats = {**FORMATS, "pcm": pcm}
     voice_names = settings.voice_names()
     state: dict[str, SpeechBackend] = {}
     drain = Drain(settings.drain_s)
@@ -392,7 +395,7 @@ def create_app(
     )
     async def speech(request: SpeechRequest):
         started = time.perf_counter()
-        fmt = FORMATS[request.response_format]
+        fmt = formats[request.response_format]
         label = request.response_format
 
         def refuse(error: APIError) -> APIError:
@@ -474,7 +477,8 @@ def create_app(
                 raise refuse(APIError(500, "no audio came back", "server_error")) from None
             raise
         metrics.characters.inc(len(text))
-        encoder = Encoder(fmt, rate)
+        # One `tts` request: the whole audio comes at once, so WAV and FLAC get real lengths.
+        encoder = Encoder(fmt, rate, whole=not streamed)
         progress = {"samples": 0}
 
         async def encoded() -> AsyncIterator[bytes]:
@@ -495,7 +499,10 @@ def create_app(
                         pending = await next_chunk(chunks, deadline, drain)
                     except StopAsyncIteration:
                         pending = None
-                yield await asyncio.to_thread(encoder.finish)
+                rest = await asyncio.to_thread(encoder.finish)
+                if not first_sent:  # a whole response comes out of finish() only
+                    metrics.first_byte.observe(time.perf_counter() - started)
+                yield rest
             except BaseException as exc:
                 status = "cancelled" if isinstance(exc, asyncio.CancelledError) else "stream_error"
                 if isinstance(exc, TTSError | asyncio.TimeoutError | DrainCut):
@@ -516,7 +523,10 @@ def create_app(
                     if seconds > 0:
                         metrics.real_time_factor.observe(elapsed / seconds)
 
-        headers = {"X-Audio-Streaming": "true" if streamed else "false", "X-Sample-Rate": str(rate)}
+        headers = {
+            "X-Audio-Streaming": "true" if streamed else "false",
+            "X-Sample-Rate": str(encoder.output_rate),  # what the bytes hold (Opus: 48 kHz)
+        }
         if request.stream_format == "sse":
             return StreamingResponse(
                 _sse(encoded(), len(text), lambda: progress["samples"] / rate),

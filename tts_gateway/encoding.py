@@ -1,12 +1,15 @@
 """Audio encoding for the gateway: float32 chunks in, container bytes out, as they are made.
 
-Every format goes through PyAV (FFmpeg's muxers and encoders); no codec is written here. The
-muxer writes to a sink without ``seek``, so FFmpeg produces its streaming form of each container:
-WAV with an open length (0xFFFFFFFF), Ogg pages every 20 ms, ADTS frames, MP3 frames.
+Every format goes through PyAV (FFmpeg's muxers and encoders and its resampler); no codec is
+written here. A streamed response's muxer writes to a sink without ``seek``, so FFmpeg produces
+its streaming form of each container: WAV with an open length (0xFFFFFFFF), FLAC without a
+sample count, Ogg pages every 20 ms, ADTS frames, MP3 frames. When the whole audio is known
+first (``whole=True``) the muxer gets a seekable buffer and writes real lengths.
 """
 
 from __future__ import annotations
 
+import io
 import threading
 from dataclasses import dataclass
 
@@ -62,8 +65,10 @@ FORMATS: dict[str, AudioFormat] = {
         ),
         AudioFormat("flac", "flac", "flac", "audio/flac"),
         AudioFormat("wav", "wav", "pcm_s16le", "audio/wav"),
-        # Raw 16-bit little-endian mono at the voice's rate (OpenAI's pcm is 24 kHz).
-        AudioFormat("pcm", "s16le", "pcm_s16le", "audio/pcm"),
+        # Raw 16-bit little-endian mono at 24 kHz, as OpenAI's (clients assume that rate; at
+        # the voice's 22.05 kHz audio played 8.8 % fast). The gateway's --pcm-sample-rate 0
+        # keeps the voice's rate.
+        AudioFormat("pcm", "s16le", "pcm_s16le", "audio/pcm", sample_rate=24_000),
     )
 }
 
@@ -92,14 +97,19 @@ class Encoder:
     (a response cancelled while its worker thread still encodes).
     """
 
-    def __init__(self, fmt: AudioFormat, sample_rate: int) -> None:
+    def __init__(self, fmt: AudioFormat, sample_rate: int, whole: bool = False) -> None:
         self.format = fmt
         self.input_rate = sample_rate
+        # whole: everything comes out of finish(), with the lengths a seekable file gets.
+        self._whole = io.BytesIO() if whole else None
         self._sink = _Sink()
         self._container = av.open(
-            self._sink, mode="w", format=fmt.muxer, options=dict(fmt.muxer_options)
+            self._whole if whole else self._sink,
+            mode="w",
+            format=fmt.muxer,
+            options=dict(fmt.muxer_options),
         )
-        rate = fmt.sample_rate or sample_rate
+        rate = self.output_rate = fmt.sample_rate or sample_rate
         self._stream = self._container.add_stream(
             fmt.codec, rate=rate, layout="mono", options=dict(fmt.codec_options)
         )
@@ -140,6 +150,8 @@ class Encoder:
                 self._mux(self._resampler.resample(None))
                 self._mux([None])
                 self._container.close()
+                if self._whole is not None:
+                    return self._whole.getvalue()
             return self._sink.take()
 
     def close(self) -> None:
@@ -153,7 +165,9 @@ class Encoder:
                     pass
 
 
-def encode_all(samples: np.ndarray, fmt: AudioFormat, sample_rate: int) -> bytes:
+def encode_all(
+    samples: np.ndarray, fmt: AudioFormat, sample_rate: int, whole: bool = False
+) -> bytes:
     """A whole clip in one go (benchmarks, tests)."""
-    encoder = Encoder(fmt, sample_rate)
+    encoder = Encoder(fmt, sample_rate, whole)
     return encoder.encode(samples) + encoder.finish()

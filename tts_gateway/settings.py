@@ -109,6 +109,8 @@ class GatewaySettings:
     api_key: str = ""
     # Comma-separated origins a browser app may call from (CORS); empty: none.
     cors_origins: str = ""
+    # The rate of `pcm` responses (OpenAI's is 24 kHz); 0: the voice's own.
+    pcm_sample_rate: int = 24_000
     voices: tuple[Voice, ...] = field(default=DEFAULT_VOICES)
 
     def __post_init__(self) -> None:
@@ -117,6 +119,11 @@ class GatewaySettings:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.request_timeout_s <= 0:
             raise ValueError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+        if self.pcm_sample_rate not in (0, 8000, 16000, 22050, 24000, 44100, 48000):
+            raise ValueError(
+                f"pcm_sample_rate must be 0 (the voice's) or a common rate such as 24000, got "
+                f"{self.pcm_sample_rate}"
+            )
         if self.drain_s < 0:
             raise ValueError(f"drain_s must be >= 0, got {self.drain_s}")
         if self.max_body_bytes < 6 * self.max_input_chars:

@@ -44,11 +44,11 @@ def test_every_format_decodes_to_the_same_audio_length(sdk, fmt):
         model="tts-1", voice="joe-exact", input=SENTENCE, response_format=fmt
     ).read()
     samples, got_rate = decode(data, fmt)
-    assert got_rate == (48000 if fmt == "opus" else 22050)
+    assert got_rate == {"opus": 48000, "pcm": 24000}.get(fmt, 22050)
     duration, expected = len(samples) / got_rate, len(wav) / rate
     assert abs(duration - expected) <= 0.05 * expected, (fmt, duration, expected)
     assert rms_dbfs(samples) > -40, "not silent"
-    if fmt in ("wav", "pcm", "flac"):  # lossless: the very same samples
+    if fmt in ("wav", "flac"):  # lossless: the very same samples (pcm is resampled to 24 kHz)
         np.testing.assert_allclose(samples[: len(wav)], wav, atol=1 / 32768)
 
 
@@ -78,10 +78,10 @@ def test_audio_streams_with_the_sdk(sdk):
         model="tts-1", voice="alloy", input=text, response_format="pcm"
     ) as response:
         assert response.headers["x-audio-streaming"] == "true"
-        assert response.headers["x-sample-rate"] == "22050"
+        assert response.headers["x-sample-rate"] == "24000"
         parts = [part for part in response.iter_bytes() if part]
     audio = np.frombuffer(b"".join(parts), dtype="<i2")
-    assert len(parts) > 1 and len(audio) > 22050 * 5
+    assert len(parts) > 1 and len(audio) > 24000 * 5
 
 
 def test_sse_events_carry_the_audio(sdk):
@@ -99,7 +99,7 @@ def test_sse_events_carry_the_audio(sdk):
     assert {e["type"] for e in deltas} == {"speech.audio.delta"} and len(deltas) > 1
     assert done["type"] == "speech.audio.done"
     audio = b"".join(base64.b64decode(e["audio"]) for e in deltas)
-    seconds = len(audio) / 2 / 22050
+    seconds = len(audio) / 2 / 24000
     assert abs(done["usage"]["audio_seconds"] - seconds) < 0.01
     assert done["usage"]["input_characters"] == len(text)
 
@@ -118,7 +118,7 @@ def test_a_10000_character_input_starts_early(gateway):
                 first = time.perf_counter() - started
             size += len(part)
     total = time.perf_counter() - started
-    seconds = size / 2 / 22050
+    seconds = size / 2 / 24000
     print(f"10,000 characters: first bytes {first:.2f} s, all {total:.1f} s, {seconds:.0f} s")
     assert seconds > 400  # all of it was spoken (about 17 characters a second)
     assert first < 0.25 * total

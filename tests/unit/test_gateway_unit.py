@@ -82,7 +82,7 @@ def test_each_format_encodes_in_pieces_to_the_same_length(name):
     audio = tone(2.0)
     encoder = Encoder(fmt, RATE)
     data = b"".join(encoder.encode(part) for part in np.array_split(audio, 7)) + encoder.finish()
-    seconds = len(data) / 2 / RATE if name == "pcm" else decode_seconds(data)
+    seconds = len(data) / 2 / fmt.sample_rate if name == "pcm" else decode_seconds(data)
     assert abs(seconds - 2.0) < 0.1, (name, seconds)  # (MP3 and AAC pad a frame or two)
     assert data == encode_all(audio, fmt, RATE) or name in ("mp3", "aac", "opus")
 
@@ -122,7 +122,7 @@ def test_short_text_is_one_request_long_text_a_stream_and_voice_defaults_apply()
         0.0,
         "joe_slow",
     )
-    assert len(short.content) == 2 * int(0.1 * len("Hello there.") * RATE)
+    assert len(short.content) == 2 * int(0.1 * len("Hello there.") * 24000)  # pcm: 24 kHz
 
 
 @pytest.mark.parametrize(
@@ -296,3 +296,30 @@ def test_cors_lets_only_the_configured_origins_in():
     assert "access-control-allow-origin" not in other.headers
     plain = client_for(FakeBackend()).get("/v1/models", headers={"Origin": "https://app.example"})
     assert "access-control-allow-origin" not in plain.headers
+
+
+def test_a_whole_wav_or_flac_carries_its_real_length():
+    import soundfile
+
+    audio = tone(1.5)
+    for name in ("wav", "flac"):
+        streamed = encode_all(audio, FORMATS[name], RATE)
+        whole = encode_all(audio, FORMATS[name], RATE, whole=True)
+        samples, rate = soundfile.read(io.BytesIO(whole))
+        assert rate == RATE and len(samples) == len(audio), name
+        if name == "wav":  # the streamed form keeps its open length (0xFFFFFFFF)
+            assert streamed[4:8] == b"\xff\xff\xff\xff" and whole[4:8] != b"\xff\xff\xff\xff"
+
+
+def test_pcm_is_24_khz_and_every_answer_says_its_rate():
+    with client_for(FakeBackend()) as client:
+        pcm = speech(client, input="Hello there, friend.", response_format="pcm")
+        assert pcm.headers["x-sample-rate"] == "24000"
+        assert abs(len(pcm.content) / 2 / 24000 - 0.1 * len("Hello there, friend.")) < 0.01
+        assert speech(client, response_format="opus").headers["x-sample-rate"] == "48000"
+        assert speech(client, response_format="mp3").headers["x-sample-rate"] == str(RATE)
+        wav = speech(client, response_format="wav")
+        assert wav.headers["x-audio-streaming"] == "false"
+        assert wav.content[4:8] != b"\xff\xff\xff\xff"  # one request: a real length
+    with client_for(FakeBackend(), pcm_sample_rate=0) as client:
+        assert speech(client, response_format="pcm").headers["x-sample-rate"] == str(RATE)
