@@ -95,10 +95,11 @@ test-reliability: setup export
 
 # Load tests with perf_analyzer (tritonclient 2.51 wheel). perf-smoke also runs inside `make test`.
 perf: setup export
-	$(PY) -m perf_analyzer_configs.run --plot docs/perf.png
+	$(PY) -m perf_analyzer_configs.run --plot docs/perf.png $(PERF_ARGS)
 
+# Against a running server: make perf-smoke PERF_ARGS="--grpc-port 8001 --http-port 8000".
 perf-smoke: setup export
-	$(PY) -m perf_analyzer_configs.run --smoke --out out/perf-smoke
+	$(PY) -m perf_analyzer_configs.run --smoke --out out/perf-smoke $(PERF_ARGS)
 
 # Ours vs Piper's HTTP server vs Piper in-process, same texts, alternating (docs/performance.md).
 bench: setup export

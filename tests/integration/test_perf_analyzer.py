@@ -36,3 +36,21 @@ def test_perf_analyzer_smoke(server, tmp_path, monkeypatch):
     stream = next(r for r in rows if r["model"] == "tts_stream")
     assert float(stream["audio_s_per_s"]) > 0
     assert (tmp_path / "perf.png").stat().st_size > 10_000
+
+
+def test_the_documented_perf_analyzer_command_runs(server):
+    """README's literal command (port substituted), plus count windows so a busy machine
+    gives slow figures rather than no stable window."""
+    import subprocess
+    import sys
+
+    command = [
+        sys.executable, "-m", "perf_analyzer_configs.pa", "-m", "tts",
+        "-u", f"localhost:{server.grpc_port}", "-i", "grpc",
+        "--input-data", "perf_analyzer_configs/tts_mixed.json", "--concurrency-range", "2",
+        "--measurement-mode", "count_windows", "--measurement-request-count", "16",
+        "--stability-percentage", "1000000",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=run.ROOT)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "Throughput:" in result.stdout and "libcudart" not in result.stderr
