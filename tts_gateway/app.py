@@ -414,8 +414,8 @@ def create_app(
         voice = voice_names.get(request.voice)
         if voice is None:
             raise refuse(
-                APIError(
-                    404,
+                APIError(  # 400 with param "voice", as OpenAI answers an invalid voice
+                    400,
                     f"unknown voice {request.voice!r}; voices: {', '.join(voice_names)}",
                     param="voice",
                     code="voice_not_found",

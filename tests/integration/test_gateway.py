@@ -165,7 +165,7 @@ ERRORS = [
     ("unknown format", {"response_format": "ogg"}, {}, 400, "response_format"),
     ("unknown field", {"voise": "alloy"}, {}, 400, "voise"),
     ("unknown model", {"model": "tts-2"}, {}, 404, "model"),
-    ("unknown voice", {"voice": "nobody"}, {}, 404, "voice"),
+    ("unknown voice", {"voice": "nobody"}, {}, 400, "voice"),
     ("malformed JSON", b'{"model": "tts-1",', {}, 400, None),
     ("a list, not an object", b"[1, 2]", {}, 400, None),
     ("empty body", b"", {}, 400, None),
