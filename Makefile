@@ -45,8 +45,10 @@ $(VENV)/.installed: requirements.txt pyproject.toml client/pyproject.toml
 setup: system-deps $(VENV)/.installed
 
 # Generates model_repository/{acoustic,vocoder}/1/model.onnx (+ voice.json); no-op when current.
+# VOICES=voices.json exports (and serves) every voice listed (README, Voices); a later plain
+# export keeps them (python -m export --single-voice goes back to the bundled voice alone).
 export: $(VENV)/.installed
-	$(PY) -m export
+	$(PY) -m export $(if $(VOICES),--voices $(VOICES))
 
 # PROFILE=gpu (torch on CUDA) or PROFILE=torch-cpu serves model_repository/*/configs/$(PROFILE).pbtxt.
 serve: setup export

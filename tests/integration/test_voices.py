@@ -44,6 +44,19 @@ def two_voices(exported_repository, tmp_path_factory):
         yield srv
 
 
+def test_a_plain_export_keeps_the_voices_it_was_not_asked_to_drop(two_voices):
+    """`make serve` runs a plain export: it must not delete what --voices added."""
+    from export.__main__ import main as export_main
+
+    repo = two_voices.model_repository
+    assert export_main(["--repository", str(repo)]) == 0
+    for model in ("acoustic", "vocoder"):
+        assert json.loads((repo / model / "1/voices.json").read_text()) == {
+            "voices": ["joe", "joe_slow"]
+        }
+    assert (repo / "acoustic/1/voices/joe_slow/voice.json").exists()
+
+
 def test_export_lays_out_both_voices_sharing_one_network(two_voices):
     repo = two_voices.model_repository
     for model in ("phonemizer", "acoustic", "vocoder", "tts_stream"):
