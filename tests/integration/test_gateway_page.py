@@ -104,3 +104,42 @@ def test_the_page_shows_errors_from_the_api(gateway, browser):
     status = browser.find_element(By.ID, "status")
     wait_for(lambda: "speed" in status.text, what="the error message")
     assert "error" in status.get_attribute("class")
+
+
+def test_stop_and_errors_end_playback_and_the_controls_fit(gateway, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(gateway.url + "/")
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#voice option"), what="voices")
+    audio = browser.find_element(By.ID, "audio")
+    status = browser.find_element(By.ID, "status")
+    # Play, Stop and Download sit on one line at a 1000 px window (Download used to wrap).
+    tops = {browser.find_element(By.ID, b).location["y"] for b in ("play", "stop", "download")}
+    assert len(tops) == 1, tops
+    Select(browser.find_element(By.ID, "format")).select_by_visible_text("pcm")
+    assert "24 kHz" in browser.find_element(By.ID, "format-hint").text
+
+    def src() -> str | None:
+        return browser.execute_script("return document.getElementById('audio').getAttribute('src')")
+
+    text = browser.find_element(By.ID, "text")
+    text.clear()
+    text.send_keys("A long text to stop half way. " * 12)
+    browser.find_element(By.ID, "play").click()
+    wait_for(lambda: audio.get_attribute("data-first-audio-ms"), what="playback to start")
+    browser.find_element(By.ID, "stop").click()
+    wait_for(lambda: status.text == "Stopped.", what="the stop")
+    assert src() is None and audio.get_attribute("data-complete") is None
+
+    text.clear()
+    text.send_keys("Something short that plays.")
+    browser.find_element(By.ID, "play").click()
+    wait_for(lambda: audio.get_attribute("data-complete") == "true", what="the response")
+    assert src() is not None
+    speed = browser.find_element(By.ID, "speed")
+    speed.clear()
+    speed.send_keys("9")
+    browser.find_element(By.ID, "play").click()
+    wait_for(lambda: "speed" in status.text, what="the error message")
+    assert src() is None  # the previous audio does not play on under the error
