@@ -315,7 +315,7 @@ def create_app(
     app = FastAPI(
         title="TTS gateway",
         description="OpenAI-compatible speech API in front of Triton Inference Server",
-        version="0.1.0",
+        version="0.2.0",
         lifespan=lifespan,
     )
     app.state.drain = drain

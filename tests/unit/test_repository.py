@@ -219,3 +219,25 @@ def test_model_adapters_import_the_wire_contract_not_the_client():
             if isinstance(node, ast.ImportFrom) and node.module
         }  # fmt: skip
         assert not names & above, f"{path} imports {sorted(names & above)}"
+
+
+def test_one_version_everywhere_and_in_the_changelog():
+    import re
+
+    import tomllib
+
+    import tts_serving
+    from tts_gateway.app import create_app
+    from tts_gateway.settings import GatewaySettings
+
+    versions = {
+        path: tomllib.loads((ROOT / path).read_text())["project"]["version"]
+        for path in ("pyproject.toml", "client/pyproject.toml", "wire/pyproject.toml")
+    }
+    versions["tts_serving"] = tts_serving.__version__
+    versions["gateway"] = create_app(GatewaySettings()).version
+    assert len(set(versions.values())) == 1, versions
+    latest = re.search(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.M).group(1)
+    assert latest == versions["pyproject.toml"]
+    for name in ("LICENSE", "NOTICE"):
+        assert (ROOT / name).stat().st_size > 500, name
