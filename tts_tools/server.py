@@ -262,7 +262,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class ServerProcess:
+class Endpoints:
+    """``grpc_url`` and ``http_url`` of something listening on ``grpc_port`` and ``http_port``."""
+
+    grpc_port: int
+    http_port: int
+
+    @property
+    def grpc_url(self) -> str:
+        return f"grpc://localhost:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://localhost:{self.http_port}"
+
+
+class ServerProcess(Endpoints):
     """A tritonserver child process on its own ports, logging to a file.
 
     ``with ServerProcess(repo, log_path) as server:`` starts it, waits until it is ready (or
@@ -309,14 +324,6 @@ class ServerProcess:
     @property
     def admin_headers(self) -> dict[str, str]:
         return admin_headers(self.admin_key)
-
-    @property
-    def grpc_url(self) -> str:
-        return f"grpc://localhost:{self.grpc_port}"
-
-    @property
-    def http_url(self) -> str:
-        return f"http://localhost:{self.http_port}"
 
     def log_tail(self, lines: int = 60) -> str:
         return log_tail(self.log_path, lines)
@@ -554,11 +561,59 @@ def gateway_command(
     ]
 
 
-class GatewayProcess:
-    """``python -m tts_gateway`` as a child on a free port, logging to a file (tests, bench).
+class ChildProcess:
+    """A helper process (the gateway, the front door) as a child, logging to a file (tests,
+    bench). ``with ...Process(...) as p:`` starts it and waits until ``up()``, raising with
+    the log's tail when it exits first or takes longer than ``start_timeout``."""
 
-    ``with GatewayProcess(server.grpc_url, log_path) as gateway:`` waits for ``/health``.
-    """
+    name = "process"
+    grace = 35.0  # SIGTERM, then this long to finish, then SIGKILL
+    start_timeout = 60.0
+
+    def __init__(self, command: list[str], log_path: Path) -> None:
+        self.command = command
+        self.log_path = Path(log_path)
+        self.process: subprocess.Popen | None = None
+
+    def up(self) -> bool:
+        raise NotImplementedError
+
+    def log_tail(self, lines: int = 60) -> str:
+        return log_tail(self.log_path, lines)
+
+    def start(self, timeout: float | None = None) -> ChildProcess:
+        timeout = timeout or self.start_timeout
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "w") as log:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited ({self.process.returncode}):\n{self.log_tail()}"
+                )
+            if self.up():
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"{self.name} not up after {timeout:.0f} s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.process:
+            _stop(self.process, self.grace)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class GatewayProcess(ChildProcess):
+    """``python -m tts_gateway`` on a free port; up when ``/health`` answers."""
+
+    name = "gateway"
+    grace = GATEWAY_DRAIN_S
 
     def __init__(
         self,
@@ -568,46 +623,18 @@ class GatewayProcess:
         extra_args: list[str] | None = None,
     ) -> None:
         self.port = port or free_port()
-        self.log_path = Path(log_path)
-        self.command = gateway_command(triton_url, "127.0.0.1", self.port, extra_args)
-        self.process: subprocess.Popen | None = None
+        super().__init__(gateway_command(triton_url, "127.0.0.1", self.port, extra_args), log_path)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def log_tail(self, lines: int = 60) -> str:
-        return log_tail(self.log_path, lines)
-
-    def start(self, timeout: float = 60.0) -> GatewayProcess:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "w") as log:
-            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"gateway exited ({self.process.returncode}):\n{self.log_tail()}"
-                )
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"gateway not up after {timeout:.0f} s:\n{self.log_tail()}")
-
-    def stop(self) -> None:
-        if self.process:
-            _stop(self.process, GATEWAY_DRAIN_S)
-
-    def __enter__(self) -> GatewayProcess:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def up(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
 
 
 def front_command(
@@ -634,15 +661,18 @@ def front_command(
     ]
 
 
-class FrontProcess:
-    """``python -m tts_tools.front`` before a ServerProcess, on free ports (tests, bench)."""
+class FrontProcess(ChildProcess, Endpoints):
+    """``python -m tts_tools.front`` before a ServerProcess, on free ports; up when Triton's
+    readiness answers through it."""
+
+    name = "front"
+    start_timeout = 30.0
 
     def __init__(
         self, server: ServerProcess, log_path: Path, extra_args: list[str] | None = None
     ) -> None:
         self.grpc_port, self.http_port = free_port(), free_port()
-        self.log_path = Path(log_path)
-        self.command = front_command(
+        command = front_command(
             server.grpc_port,
             server.http_port,
             "127.0.0.1",
@@ -651,42 +681,10 @@ class FrontProcess:
             server.shm_prefix,
             extra_args,
         )
-        self.process: subprocess.Popen | None = None
+        super().__init__(command, log_path)
 
-    @property
-    def grpc_url(self) -> str:
-        return f"grpc://localhost:{self.grpc_port}"
-
-    @property
-    def http_url(self) -> str:
-        return f"http://localhost:{self.http_port}"
-
-    def log_tail(self, lines: int = 60) -> str:
-        return log_tail(self.log_path, lines)
-
-    def start(self, timeout: float = 30.0) -> FrontProcess:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "w") as log:
-            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"front exited ({self.process.returncode}):\n{self.log_tail()}")
-            if is_ready(self.http_port):
-                return self
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"front not up after {timeout:.0f} s:\n{self.log_tail()}")
-
-    def stop(self) -> None:
-        if self.process:
-            _stop(self.process, 35.0)
-
-    def __enter__(self) -> FrontProcess:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def up(self) -> bool:
+        return is_ready(self.http_port)
 
 
 def _stop(process: subprocess.Popen, grace: float, kill: bool = True) -> None:
