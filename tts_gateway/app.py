@@ -23,7 +23,13 @@ import numpy as np
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    Response,
+    StreamingResponse,
+)
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -317,6 +323,10 @@ def create_app(
         description="OpenAI-compatible speech API in front of Triton Inference Server",
         version="0.2.0",
         lifespan=lifespan,
+        # FastAPI's /docs and /redoc load their scripts from a CDN: blank offline. /docs points
+        # to the schema instead.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.drain = drain
 
@@ -343,6 +353,14 @@ def create_app(
     @app.get("/", include_in_schema=False)
     async def page():
         return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs():
+        return HTMLResponse(
+            "<!doctype html><title>TTS gateway API</title><p>The OpenAPI schema is at "
+            '<a href="/openapi.json">/openapi.json</a> (open it in any OpenAPI viewer); the '
+            'API is OpenAI\'s <code>audio.speech</code>; <a href="/">the speech page</a>.'
+        )
 
     @app.get("/health")
     async def health() -> dict:

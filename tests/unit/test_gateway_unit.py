@@ -323,3 +323,12 @@ def test_pcm_is_24_khz_and_every_answer_says_its_rate():
         assert wav.content[4:8] != b"\xff\xff\xff\xff"  # one request: a real length
     with client_for(FakeBackend(), pcm_sample_rate=0) as client:
         assert speech(client, response_format="pcm").headers["x-sample-rate"] == str(RATE)
+
+
+def test_docs_load_nothing_from_the_network_and_point_to_the_schema():
+    client = client_for(FakeBackend())
+    page = client.get("/docs")
+    assert page.status_code == 200 and "/openapi.json" in page.text
+    assert "http://" not in page.text and "https://" not in page.text  # no CDN
+    assert client.get("/redoc").status_code == 404
+    assert client.get("/openapi.json").json()["info"]["title"] == "TTS gateway"
