@@ -232,11 +232,22 @@ class StubWatch:
     server's shared-memory prefix): a stream whose model lost a stub it started with is dead.
     """
 
-    def __init__(self, shm_prefix: str = "") -> None:
-        self.shm_prefix = shm_prefix
+    def __init__(self, shm_prefix: str = "", ttl_s: float = 0.5) -> None:
+        self.shm_prefix, self.ttl_s = shm_prefix, ttl_s
+        self._seen: dict[str, tuple[float, set[int]]] = {}
 
-    def stubs(self, model: str) -> set[int]:
-        return stubs_by_model(None, [model], shm_prefix=self.shm_prefix)[model]
+    def stubs(self, model: str, fresh: bool = False) -> set[int]:
+        """The model's living stubs; at most ``ttl_s`` old unless ``fresh`` (a stream's
+        start: a stale set could hold a stub that died just before)."""
+        # One /proc scan per model and half second, however many streams are silent.
+        now = time.monotonic()
+        seen = self._seen.get(model)
+        if fresh or seen is None or now - seen[0] > self.ttl_s:
+            seen = self._seen[model] = (
+                now,
+                stubs_by_model(None, [model], shm_prefix=self.shm_prefix)[model],
+            )
+        return seen[1]
 
 
 @dataclass(frozen=True)
@@ -346,7 +357,7 @@ class Front:
                 async for request in requests:
                     model = model_name(request)
                     if model and model not in stubs:
-                        stubs[model] = self.watch.stubs(model)
+                        stubs[model] = self.watch.stubs(model, fresh=True)
                     yield request
             except Exception:  # the client's side ended (this handler returned or aborted)
                 pass
