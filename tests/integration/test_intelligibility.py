@@ -55,3 +55,7 @@ def test_batched_speech_is_intelligible(grpc_client, whisper, tmp_path):
         f"(normalization cases alone: {norm_wer:.3f})\n{detail}"
     )
     assert wer <= 0.10, detail
+    # The normalization cases alone (0.087 on 2026-11-23). Whisper's output goes through the
+    # same normalizer as the reference (it writes "$5.50" and "3:30"), so this bounds how
+    # well what we say is heard, not whether the normalizer is right: its own unit tests do.
+    assert norm_wer <= 0.15, detail
