@@ -8,7 +8,7 @@ import sys
 
 import uvicorn
 
-from .app import create_app
+from .app import check_voices, create_app, default_backend
 from .settings import parse_args
 
 
@@ -20,6 +20,9 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"tts_gateway: http://{settings.host}:{settings.port}/ -> {settings.triton_url}", flush=True
     )
+    if settings.check_voices:
+        # Before uvicorn, so a refusal is one line and exit 1, not a lifespan traceback.
+        asyncio.run(_check_voices(settings))
     app = create_app(settings)
     config = uvicorn.Config(
         app,
@@ -31,6 +34,14 @@ def main(argv: list[str] | None = None) -> None:
         access_log=False,
     )
     DrainingServer(config).run()
+
+
+async def _check_voices(settings) -> None:
+    backend = default_backend(settings)
+    try:
+        await check_voices(backend, settings.voices)
+    finally:
+        await backend.close()
 
 
 class DrainingServer(uvicorn.Server):

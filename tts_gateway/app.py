@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tts_client import protocol
-from tts_client.errors import TTSError
+from tts_client.errors import InvalidInput, TTSError
 from tts_wire import MAX_SPEED, MIN_SPEED
 
 from .encoding import FORMATS, Encoder
@@ -249,6 +249,24 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+async def check_voices(backend: SpeechBackend, voices) -> None:
+    """Refuse to start on a voice Triton does not serve (one short request per Triton voice),
+    rather than answer every request for it with an error. Triton not reachable yet: a warning,
+    and /ready says so."""
+    for name in sorted({v.model_voice for v in voices if v.model_voice}):
+        users = ", ".join(v.id for v in voices if v.model_voice == name)
+        try:
+            await backend.synthesize("Ready.", 1.0, None, None, voice=name)
+        except InvalidInput as e:
+            raise SystemExit(
+                f"gateway: voice(s) {users} speak with Triton voice {name!r}, which the server "
+                f"does not serve ({e}); export it (make serve VOICES=...) or fix --voices-file"
+            ) from None
+        except TTSError as e:
+            log.warning("gateway: could not check voice %r with Triton: %s", name, e)
+            return
 
 
 class Access:

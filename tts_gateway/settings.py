@@ -111,6 +111,9 @@ class GatewaySettings:
     cors_origins: str = ""
     # The rate of `pcm` responses (OpenAI's is 24 kHz); 0: the voice's own.
     pcm_sample_rate: int = 24_000
+    # At start, one short request per Triton voice the voice table names: refuse to start on
+    # one Triton does not serve (a typo would otherwise fail every request for that voice).
+    check_voices: bool = True
     voices: tuple[Voice, ...] = field(default=DEFAULT_VOICES)
 
     def __post_init__(self) -> None:
@@ -153,6 +156,18 @@ def env_name(name: str) -> str:
     return "TTS_GATEWAY_" + name.upper()
 
 
+def _flag(value) -> bool:
+    """A bool setting from a flag or variable: true/1/yes or false/0/no."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+
+
 def parse_args(argv: list[str] | None = None, environ: Mapping[str, str] | None = None):
     """Settings from flags, then ``TTS_GATEWAY_*`` variables, then the defaults."""
     environ = os.environ if environ is None else environ
@@ -161,7 +176,7 @@ def parse_args(argv: list[str] | None = None, environ: Mapping[str, str] | None 
         description="OpenAI-compatible speech API in front of Triton (see README).",
     )
     for f in _SCALARS:
-        kind = type(f.default)
+        kind = _flag if isinstance(f.default, bool) else type(f.default)
         default = kind(environ.get(env_name(f.name), f.default))
         parser.add_argument(
             "--" + f.name.replace("_", "-"),

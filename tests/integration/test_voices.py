@@ -109,7 +109,6 @@ def test_the_gateway_maps_its_voices_onto_the_repository(two_voices, tmp_path):
     gateway_voices = [
         {"id": "joe", "aliases": ["alloy"], **EXACT},
         {"id": "slow", "model_voice": "joe_slow"},
-        {"id": "missing", "model_voice": "amy"},
     ]
     voices.write_text(json.dumps(gateway_voices))
     args = [f"--voices-file={voices}"]
@@ -119,9 +118,18 @@ def test_the_gateway_maps_its_voices_onto_the_repository(two_voices, tmp_path):
             body = {"model": "tts-1", "voice": voice, "input": SENTENCES[0]}
             return httpx.post(f"{gw.url}/v1/audio/speech", json=body | {"response_format": "pcm"})
 
-        normal, slow, missing = speak("alloy"), speak("slow"), speak("missing")
+        normal, slow = speak("alloy"), speak("slow")
     assert normal.status_code == slow.status_code == 200
     assert 1.3 < len(slow.content) / len(normal.content) < 1.6
-    assert (
-        missing.status_code == 400 and "unknown voice 'amy'" in missing.json()["error"]["message"]
-    )
+
+
+def test_the_gateway_refuses_to_start_on_a_voice_triton_does_not_serve(two_voices, tmp_path):
+    voices = tmp_path / "voices.json"
+    voices.write_text(json.dumps([{"id": "joe"}, {"id": "missing", "model_voice": "amy"}]))
+    args = [f"--voices-file={voices}"]
+    gateway = GatewayProcess(two_voices.grpc_url, tmp_path / "gateway.log", extra_args=args)
+    with pytest.raises(RuntimeError, match="gateway exited"):
+        gateway.start()
+    log = gateway.log_tail()
+    assert "voice(s) missing speak with Triton voice 'amy', which the server does not serve" in log
+    assert "Traceback" not in log

@@ -332,3 +332,30 @@ def test_docs_load_nothing_from_the_network_and_point_to_the_schema():
     assert "http://" not in page.text and "https://" not in page.text  # no CDN
     assert client.get("/redoc").status_code == 404
     assert client.get("/openapi.json").json()["info"]["title"] == "TTS gateway"
+
+
+def test_the_gateway_refuses_to_start_on_a_voice_triton_does_not_serve():
+    class Picky(FakeBackend):
+        async def synthesize(self, text, speed, noise_scale, noise_w, *, voice):
+            if voice == "typo":
+                raise InvalidInput("unknown voice 'typo'; voices: joe, joe_slow")
+            return await super().synthesize(text, speed, noise_scale, noise_w, voice=voice)
+
+    from tts_gateway.app import check_voices
+
+    voices = (Voice("joe"), Voice("slow", model_voice="joe_slow"), Voice("bad", model_voice="typo"))
+    with pytest.raises(SystemExit, match="voice\\(s\\) bad speak with Triton voice 'typo'"):
+        asyncio.run(check_voices(Picky(), voices))
+    backend = Picky()
+    asyncio.run(check_voices(backend, voices[:2]))
+    assert [c[-1] for c in backend.calls] == ["joe_slow"]  # one check per Triton voice
+    # Triton unreachable at start: a warning, not a refusal (/ready tells the rest).
+    asyncio.run(check_voices(FakeBackend(fail=ServerUnavailable("down")), voices[:2]))
+
+
+def test_bool_settings_read_true_and_false(tmp_path):
+    settings, _ = parse_args(["--check-voices", "false"], environ={})
+    assert settings.check_voices is False
+    settings, _ = parse_args([], environ={"TTS_GATEWAY_CHECK_VOICES": "0"})
+    assert settings.check_voices is False
+    assert parse_args([], environ={})[0].check_voices is True
