@@ -21,7 +21,7 @@ PYTEST_ARGS ?=
 # for tts_tools/server_shim.c (keeps the admin key out of tritonserver's command line); the
 # tests also drive the gateway's web page in Debian's headless Chromium.
 SYSTEM_PACKAGES := libb64-0d gcc libc6-dev
-TEST_SYSTEM_PACKAGES := chromium chromium-driver
+TEST_SYSTEM_PACKAGES := chromium chromium-driver curl
 system-deps:
 	@$(MAKE) --no-print-directory apt-install PACKAGES="$(SYSTEM_PACKAGES)"
 test-system-deps:

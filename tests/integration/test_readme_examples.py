@@ -1,0 +1,48 @@
+"""The README's gateway examples, run as written: only the port is substituted (8080 -> the
+test gateway's), `aplay` (no sound card here) becomes a byte count, and the SDK example gets
+an article.txt to read."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def blocks(language: str) -> list[str]:
+    """The ```language blocks of the README's gateway section, in order."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## HTTP API: the OpenAI-compatible gateway", 1)[1].split("\n## ")[0]
+    return re.findall(rf"```{language}\n(.*?)```", section, re.S)
+
+
+def test_the_curl_examples_run_as_written(gateway, tmp_path):
+    if not shutil.which("curl"):  # `make test` installs it (Makefile TEST_SYSTEM_PACKAGES)
+        pytest.fail("needs curl: apt-get install curl")
+    port = gateway.url.rsplit(":", 1)[1]
+    script = blocks("bash")[0].replace("localhost:8080", f"localhost:{port}")
+    script = re.sub(r"\| aplay [^#\n]*", "| wc -c > pcm.bytes ", script)
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "hello.mp3").read_bytes()[:3] in (b"ID3", b"\xff\xfb", b"\xff\xf3")
+    pcm_bytes = int((tmp_path / "pcm.bytes").read_text())
+    assert pcm_bytes > 2 * 24000 * 1.0  # over a second of 24 kHz 16-bit speech
+
+
+def test_the_sdk_example_runs_as_written(gateway, tmp_path):
+    port = gateway.url.rsplit(":", 1)[1]
+    code = blocks("python")[0].replace("localhost:8080", f"localhost:{port}")
+    (tmp_path / "article.txt").write_text("An article. It has two sentences.")
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "hello.mp3").stat().st_size > 1000
+    assert (tmp_path / "article.ogg").read_bytes()[:4] == b"OggS"
