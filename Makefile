@@ -78,8 +78,9 @@ format: $(VENV)/.installed
 unit: $(VENV)/.installed
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
+# --durations: the slowest tests in every run, to keep the suite's time in view.
 test: setup test-system-deps export lint client-venv
-	$(PY) -m pytest -rs $(PYTEST_ARGS)
+	$(PY) -m pytest -rs --durations=15 $(PYTEST_ARGS)
 
 # The client alone, as a user installs it (./wire + ./client, the newest tritonclient in the
 # client's range), for tests/integration/test_client_alone.py. Built once per checkout.
