@@ -232,7 +232,9 @@ class TTSClient:
                     # let the stream end, since cancelling while Triton 2.51 completed it once
                     # crashed the server (segfault).
                     failure = self._error(error)
-                    reader.finished = _final_arrives(results)
+                    reader.finished = (
+                        _final_arrives(results) if protocol.final_follows(error) else True
+                    )
                     raise failure
                 chunk = reader.read(result)
                 if chunk is not None:

@@ -182,6 +182,13 @@ def _code_and_message(exc: BaseException, message: str) -> tuple[str | None, str
     return error_code(exc), message
 
 
+def final_follows(exc: BaseException) -> bool:
+    """A stream error that tts_stream wrote (``[CODE] message``): its final flag comes next.
+    Any other (the front door ended the stream, Triton's core refused the request) has none
+    to wait for."""
+    return parse_stream_error(error_message(exc))[0] is not None
+
+
 def is_text_too_long(error: TTSError) -> bool:
     """The server refused the text for its length (so it can be streamed instead)."""
     return isinstance(error, InvalidInput) and str(error).startswith(TEXT_TOO_LONG)

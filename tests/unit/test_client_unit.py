@@ -241,3 +241,15 @@ def test_both_clients_send_every_option_and_the_priority(url):
         assert sent["noise_scale"].tolist() == pytest.approx([0.3]), name
         assert sent["noise_w"].tolist() == pytest.approx([0.4]), name
         assert sent["voice"].tolist() == [b"joe"], name
+
+
+def test_only_tts_streams_own_errors_are_followed_by_a_final_flag():
+    from tts_client.protocol import final_follows
+
+    assert final_follows(InferenceServerException("[INVALID_ARGUMENT] text is empty"))
+    # The front door ending a stream, or Triton's core refusing a request: nothing follows,
+    # so the client does not wait 5 s for a final flag.
+    assert not final_follows(
+        InferenceServerException("the instance of model 'tts_stream' serving this stream died")
+    )
+    assert not final_follows(InferenceServerException("unexpected shape for input 'text'"))
