@@ -23,6 +23,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from bench.compare import percentile
 from tts_client import AsyncTTSClient, ServerOverloaded, TTSClient
 from tts_client.protocol import RetryPolicy
 from tts_tools.server import FrontProcess, ServerProcess
@@ -30,10 +31,6 @@ from tts_tools.texts import SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_RETRY = RetryPolicy(retries=0)
-
-
-def pct(values: list[float], q: float) -> float:
-    return sorted(values)[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
 
 
 def cost(direct: str, front: str, requests: int) -> dict[str, float]:
@@ -83,11 +80,11 @@ async def burst(url: str, n: int) -> dict[str, float]:
         print(f"  {len(other)} other errors, first: {other[0]}", file=sys.stderr)
     return {
         "served": len(served),
-        "served_p50_s": pct(served, 0.5),
-        "served_p99_s": pct(served, 0.99),
+        "served_p50_s": percentile(served, 50),
+        "served_p99_s": percentile(served, 99),
         "served_max_s": max(served, default=float("nan")),
         "refused": len(refused),
-        "refused_p99_s": pct(refused, 0.99),
+        "refused_p99_s": percentile(refused, 99),
         "other_errors": len(other),
         "wall_s": wall,
     }

@@ -40,7 +40,7 @@ import grpc
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from .supervisor import stubs_by_model
+from .supervisor import is_ready, stubs_by_model
 
 log = logging.getLogger("tts_front")
 
@@ -61,7 +61,7 @@ _HTTP_DROP = {
     "content-length",
     "content-encoding",  # bodies are forwarded inflated
 }
-_RESPONSE_DROP = _HTTP_DROP - {"content-encoding"} | {"content-length"}
+_RESPONSE_DROP = _HTTP_DROP - {"content-encoding"}
 _INFER_PATH = re.compile(
     r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/(?:infer|generate|generate_stream)$"
 )
@@ -303,6 +303,7 @@ class Front:
         self._session: aiohttp.ClientSession | None = None
         self.ports: dict[str, int] = {}
         self._stuck: list = []  # upstream streams of dead stubs (see _stream)
+        self._calls: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}  # one per method
         self._closing = asyncio.Event()  # set: close even the streams of dead stubs
 
     # ----- admission shared by both protocols -----
@@ -335,7 +336,9 @@ class Front:
             await context.abort(grpc.StatusCode.UNAVAILABLE, self.admission.refusal())
         outcome = "error"
         try:
-            call = self._channel.unary_unary(method)
+            call = self._calls.get(method) or self._calls.setdefault(
+                method, self._channel.unary_unary(method)
+            )
             response = await call(
                 request, metadata=_metadata(context), timeout=context.time_remaining()
             )
@@ -546,13 +549,8 @@ class Front:
             await self._channel.close()
 
     async def _triton_ready(self) -> bool:
-        url = f"http://{self.settings.triton_http}/v2/health/ready"
-        try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as session:
-                async with session.get(url) as response:
-                    return response.status == 200
-        except (aiohttp.ClientError, asyncio.TimeoutError):
-            return False
+        port = int(self.settings.triton_http.rsplit(":", 1)[1])
+        return await asyncio.to_thread(is_ready, port)
 
     async def stop(self) -> None:
         await self.drain()

@@ -8,18 +8,17 @@ import socket
 import struct
 import time
 
-import httpx2 as httpx
 import pytest
 
 from tests.gateway_support import good_request
+from tests.metrics import sample
 from tts_tools.texts import PARAGRAPH
 
 
 def in_flight(gateway) -> float:
-    for line in httpx.get(f"{gateway.url}/metrics", timeout=10).text.splitlines():
-        if line.startswith("tts_gateway_requests_in_flight "):
-            return float(line.split()[1])
-    raise AssertionError("no tts_gateway_requests_in_flight in /metrics")
+    value = sample(f"{gateway.url}/metrics", "tts_gateway_requests_in_flight")
+    assert value is not None, "no tts_gateway_requests_in_flight in /metrics"
+    return value
 
 
 def send(gateway, body: dict) -> socket.socket:

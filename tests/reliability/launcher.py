@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx2 as httpx
 
 from tests.conftest import ROOT
+from tests.metrics import sample
 from tts_tools.server import free_port
 
 
@@ -44,15 +45,8 @@ class Launcher:
 
     def supervisor_metric(self, name: str) -> float:
         """A sample of the supervisor's Prometheus endpoint (0 when absent)."""
-        import urllib.request
-
-        from prometheus_client.parser import text_string_to_metric_families
-
         url = f"http://127.0.0.1:{self.supervisor_metrics}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            text = response.read().decode()
-        samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
-        return next((s.value for s in samples if s.name == name), 0.0)
+        return sample(url, name) or 0.0
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -25,6 +25,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from tests.metrics import sample
 from tests.reliability.launcher import Launcher
 from tests.reliability.test_memory import rss_mb
 from tts_client import AsyncTTSClient, ServerOverloaded, ServerUnavailable, TTSClient
@@ -136,16 +137,6 @@ async def burst(url: str, n: int) -> tuple[int, int, list[BaseException]]:
     return served, refused, other
 
 
-def front_metric(front: FrontProcess, name: str) -> float:
-    import urllib.request
-
-    with urllib.request.urlopen(f"{front.http_url}/metrics", timeout=10) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def test_a_burst_over_capacity_is_refused_at_once_not_queued(server, tmp_path):
     n = 40
     served, refused, other = asyncio.run(burst(server.grpc_url, n))
@@ -159,8 +150,9 @@ def test_a_burst_over_capacity_is_refused_at_once_not_queued(server, tmp_path):
         assert other == [], other
         assert served + refused == n
         assert refused > 0 and served >= 2, (served, refused)
-        assert front_metric(front, 'tts_front_refused_total{model="tts"}') == refused
-        assert front_metric(front, "tts_front_in_flight") == 0  # every admitted one released
+        metrics, tts = f"{front.http_url}/metrics", {"model": "tts"}
+        assert sample(metrics, "tts_front_refused_total", tts) == refused
+        assert sample(metrics, "tts_front_in_flight", tts) == 0  # every admitted one released
         with TTSClient(front.grpc_url) as client:
             assert client.synthesize("Served after the burst.").duration > 0.3
 
