@@ -19,9 +19,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from tts_serving.inference import AcousticModel, create_session
+from tts_serving.engines.models import AcousticModel
+from tts_serving.engines.onnx import create_session
 from tts_serving.settings import EngineSettings
-from tts_serving.voice import Phonemizer, load_voice_config
+from tts_serving.text.phonemize import Phonemizer, load_voice_config
 
 COUNTED = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 TEXTS = (

@@ -24,14 +24,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tts_serving.inference import load_acoustic, load_vocoder, model_file
+from tts_serving.engines.models import load_acoustic, load_vocoder, model_file
 from tts_serving.settings import EngineSettings
 
 SAMPLE_RATE, HOP = 22050, 256
 
 
 def sentence_ids(repository: Path) -> list[list[int]]:
-    from tts_serving.voice import Phonemizer, load_voice_config
+    from tts_serving.text.phonemize import Phonemizer, load_voice_config
     from tts_tools.texts import SENTENCES
 
     voice = load_voice_config(repository / "phonemizer/1/voice.json")

@@ -17,19 +17,18 @@ from pathlib import Path
 
 import numpy as np
 
-from tts_serving.inference import (
+from tts_serving.engines.loudness import (
     LOUDNESS_FILE,
-    AcousticModel,
-    Vocoder,
     VoiceLoudness,
     active_level_dbfs,
     apply_gain,
-    create_session,
     peak_normalize,
 )
+from tts_serving.engines.models import AcousticModel, Vocoder
+from tts_serving.engines.onnx import create_session
 from tts_serving.settings import load_settings
-from tts_serving.streaming import plan_chunks
-from tts_serving.voice import Phonemizer, load_voice_config
+from tts_serving.stream.plan import plan_chunks
+from tts_serving.text.phonemize import Phonemizer, load_voice_config
 from tts_tools.texts import PARAGRAPH
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
-from tts_serving.inference import (
+from tts_serving.engines.onnx import (
     ACOUSTIC_INPUTS,
     ACOUSTIC_OUTPUTS,
     LATENT_CHANNELS,

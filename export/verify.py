@@ -10,9 +10,10 @@ import numpy as np
 import onnxruntime as ort
 from piper.config import PiperConfig
 
-from tts_serving.inference import create_session, load_acoustic, load_vocoder, model_file
+from tts_serving.engines.models import load_acoustic, load_vocoder, model_file
+from tts_serving.engines.onnx import create_session
 from tts_serving.settings import EngineSettings
-from tts_serving.voice import Phonemizer
+from tts_serving.text.phonemize import Phonemizer
 
 log = logging.getLogger(__name__)
 

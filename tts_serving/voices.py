@@ -19,8 +19,9 @@ from typing import Generic, TypeVar
 
 from piper.config import PiperConfig
 
+from tts_serving.text.phonemize import load_voice_config
+
 from .errors import InvalidInputError, ModelConfigError
-from .voice import load_voice_config
 
 INDEX = "voices.json"
 FOLDER = "voices"

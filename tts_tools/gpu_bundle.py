@@ -68,7 +68,7 @@ def build(out: Path, python: str, host_torch: bool) -> None:
     ).stdout
     run(["tar", "-x", "-C", str(project)], input=archive)
     # The export's own list of what it wrote, less the ONNX files the torch engine never reads.
-    from export.__main__ import MANIFEST  # here, not at the top: `install` runs standalone
+    from export.build import MANIFEST  # here, not at the top: `install` runs standalone
 
     repo = ROOT / "model_repository"
     manifest = repo / MANIFEST

@@ -40,7 +40,7 @@ def test_torch_on_cuda_equals_the_cpu(exported_repository, dtype, tolerance, gra
     """Audio error per dtype as bench.gpu measured it on an H100 (float16: 2e-3)."""
     import torch
 
-    from tts_serving.inference import load_acoustic, load_vocoder, model_file
+    from tts_serving.engines.models import load_acoustic, load_vocoder, model_file
     from tts_serving.settings import EngineSettings
 
     if not torch.cuda.is_available():

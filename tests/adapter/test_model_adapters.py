@@ -14,6 +14,7 @@ from tests import fake_pb_utils as pb
 pb.install()
 
 from tts_serving.errors import ModelConfigError  # noqa: E402
+from tts_serving.triton.model_config import read_model_config  # noqa: E402
 
 
 def load_model(repository, name, params=None, max_batch_size=16):
@@ -23,8 +24,11 @@ def load_model(repository, name, params=None, max_batch_size=16):
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    pbtxt = read_model_config(repository / name / "config.pbtxt")
     config = {
         "name": name,
+        "input": [{"name": t.name} for t in pbtxt.input],
+        "output": [{"name": t.name} for t in pbtxt.output],
         "max_batch_size": max_batch_size,
         "parameters": {k: {"string_value": v} for k, v in (params or {}).items()},
     }
@@ -60,6 +64,17 @@ def test_bad_parameters_fail_initialize(exported_repository, name, params, messa
 def test_acoustic_requires_a_batching_config(exported_repository):
     with pytest.raises(ModelConfigError, match="max_batch_size must be >= 16"):
         load_model(exported_repository, "acoustic", max_batch_size=4)
+
+
+@pytest.mark.parametrize("name", ["phonemizer", "acoustic", "vocoder"])
+def test_an_input_renamed_in_config_pbtxt_fails_the_load(exported_repository, tmp_path, name):
+    # Read as absent, a renamed optional input would silently give every request its default.
+    repo = tmp_path / "repo"
+    shutil.copytree(exported_repository / name, repo / name)
+    config = repo / name / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "voice"', 'name: "speaker"'))
+    with pytest.raises(ModelConfigError, match=r"missing \['voice'\], unknown \['speaker'\]"):
+        load_model(repo, name)
 
 
 def test_missing_model_file_says_to_export(exported_repository, tmp_path):

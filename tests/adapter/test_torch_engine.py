@@ -6,14 +6,15 @@ import numpy as np
 import pytest
 import torch
 
+from export.torch_weights import onnx_weights
 from tests import fake_pb_utils as pb
 from tests.adapter.test_model_adapters import load_model, text_request
+from tts_serving.engines.models import Vocoder, load_acoustic, load_vocoder, model_file
+from tts_serving.engines.torch_engine import TorchOptions, TorchVocoderNet
+from tts_serving.engines.torch_vits import Decoder
+from tts_serving.engines.torch_weights import WEIGHTS_FILE, fill
 from tts_serving.errors import ModelConfigError
-from tts_serving.inference import Vocoder, load_acoustic, load_vocoder, model_file
 from tts_serving.settings import EngineSettings
-from tts_serving.torch_engine import TorchOptions, TorchVocoderNet
-from tts_serving.torch_vits import Decoder
-from tts_serving.torch_weights import WEIGHTS_FILE, fill, onnx_weights
 from tts_tools.texts import SENTENCES
 
 ORT = EngineSettings(max_padded_length=0)
@@ -143,7 +144,7 @@ def test_cuda_asked_for_without_cuda_is_a_config_error():
 
 
 def test_numpy_2_is_refused_at_initialize():
-    from tts_serving.triton_adapter import check_numpy
+    from tts_serving.triton.adapter import check_numpy
 
     check_numpy("1.26.4")
     with pytest.raises(ModelConfigError, match="returns every output empty"):

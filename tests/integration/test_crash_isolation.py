@@ -30,7 +30,7 @@ MODELS = ["phonemizer", "tts_stream"]
 
 
 def workers(stub_pids: set[int]) -> set[int]:
-    """The espeak-ng worker processes (tts_serving.isolation) of these stubs."""
+    """The espeak-ng worker processes (tts_serving.text.isolation) of these stubs."""
     found = set()
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
@@ -39,7 +39,7 @@ def workers(stub_pids: set[int]) -> set[int]:
                 cmdline = (proc / "cmdline").read_bytes()
             except (OSError, IndexError):
                 continue
-            if ppid in stub_pids and b"tts_serving.isolation" in cmdline:
+            if ppid in stub_pids and b"tts_serving.text.isolation" in cmdline:
                 found.add(int(proc.name))
     return found
 

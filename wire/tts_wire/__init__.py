@@ -18,6 +18,9 @@ NORMALIZE = "normalize"
 VOICE = "voice"
 AUDIO = "audio"
 CHUNK_TEXT = "chunk_text"
+# Between the stages of the tts ensemble.
+PHONEME_IDS = "phoneme_ids"
+LATENT = "latent"
 
 # The speed factor's range (1.0 = the voice's natural pace).
 MIN_SPEED = 0.25

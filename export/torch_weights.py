@@ -1,8 +1,7 @@
-"""Weights for the torch engine: read from the voice's ONNX initializers, saved as safetensors.
+"""The torch engine's weights, converted from the voice's ONNX initializers (export only).
 
-``python -m export`` writes ``weights.safetensors`` beside each ``model.onnx``; the torch engine
-loads it at ``initialize``. Conversion is strict both ways: every weight tensor of the graph
-must land in a module parameter of the same shape, and every parameter must be filled.
+Every weight tensor of the graph must land in a module parameter of the same shape, and every
+parameter must be filled (``fill`` proves it before anything is written).
 """
 
 from __future__ import annotations
@@ -10,13 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import save_file
 
-from .errors import ModelConfigError
-from .torch_vits import Acoustic, Decoder
-
-WEIGHTS_FILE = "weights.safetensors"
+from tts_serving.engines.torch_vits import Acoustic, Decoder
+from tts_serving.engines.torch_weights import WEIGHTS_FILE, fill
+from tts_serving.errors import ModelConfigError
 
 # Folded constants that stand for a parameter: ONNX keeps exp(-logs), the module keeps logs.
 _DERIVED = {"/dp/flows.0/Exp_output_0": ("dp.flows.0.logs", lambda v: -np.log(v))}
@@ -75,33 +72,3 @@ def convert(acoustic_onnx: str | Path, vocoder_onnx: str | Path) -> list[Path]:
         save_file(weights, str(target))
         written.append(target)
     return written
-
-
-def fill(module: torch.nn.Module, weights: dict[str, np.ndarray], source: str) -> None:
-    """Copy ``weights`` into ``module``'s parameters: every one used, every parameter filled."""
-    params = dict(module.named_parameters())
-    unused = sorted(set(weights) - set(params))
-    missing = sorted(set(params) - set(weights))
-    if unused or missing:
-        raise ModelConfigError(
-            f"{source}: weights do not match the torch modules "
-            f"(unused: {unused[:5]}{'...' if len(unused) > 5 else ''}; "
-            f"missing: {missing[:5]}{'...' if len(missing) > 5 else ''})"
-        )
-    with torch.no_grad():
-        for name, param in params.items():
-            value = torch.from_numpy(np.array(weights[name], dtype=np.float32))
-            if value.shape != param.shape:
-                raise ModelConfigError(
-                    f"{source}: {name} has shape {tuple(value.shape)}, "
-                    f"the module expects {tuple(param.shape)}"
-                )
-            param.copy_(value)
-
-
-def load(module: torch.nn.Module, path: str | Path) -> torch.nn.Module:
-    """``module`` filled from a weights file written by ``convert``."""
-    if not Path(path).exists():
-        raise ModelConfigError(f"{path} is missing: run `make export` (the torch engine needs it)")
-    fill(module, load_file(str(path)), str(path))
-    return module.eval()

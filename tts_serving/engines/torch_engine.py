@@ -1,7 +1,7 @@
 """The torch engine: the voice's modules on CPU or CUDA, optionally in CUDA graphs.
 
 ``TorchAcousticNet`` and ``TorchVocoderNet`` have the same call shape as the ONNX Runtime nets
-in ``inference.py`` (padded numpy batch in, padded numpy batch out), so the sort/pad/trim
+in ``onnx.py`` (padded numpy batch in, padded numpy batch out), so the sort/pad/trim
 batching around them is shared. On CUDA the length-scaled work (the flow and the vocoder) runs
 in ``dtype`` (float16 by default) and, when buckets are configured, as CUDA graphs captured
 at start for a grid of (batch, frames) shapes; a batch is padded up to the smallest bucket
@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import ModelConfigError
-from .torch_vits import Acoustic, Decoder
-from .torch_weights import load
+from tts_serving.engines.torch_vits import Acoustic, Decoder
+from tts_serving.engines.torch_weights import load
+
+from ..errors import ModelConfigError
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

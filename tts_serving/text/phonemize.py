@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 import unicodedata
 from pathlib import Path
@@ -11,53 +10,15 @@ from pathlib import Path
 from piper import PiperVoice
 from piper.config import PhonemeType, PiperConfig
 
-from tts_wire import TEXT_TOO_LONG, speed_error
+from tts_wire import TEXT_TOO_LONG
 
-from .errors import InvalidInputError, ModelConfigError
+from ..errors import InvalidInputError, ModelConfigError
 
 
 def load_voice_config(path: str | Path) -> PiperConfig:
     """Read a Piper ``.onnx.json`` voice config."""
     with open(path, encoding="utf-8") as f:
         return PiperConfig.from_dict(json.load(f))
-
-
-def decode_text(raw: bytes | str) -> str:
-    """UTF-8 bytes from a TYPE_STRING tensor to clean text, or InvalidInputError."""
-    if isinstance(raw, bytes):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise InvalidInputError(
-                f"text is not valid UTF-8 (bad byte at offset {e.start}); send UTF-8 encoded text"
-            ) from None
-    else:
-        text = raw
-    # Control characters (other than whitespace) are unspeakable and confuse espeak-ng.
-    text = "".join(
-        " " if unicodedata.category(c) == "Cc" else c for c in unicodedata.normalize("NFC", text)
-    )
-    text = " ".join(text.split())
-    if not text:
-        raise InvalidInputError("text is empty or only whitespace; send at least one word")
-    return text
-
-
-def validate_speed(speed: float) -> float:
-    """Speed factor (1.0 = the voice's natural pace) within [MIN_SPEED, MAX_SPEED]."""
-    speed = float(speed)
-    problem = speed_error(speed)
-    if problem:
-        raise InvalidInputError(problem)
-    return speed
-
-
-def validate_noise(name: str, value: float) -> float:
-    """Noise scales are >= 0 and finite; 0 makes synthesis deterministic."""
-    value = float(value)
-    if not math.isfinite(value) or value < 0 or value > 2:
-        raise InvalidInputError(f"{name} must be between 0 and 2, got {value}")
-    return value
 
 
 # espeak-ng 1.52 (in piper-tts 1.8.0) segfaults on long runs of spelled letters or symbols,
@@ -73,7 +34,7 @@ def validate_noise(name: str, value: float) -> float:
 # - the rest goes to espeak-ng in pieces of at most MAX_PIECE_WORDS words, cut after the last
 #   punctuation mark in a piece where there is one.
 # Normal sentences are untouched. A text that still crashes espeak-ng costs only its own
-# request (tts_serving/isolation.py).
+# request (tts_serving/text/isolation.py).
 MAX_SPELLED_RUN = 16
 SPELLED_PIECE = 8
 MAX_WORD_CHARACTERS = 40
@@ -225,24 +186,3 @@ class Phonemizer:
                 "split it into shorter requests or use the streaming model"
             )
         return ids
-
-
-def check_encoded_size(raw: bytes | str, limit: int) -> bytes | str:
-    """Refuse text whose UTF-8 size alone proves it is over ``limit`` characters (4 bytes per
-    character at most), before it is decoded or copied: a 50 MB body costs nothing."""
-    if isinstance(raw, bytes) and len(raw) > 4 * limit:
-        raise InvalidInputError(
-            f"{TEXT_TOO_LONG}: {len(raw)} bytes, the limit is {limit} characters; "
-            "split it into shorter requests or use the streaming model"
-        )
-    return raw
-
-
-def check_characters(text: str, limit: int) -> str:
-    """Refuse text over ``limit`` characters before any work is done on it."""
-    if len(text) > limit:
-        raise InvalidInputError(
-            f"{TEXT_TOO_LONG}: {len(text)} characters, the limit is {limit}; "
-            "split it into shorter requests or use the streaming model"
-        )
-    return text

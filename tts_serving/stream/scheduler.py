@@ -22,7 +22,7 @@ from typing import Generic, TypeVar
 
 from tts_wire import CANCELLED, INTERNAL, INVALID_ARGUMENT
 
-from .errors import InvalidInputError
+from ..errors import InvalidInputError
 
 C = TypeVar("C")  # a planned chunk
 A = TypeVar("A")  # its audio

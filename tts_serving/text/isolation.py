@@ -9,7 +9,7 @@ once more on the fresh worker (a death can have other causes, such as the OOM ki
 that kills that one too is the text's fault: it is refused with ``PhonemizerCrashError``
 (``INVALID_ARG``), remembered, and refused at once if sent again. Every other request is served.
 
-Run as ``python -m tts_serving.isolation CONFIG_JSON`` this module is the worker itself.
+Run as ``python -m tts_serving.text.isolation CONFIG_JSON`` this module is the worker itself.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from pathlib import Path
 
 from piper.config import PiperConfig
 
-from .errors import InvalidInputError, ModelConfigError, PhonemizerCrashError
-from .voice import Phonemizer, load_voice_config, speaks_english
-from .voices import VoiceFiles, VoiceTable
+from tts_serving.text.phonemize import Phonemizer, load_voice_config, speaks_english
+
+from ..errors import InvalidInputError, ModelConfigError, PhonemizerCrashError
+from ..voices import VoiceFiles, VoiceTable
 
 WARM_UP_TEXT = "Warm up."
 # A worker imports piper and loads espeak-ng data in about a second; allow for a busy machine.

@@ -4,7 +4,7 @@ Written from the VITS architecture (Kim et al., 2021) and the hyper-parameters r
 exported voice's ONNX graph: a relative-position transformer text encoder, the stochastic
 duration predictor run in reverse, length regulation, the residual-coupling flow in reverse and
 a HiFi-GAN generator with type-2 residual blocks. Parameter names equal the ONNX initializer
-names (``enc_p.*``, ``dp.*``, ``flow.*``, ``dec.*``), so ``tts_serving/torch_weights.py`` fills them
+names (``enc_p.*``, ``dp.*``, ``flow.*``, ``dec.*``), so ``export/torch_weights.py`` fills them
 from the voice itself.
 
 Both halves match the ONNX split the repository serves: ``Acoustic`` maps padded phoneme ids,

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import InvalidInputError, PhonemizerCrashError
-from .settings import StreamSettings
-from .text import normalize as normalize_english, split_text
-from .text.split import Chunk
-from .voice import Phonemizer
+from tts_serving.text.phonemize import Phonemizer
+
+from ..errors import InvalidInputError, PhonemizerCrashError
+from ..settings import StreamSettings
+from ..text import normalize as normalize_english, split_text
+from ..text.split import Chunk
 
 # Raw text is normalized in blocks of about this many characters, cut at whitespace.
 BLOCK_CHARACTERS = 2000

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -16,12 +16,12 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from tts_serving.stream.scheduler import StageError
+from tts_serving.triton.model_config import config_parameters, parse_settings
 from tts_wire import UNAVAILABLE, VOICE
 
-from .config import config_parameters, parse_settings
-from .errors import InvalidInputError, ModelConfigError
-from .scheduler import StageError
-from .voices import VoiceFiles, decode_voice, discover, exported
+from ..errors import InvalidInputError, ModelConfigError
+from ..voices import VoiceFiles, decode_voice, discover, exported
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -59,11 +59,34 @@ class ModelContext(Generic[S]):
         self.file("voice.json")  # the export's own message when nothing was exported
         return discover(self.version_dir)
 
+    def require_io(self, inputs: Iterable[str], outputs: Iterable[str]) -> None:
+        """The config's inputs and outputs are exactly the tensors this model reads and writes:
+        an input renamed in config.pbtxt fails the load instead of being read as absent (its
+        default silently used)."""
+        for kind, want in (("input", set(inputs)), ("output", set(outputs))):
+            have = {tensor["name"] for tensor in self.config.get(kind, [])}
+            if have != want:
+                raise ModelConfigError(
+                    f"{self.name}: config.pbtxt has {kind}s {sorted(have)}, this model uses "
+                    f"{sorted(want)} (missing {sorted(want - have)}, unknown {sorted(have - want)})"
+                )
+
     def require_max_batch_size(self, minimum: int) -> int:
         mbs = int(self.config.get("max_batch_size", 0))
         if mbs < minimum:
             raise ModelConfigError(f"{self.name}: max_batch_size must be >= {minimum}, got {mbs}")
         return mbs
+
+
+def check_normalizer(voices, normalize_text: bool) -> None:
+    """Refuse ``normalize_text: true`` when a voice is not English (the normalizer is English)."""
+    for name, phonemizer in voices:
+        if normalize_text and not phonemizer.is_english:
+            raise ModelConfigError(
+                f"normalize_text is true but voice {name!r} speaks "
+                f"{phonemizer.config.espeak_voice!r}: the text normalizer is English only; "
+                "set it to false"
+            )
 
 
 def check_numpy(version: str = np.__version__) -> None:

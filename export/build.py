@@ -1,0 +1,271 @@
+"""The export as a library: Piper voices -> model_repository/ files, verified, with a manifest.
+
+``python -m export`` (``export/__main__.py``) is its command line; ``export(specs, repository)``
+does the work. Writes acoustic/1/model.onnx, vocoder/1/model.onnx and voice.json beside each
+model that needs the voice's settings, then proves the split pipeline equals the whole source
+model. With several voices the first is laid out as above and each other under
+``<model>/1/voices/<name>/``, with ``voices.json`` listing them; a voice that is the same network
+with other defaults shares the first one's graph files. A manifest records what was exported
+from what, so a second run with the same inputs returns at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+
+from export.torch_weights import convert
+from tts_serving.engines.loudness import LOUDNESS_FILE, VoiceLoudness
+from tts_serving.engines.torch_weights import WEIGHTS_FILE
+from tts_serving.settings import load_settings
+from tts_serving.text.phonemize import load_voice_config
+from tts_serving.voices import FOLDER, INDEX, check_name
+
+from .graph import make_scales_per_item, split
+from .verify import verify
+
+log = logging.getLogger("export")
+
+EXPORT_FORMAT = 4  # bump when the graph surgery or the layout changes, so old exports are redone
+MANIFEST = ".export-manifest.json"
+VOICE_JSON_MODELS = ("phonemizer", "acoustic", "vocoder", "tts_stream")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+INFERENCE_KEYS = ("noise_scale", "length_scale", "noise_w")
+
+
+@dataclass(frozen=True)
+class VoiceSpec:
+    """One voice to export: its name, Piper files and overrides of its inference defaults."""
+
+    name: str
+    model: Path
+    config: Path
+    inference: dict[str, float] = field(default_factory=dict)
+
+    def voice_json(self) -> dict:
+        data = json.loads(self.config.read_text(encoding="utf-8"))
+        data["inference"] = {**data.get("inference", {}), **self.inference}
+        return data
+
+
+def default_name(config: Path) -> str:
+    """A Piper voice's dataset name ("joe" for en_US-joe-medium)."""
+    return str(json.loads(config.read_text(encoding="utf-8")).get("dataset") or "default")
+
+
+def load_specs(path: Path, default_model: Path) -> list[VoiceSpec]:
+    """``[{"name": "joe"}, {"name": "joe_slow", "length_scale": 1.3}, {"name": "amy",
+    "model": "/voices/en_US-amy-medium.onnx"}]``; ``model`` defaults to the bundled voice and
+    ``config`` to MODEL.json."""
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise SystemExit(f"cannot read voices file {path}: {e}") from None
+    if not isinstance(entries, list) or not entries:
+        raise SystemExit(f"{path}: expected a non-empty JSON list of voices")
+    specs = []
+    for entry in entries:
+        unknown = set(entry) - {"name", "model", "config", *INFERENCE_KEYS}
+        if unknown:
+            raise SystemExit(
+                f"{path}: voice {entry.get('name')!r}: unknown key(s) {sorted(unknown)}"
+            )
+        model = Path(entry.get("model") or default_model)
+        config = Path(entry.get("config") or f"{model}.json")
+        for file in (model, config):
+            if not file.exists():
+                raise SystemExit(f"{path}: voice {entry.get('name')!r}: {file} does not exist")
+        try:
+            name = check_name(str(entry.get("name") or default_name(config)))
+        except ValueError as e:
+            raise SystemExit(f"{path}: {e}") from None
+        inference = {k: float(entry[k]) for k in INFERENCE_KEYS if k in entry}
+        specs.append(VoiceSpec(name, model, config, inference))
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise SystemExit(f"{path}: voice names must be distinct, got {names}")
+    return specs
+
+
+def _folder(repo: Path, model: str, specs: list[VoiceSpec], spec: VoiceSpec) -> Path:
+    base = repo / model / "1"
+    return base if spec is specs[0] else base / FOLDER / spec.name
+
+
+def _own_graph(specs: list[VoiceSpec], spec: VoiceSpec) -> bool:
+    """Whether ``spec`` needs its own graph files (a network other than the first voice's)."""
+    return spec is specs[0] or spec.model.resolve() != specs[0].model.resolve()
+
+
+def _outputs(repo: Path, specs: list[VoiceSpec]) -> list[Path]:
+    files = []
+    for spec in specs:
+        if _own_graph(specs, spec):
+            files += [
+                _folder(repo, "acoustic", specs, spec) / "model.onnx",
+                _folder(repo, "acoustic", specs, spec) / WEIGHTS_FILE,
+                _folder(repo, "vocoder", specs, spec) / "model.onnx",
+                _folder(repo, "vocoder", specs, spec) / WEIGHTS_FILE,
+                _folder(repo, "vocoder", specs, spec) / LOUDNESS_FILE,
+            ]
+        files += [_folder(repo, m, specs, spec) / "voice.json" for m in VOICE_JSON_MODELS]
+    return files + [repo / m / "1" / INDEX for m in VOICE_JSON_MODELS]
+
+
+def _manifest(specs: list[VoiceSpec], repo: Path) -> dict:
+    return {
+        "format": EXPORT_FORMAT,
+        "voices": [
+            {
+                "name": s.name,
+                "onnx": _sha256(s.model),
+                "config": _sha256(s.config),
+                "inference": s.inference,
+            }
+            for s in specs
+        ],
+        "outputs": {
+            str(p.relative_to(repo)): _sha256(p) for p in _outputs(repo, specs) if p.exists()
+        },
+    }
+
+
+def check_config_parameters(repo: Path, sample_rate: int, hop_length: int) -> None:
+    """The sample rate clients read from config.pbtxt must be the voice's own."""
+    for model, key, want in (
+        ("tts", "sample_rate", sample_rate),
+        ("vocoder", "sample_rate", sample_rate),
+        ("vocoder", "hop_length", hop_length),
+    ):
+        value = getattr(load_settings(repo, model), key)
+        if value != want:
+            raise SystemExit(
+                f"{model}/config.pbtxt parameter {key} is {value}, "
+                f"the voice has {want}: fix the config"
+            )
+
+
+def export_graphs(source: Path, config: Path, acoustic_dir: Path, vocoder_dir: Path) -> None:
+    """Split ``source``, prove the halves equal it, write them and the voice's loudness."""
+    voice = load_voice_config(config)
+    t0 = time.perf_counter()
+    log.info("loading %s (%.0f MB)", source, source.stat().st_size / 1e6)
+    model = onnx.load(str(source))
+    make_scales_per_item(model)
+    acoustic, vocoder = split(model)
+    log.info(
+        "split into acoustic + vocoder with per-item scales in %.1f s", time.perf_counter() - t0
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        # Each half in its own folder, as in the repository: its weights file lies beside it.
+        a_path, v_path = Path(tmp) / "acoustic" / "model.onnx", Path(tmp) / "vocoder" / "model.onnx"
+        a_path.parent.mkdir()
+        v_path.parent.mkdir()
+        onnx.save(acoustic, str(a_path))
+        onnx.save(vocoder, str(v_path))
+        convert(a_path, v_path)  # weights.safetensors beside each, for the torch engine
+        log.info("verifying against the whole source model (about 30 s on 2 cores)")
+        result = verify(source, a_path, v_path, voice)
+        if not result.ok:
+            raise SystemExit(f"split model differs from the source model: {result}")
+        loudness = VoiceLoudness.measure(result.audio)
+        log.info(
+            "voice loudness: median %.1f dBFS RMS, peak %.2f -> gain %.3f",
+            loudness.rms_dbfs,
+            loudness.peak,
+            loudness.gain,
+        )
+        vocoder_dir.mkdir(parents=True, exist_ok=True)
+        acoustic_dir.mkdir(parents=True, exist_ok=True)
+        loudness.write(vocoder_dir / LOUDNESS_FILE)
+        for path, folder in ((a_path, acoustic_dir), (v_path, vocoder_dir)):
+            shutil.move(str(path), folder / "model.onnx")
+            shutil.move(str(path.with_name(WEIGHTS_FILE)), folder / WEIGHTS_FILE)
+
+
+def export(
+    specs: list[VoiceSpec], repo: Path, force: bool = False, voices_file: Path | None = None
+) -> bool:
+    """Export if needed; returns True when files were (re)written. ``voices_file`` (the
+    ``--voices`` list they came from) is recorded, so a later plain export keeps them."""
+    for spec in specs:
+        voice = load_voice_config(spec.config)
+        try:
+            check_config_parameters(repo, voice.sample_rate, voice.hop_length)
+        except SystemExit as e:
+            raise SystemExit(f"voice {spec.name!r}: {e}") from None
+    manifest_path = repo / MANIFEST
+    if not force and manifest_path.exists():
+        recorded = json.loads(manifest_path.read_text())
+        recorded.pop("voices_file", None)
+        if recorded == _manifest(specs, repo) and len(recorded["outputs"]) == len(
+            _outputs(repo, specs)
+        ):
+            log.info("model files are up to date (use --force to redo)")
+            return False
+
+    t0 = time.perf_counter()
+    for model in VOICE_JSON_MODELS:  # voices from an earlier export must not linger
+        shutil.rmtree(repo / model / "1" / FOLDER, ignore_errors=True)
+    for spec in specs:
+        if _own_graph(specs, spec):
+            export_graphs(
+                spec.model,
+                spec.config,
+                _folder(repo, "acoustic", specs, spec),
+                _folder(repo, "vocoder", specs, spec),
+            )
+        for model in VOICE_JSON_MODELS:
+            folder = _folder(repo, model, specs, spec)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "voice.json").write_text(json.dumps(spec.voice_json(), indent=2) + "\n")
+    for model in VOICE_JSON_MODELS:
+        index = {"voices": [s.name for s in specs]}
+        (repo / model / "1" / INDEX).write_text(json.dumps(index) + "\n")
+    manifest = _manifest(specs, repo)
+    if voices_file is not None:
+        manifest["voices_file"] = str(Path(voices_file).resolve())
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    log.info(
+        "exported voices %s into %s in %.1f s",
+        ", ".join(s.name for s in specs),
+        repo,
+        time.perf_counter() - t0,
+    )
+    return True
+
+
+def last_voices_file(repo: Path) -> Path | None:
+    """The --voices list of the last export, when it is still there."""
+    try:
+        recorded = json.loads((repo / MANIFEST).read_text()).get("voices_file")
+    except (OSError, ValueError):
+        return None
+    if not recorded:
+        return None
+    if not Path(recorded).exists():
+        log.warning("the last export's voices file %s is gone: exporting one voice", recorded)
+        return None
+    log.info(
+        "keeping the voices of %s (the last export's); --voices FILE or --single-voice changes "
+        "that",
+        recorded,
+    )
+    return Path(recorded)

@@ -1,0 +1,116 @@
+"""Batched inference for the acoustic and vocoder halves of a VITS voice.
+
+Both halves take ragged items, sort them by length, pad each bucket into one call of the
+engine (ONNX Runtime in ``onnx.py``, torch in ``torch_engine.py``) and cut every result back to
+the item's own length. A bucket that runs out of accelerator memory is retried in halves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from tts_serving.engines.batching import halve_on_error, pad_stack, run_in_buckets, split_by_lengths
+
+from ..settings import EngineSettings
+from .onnx import OrtAcousticNet, OrtVocoderNet, create_session
+
+
+def model_file(options: EngineSettings) -> str:
+    """The file of a voice half the configured engine loads (both are written by export)."""
+    if options.engine == "torch":
+        from tts_serving.engines.torch_weights import WEIGHTS_FILE
+
+        return WEIGHTS_FILE
+    return "model.onnx"
+
+
+def torch_options(options: EngineSettings, device_id: int = 0, graph_budget: int = 0):
+    from tts_serving.engines.torch_engine import TorchOptions
+
+    return TorchOptions(
+        device=options.device,
+        device_id=device_id,
+        dtype=options.dtype,
+        threads=options.intra_op_threads,
+        graph_batches=options.graph_batches,
+        graph_frames=options.graph_frames,
+        graph_budget=graph_budget,
+    )
+
+
+def load_acoustic(path: str | Path, options: EngineSettings, device_id: int = 0) -> AcousticModel:
+    """The acoustic half in ``path`` (``model_file(options)`` of a voice) on its engine."""
+    if options.engine == "torch":
+        from tts_serving.engines.torch_engine import TorchAcousticNet
+
+        return AcousticModel(TorchAcousticNet(path, torch_options(options, device_id)), options)
+    return AcousticModel(OrtAcousticNet(create_session(path, options)), options)
+
+
+def load_vocoder(
+    path: str | Path, hop_length: int, options: EngineSettings, device_id: int = 0
+) -> Vocoder:
+    """The vocoder half in ``path`` (``model_file(options)`` of a voice) on its engine."""
+    if options.engine == "torch":
+        from tts_serving.engines.torch_engine import TorchVocoderNet
+
+        # The vocoder's lengths are latent frames, its graphs' frames axis.
+        net = TorchVocoderNet(path, torch_options(options, device_id, options.max_padded_length))
+        return Vocoder(net, hop_length, options)
+    return Vocoder(OrtVocoderNet(create_session(path, options)), hop_length, options)
+
+
+class AcousticModel:
+    """Phoneme ids + per-item scales -> latent frames [192, T_i] per item."""
+
+    def __init__(self, net, options: EngineSettings) -> None:
+        """``net``: an OrtAcousticNet, a TorchAcousticNet, or an ONNX Runtime session."""
+        self.net = OrtAcousticNet(net) if isinstance(net, ort.InferenceSession) else net
+        self.options = options
+
+    def __call__(self, ids: Sequence[np.ndarray], scales: np.ndarray) -> list[np.ndarray]:
+        """``ids``: int64 arrays [L_i]; ``scales``: float32 [B, 3] = (noise, length, noise_w)."""
+        scales = np.asarray(scales, dtype=np.float32).reshape(len(ids), 3)
+        items = [(np.asarray(x, dtype=np.int64), scales[i]) for i, x in enumerate(ids)]
+
+        def run(bucket: list[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
+            padded, lengths = pad_stack([b[0] for b in bucket])
+            latent, frames = self.net(padded, lengths, np.stack([b[1] for b in bucket]))
+            return split_by_lengths(latent, frames)
+
+        def run_halving(bucket: list) -> list[np.ndarray]:
+            return halve_on_error(run, bucket, self.net.is_out_of_memory)
+
+        lengths = [len(x) for x in ids]
+        o = self.options
+        return run_in_buckets(items, lengths, run_halving, o.bucket_max_waste, o.max_padded_length)
+
+
+class Vocoder:
+    """Latent frames [192, T_i] -> audio, exactly T_i * hop_length samples per item."""
+
+    def __init__(self, net, hop_length: int, options: EngineSettings) -> None:
+        """``net``: an OrtVocoderNet, a TorchVocoderNet, or an ONNX Runtime session."""
+        self.net = OrtVocoderNet(net) if isinstance(net, ort.InferenceSession) else net
+        self.hop_length = hop_length
+        self.options = options
+
+    def __call__(self, latents: Sequence[np.ndarray]) -> list[np.ndarray]:
+        def run(bucket: list[np.ndarray]) -> list[np.ndarray]:
+            padded, frames = pad_stack(bucket, axis=-1)
+            audio = self.net(padded)
+            # Past an item's own frames a padded batch holds a non-silent tail: cut it off.
+            return split_by_lengths(audio, frames * self.hop_length)
+
+        def run_halving(bucket: list) -> list[np.ndarray]:
+            return halve_on_error(run, bucket, self.net.is_out_of_memory)
+
+        lengths = [lat.shape[-1] for lat in latents]
+        o = self.options
+        return run_in_buckets(
+            list(latents), lengths, run_halving, o.bucket_max_waste, o.max_padded_length
+        )

@@ -1,0 +1,82 @@
+"""ONNX Runtime, the default engine: sessions and one padded-batch call per half."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from ..errors import ModelConfigError
+from ..settings import EngineSettings
+
+# Tensor names inside the exported ONNX files (see export/).
+ACOUSTIC_INPUTS = ("phoneme_ids", "phoneme_lengths", "scales")
+ACOUSTIC_OUTPUTS = ("latent", "num_frames")
+VOCODER_INPUT = "latent"
+VOCODER_OUTPUT = "audio"
+LATENT_CHANNELS = 192
+
+_OPT_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+def providers(options: EngineSettings) -> list[str]:
+    """ONNX Runtime execution providers for ``options.device``."""
+    available = ort.get_available_providers()
+    if options.device == "cuda" and "CUDAExecutionProvider" not in available:
+        raise ModelConfigError("device=cuda but ONNX Runtime has no CUDAExecutionProvider")
+    if options.device != "cpu" and "CUDAExecutionProvider" in available:
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+def create_session(path: str | Path, options: EngineSettings) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = options.intra_op_threads
+    so.inter_op_num_threads = options.inter_op_threads
+    so.graph_optimization_level = _OPT_LEVELS[options.graph_optimization]
+    so.add_session_config_entry(
+        "session.intra_op.allow_spinning", "1" if options.allow_spinning else "0"
+    )
+    so.add_session_config_entry(
+        "session.inter_op.allow_spinning", "1" if options.allow_spinning else "0"
+    )
+    # Sequential execution: the graph is one chain, parallel mode only adds thread hops.
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(str(path), sess_options=so, providers=providers(options))
+
+
+class _OrtNet:
+    def __init__(self, session: ort.InferenceSession) -> None:
+        self.session = session
+        self.description = f"ONNX Runtime {ort.__version__} on {session.get_providers()[0]}"
+
+    @staticmethod
+    def is_out_of_memory(error: BaseException) -> bool:
+        return False  # never split: ONNX Runtime here runs on the CPU or its CUDA arena
+
+
+class OrtAcousticNet(_OrtNet):
+    """One ONNX Runtime call: padded ids [B, L], lengths [B], scales [B, 3] -> latent, frames."""
+
+    def __call__(
+        self, ids: np.ndarray, lengths: np.ndarray, scales: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        latent, frames = self.session.run(
+            list(ACOUSTIC_OUTPUTS),
+            {"phoneme_ids": ids, "phoneme_lengths": lengths, "scales": scales},
+        )
+        return latent, frames.reshape(-1)
+
+
+class OrtVocoderNet(_OrtNet):
+    """One ONNX Runtime call: padded latents [B, 192, T] -> audio [B, T * hop]."""
+
+    def __call__(self, latent: np.ndarray) -> np.ndarray:
+        (audio,) = self.session.run([VOCODER_OUTPUT], {VOCODER_INPUT: latent})
+        return audio.reshape(latent.shape[0], -1)

@@ -1,0 +1,67 @@
+"""The phonemizer stage: UTF-8 text -> (normalized English) -> the chosen voice's phoneme ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from tts_wire import NORMALIZE, PHONEME_IDS, TEXT, VOICE
+
+from ..errors import InvalidInputError
+from ..inputs import check_characters, check_encoded_size, decode_text
+from ..settings import PhonemizerSettings
+from ..text import normalize
+from ..text.isolation import voice_phonemizers
+from .adapter import ModelContext, check_normalizer, execute_batched, flag, single_item, voice_name
+
+
+@dataclass(frozen=True)
+class PhonemizerItem:
+    ids: list[int]
+
+
+class Phonemizer:
+    """``TritonPythonModel`` of ``model_repository/phonemizer`` (its model.py subclasses it)."""
+
+    def initialize(self, args: dict) -> None:
+        self.ctx = ModelContext.from_args(args, PhonemizerSettings)
+        self.ctx.require_io([TEXT, NORMALIZE, VOICE], [PHONEME_IDS])
+        self.ctx.require_max_batch_size(1)
+        self.settings = self.ctx.settings
+        self.logger = pb_utils.Logger
+        self.voices, self.pool = voice_phonemizers(
+            self.ctx.voices(),
+            self.settings.max_phoneme_ids,
+            self.settings.espeak_workers,
+            self.settings.espeak_timeout_s,
+            self.logger.log_warn,
+        )
+        check_normalizer(self.voices, self.settings.normalize_text)
+        self.logger.log_info(
+            f"phonemizer ready: voices {', '.join(self.voices.names)}; {self.settings}"
+        )
+
+    def parse(self, request) -> PhonemizerItem:
+        raw = single_item(request, TEXT).reshape(-1)
+        if raw.size != 1:
+            raise InvalidInputError("text must hold one string per request")
+        _, phonemizer = self.voices.pick(voice_name(request))
+        limit = self.settings.max_characters
+        text = check_characters(decode_text(check_encoded_size(raw[0], limit)), limit)
+        if flag(request, NORMALIZE, self.settings.normalize_text):
+            if not phonemizer.is_english:
+                raise InvalidInputError("normalize=true needs an English voice; send false")
+            text = normalize(text)
+        return PhonemizerItem(phonemizer.ids(text))
+
+    def run(self, items: list[PhonemizerItem]) -> list[list]:
+        return [[pb_utils.Tensor(PHONEME_IDS, np.array([it.ids], dtype=np.int64))] for it in items]
+
+    def execute(self, requests: list) -> list:
+        return execute_batched(requests, self.parse, self.run, self.logger, "phonemizer")
+
+    def finalize(self) -> None:
+        if self.pool is not None:
+            self.pool.close()

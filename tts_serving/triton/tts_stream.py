@@ -1,0 +1,211 @@
+"""The tts_stream model: long text -> ordered audio chunks over a decoupled (streaming) response.
+
+The text is planned into chunks lazily (normalized and phonemized here, once); each chunk's
+ids go to ``acoustic`` and its latent to ``vocoder`` with async BLS calls, so the dynamic
+batchers batch them with every other user's requests. ``tts_serving.stream.scheduler`` keeps
+the order, the in-flight window, cancellation and errors; this module wires it to pb_utils.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from tts_wire import (
+    AUDIO,
+    CANCELLED,
+    CHUNK_TEXT,
+    INTERNAL,
+    INVALID_ARGUMENT,
+    LATENT,
+    NOISE_SCALE,
+    NOISE_W,
+    NORMALIZE,
+    PHONEME_IDS,
+    SPEED,
+    TEXT,
+    UNAVAILABLE,
+    VOICE,
+    stream_error_message,
+)
+
+from ..errors import InvalidInputError, ModelConfigError
+from ..inputs import check_encoded_size, decode_text, validate_noise, validate_speed
+from ..settings import StreamSettings
+from ..stream.plan import PlannedChunk, finish_chunk, plan_chunks
+from ..stream.scheduler import InFlight, StreamResponse, run_stream
+from ..text.isolation import voice_phonemizers
+from ..voices import decode_voice
+from .adapter import ModelContext, check_normalizer, stage_error, stream_option
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+FINALIZE_WAIT_S = 20.0  # inside Triton's default 30 s exit timeout, so unloading ends
+
+
+@dataclass(frozen=True)
+class StreamRequest:
+    """One stream's plan and what every chunk's stage calls carry besides its ids."""
+
+    plan: Iterator[PlannedChunk]
+    voice: pb_utils.Tensor  # both stages take it (acoustic: network, defaults; vocoder: gain)
+    options: list  # speed and the noise scales a client set, as [1, 1] tensors
+
+
+class TtsStream:
+    """``TritonPythonModel`` of ``model_repository/tts_stream`` (its model.py subclasses it)."""
+
+    def initialize(self, args):
+        self.ctx = ModelContext.from_args(args, StreamSettings)
+        self.ctx.require_io(
+            [TEXT, SPEED, NOISE_SCALE, NOISE_W, NORMALIZE, VOICE], [AUDIO, CHUNK_TEXT]
+        )
+        if not pb_utils.using_decoupled_model_transaction_policy(self.ctx.config):
+            raise ModelConfigError("tts_stream needs model_transaction_policy { decoupled: true }")
+        self.settings = self.ctx.settings
+        self.logger = pb_utils.Logger
+        # The stream plans its own chunks within max_phoneme_ids: no limit on one text here.
+        self.voices, self.pool = voice_phonemizers(
+            self.ctx.voices(),
+            1 << 30,
+            self.settings.espeak_workers,
+            self.settings.espeak_timeout_s,
+            self.logger.log_warn,
+        )
+        rates = {p.config.sample_rate for _, p in self.voices}
+        if len(rates) != 1:
+            raise ModelConfigError(f"every voice must share one sample rate, got {sorted(rates)}")
+        self.sample_rate = rates.pop()
+        check_normalizer(self.voices, self.settings.normalize_text)
+        self.in_flight = InFlight()
+        # pb_utils.TritonError exists only once the stub is up, not at import.
+        self.codes = {
+            INVALID_ARGUMENT: pb_utils.TritonError.INVALID_ARG,
+            UNAVAILABLE: pb_utils.TritonError.UNAVAILABLE,
+            CANCELLED: pb_utils.TritonError.CANCELLED,
+            INTERNAL: pb_utils.TritonError.INTERNAL,
+        }
+        self.logger.log_info(
+            f"tts_stream ready: voices {', '.join(self.voices.names)}; {self.settings}"
+        )
+
+    async def execute(self, requests):
+        # Decoupled + async: each stream runs concurrently with the others on the stub's loop.
+        await asyncio.gather(*(self.stream(r) for r in requests))
+        return None
+
+    def parse(self, request) -> StreamRequest:
+        raw = stream_option(request, TEXT, None)
+        if raw is None:
+            raise InvalidInputError("input 'text' is missing")
+        text = decode_text(check_encoded_size(raw, self.settings.max_characters))
+        voice, phonemizer = self.voices.pick(decode_voice(stream_option(request, VOICE, None)))
+        scalars = {SPEED: validate_speed(stream_option(request, SPEED, 1.0))}
+        for name in (NOISE_SCALE, NOISE_W):
+            value = stream_option(request, name, None)
+            if value is not None:  # absent: acoustic uses the voice's default
+                scalars[name] = validate_noise(name, value)
+        normalize = bool(stream_option(request, NORMALIZE, self.settings.normalize_text))
+        if normalize and not phonemizer.is_english:
+            raise InvalidInputError("normalize=true needs an English voice; send false")
+        options = [pb_utils.Tensor(k, np.array([[v]], np.float32)) for k, v in scalars.items()]
+        name = pb_utils.Tensor(VOICE, np.array([[voice.encode()]], dtype=np.object_))
+        return StreamRequest(plan_chunks(text, self.settings, phonemizer, normalize), name, options)
+
+    async def bls(self, model, inputs, output):
+        request = pb_utils.InferenceRequest(
+            model_name=model, requested_output_names=[output], inputs=inputs
+        )
+        response = await request.async_exec()
+        if response.has_error():
+            raise stage_error(model, response.error())
+        return pb_utils.get_output_tensor_by_name(response, output)
+
+    async def synthesize(self, chunk: PlannedChunk, stream: StreamRequest) -> np.ndarray:
+        ids = pb_utils.Tensor(PHONEME_IDS, np.array([chunk.ids], dtype=np.int64))
+        latent = await self.bls("acoustic", [ids, stream.voice, *stream.options], LATENT)
+        audio = await self.bls("vocoder", [latent, stream.voice], AUDIO)
+        return audio.as_numpy().reshape(-1)
+
+    def sender(self, request):
+        response_sender = request.get_response_sender()
+        rate = self.sample_rate
+        closed = False
+
+        def is_closed() -> bool:
+            return closed
+
+        def send(response: StreamResponse):
+            # The final flag travels with the last chunk, so a client sees the end without
+            # asking for an empty final response (a reserved `triton_*` parameter newer
+            # tritonclients refuse to send). An error is followed by a flag-only final: an
+            # error response sent with the final flag crashed Triton 2.51 (segfault in
+            # TRITONBACKEND_ResponseFactoryIsCancelled); a client sees the stream end instead.
+            nonlocal closed
+            if closed:
+                return
+            if response.final:
+                response_sender.send(flags=FINAL)
+                closed = True
+            elif response.error_code is not None:
+                message = stream_error_message(response.error_code, response.error_message)
+                error = pb_utils.TritonError(message, self.codes[response.error_code])
+                response_sender.send(pb_utils.InferenceResponse(error=error))
+            else:
+                chunk = response.chunk
+                pause = chunk.sentence_end and not response.last
+                audio = finish_chunk(response.audio, rate, self.settings, pause)
+                caption = np.array([chunk.text.encode()], dtype=np.object_)
+                response_sender.send(
+                    pb_utils.InferenceResponse(
+                        output_tensors=[
+                            pb_utils.Tensor(AUDIO, audio),
+                            pb_utils.Tensor(CHUNK_TEXT, caption),
+                        ]
+                    ),
+                    flags=FINAL if response.last else 0,
+                )
+                closed = response.last
+
+        return send, is_closed
+
+    async def stream(self, request):
+        send, closed = self.sender(request)
+        if self.in_flight.count >= self.settings.max_streams:
+            # Shed load at once rather than queue a stream behind minutes of others.
+            message = f"{self.settings.max_streams} streams are running; retry later"
+            send(StreamResponse(error_code=UNAVAILABLE, error_message=message))
+            send(StreamResponse(final=True))
+            return
+        with self.in_flight:
+            try:
+                parsed = self.parse(request)
+            except InvalidInputError as e:
+                send(StreamResponse(error_code=INVALID_ARGUMENT, error_message=str(e)))
+                send(StreamResponse(final=True))
+                return
+            outcome = await run_stream(
+                parsed.plan,
+                lambda chunk: self.synthesize(chunk, parsed),
+                send,
+                # Never asked once the final flag went out: the response factory is gone
+                # then, and asking crashed Triton 2.51 (segfault in
+                # TRITONBACKEND_ResponseFactoryIsCancelled).
+                lambda: not closed() and request.is_cancelled(),
+                self.settings.max_in_flight,
+                lambda message: self.logger.log_error(f"tts_stream: {message}"),
+            )
+            if outcome.error_code == CANCELLED:
+                self.logger.log_info(f"tts_stream: cancelled after {outcome.sent} chunks")
+
+    def finalize(self):
+        # Let streams still running finish (as python_backend's decoupled examples do).
+        if not self.in_flight.wait_idle(FINALIZE_WAIT_S):
+            self.logger.log_warn(
+                f"tts_stream: {self.in_flight.count} streams still running at unload"
+            )
+        if self.pool is not None:
+            self.pool.close()

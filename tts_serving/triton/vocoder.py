@@ -1,0 +1,102 @@
+"""The vocoder stage: latent frames [192, T] -> audio, exactly T * hop_length samples per item.
+
+Items are grouped by network (voices that share one run together) and each item gets its own
+voice's loudness gain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from tts_wire import AUDIO, LATENT, VOICE
+
+from ..engines.batching import run_grouped
+from ..engines.loudness import LOUDNESS_FILE, VoiceLoudness, apply_gain, peak_normalize
+from ..engines.models import Vocoder as VocoderModel, load_vocoder, model_file
+from ..engines.onnx import LATENT_CHANNELS
+from ..errors import InvalidInputError, ModelConfigError
+from ..settings import VocoderSettings
+from ..voices import VoiceTable
+from .adapter import ModelContext, execute_batched, output_or_error, single_item, voice_name
+
+# The acoustic model's latents stay within a few units; far larger values are not a latent
+# (3e38 gave all-NaN audio) and are refused before any work.
+MAX_LATENT = 1e4
+
+
+@dataclass(frozen=True)
+class VocoderItem:
+    model: VocoderModel  # the voice's network
+    loudness: VoiceLoudness  # the voice's gain
+    latent: np.ndarray  # float32 [192, T]
+
+
+class Vocoder:
+    """``TritonPythonModel`` of ``model_repository/vocoder`` (its model.py subclasses it)."""
+
+    def initialize(self, args: dict) -> None:
+        self.ctx = ModelContext.from_args(args, VocoderSettings)
+        self.ctx.require_io([LATENT, VOICE], [AUDIO])
+        self.ctx.require_max_batch_size(16)
+        self.settings = self.ctx.settings
+        models: dict = {}  # one session per ONNX file, shared by the voices that use it
+
+        def load(voice):
+            config = voice.config
+            for key, want in (
+                ("sample_rate", config.sample_rate),
+                ("hop_length", config.hop_length),
+            ):
+                if getattr(self.settings, key) != want:
+                    raise ModelConfigError(
+                        f"parameter {key}={getattr(self.settings, key)} but voice "
+                        f"{voice.name!r} has {want} (every voice must share it)"
+                    )
+            path = voice.file(model_file(self.settings))
+            if path not in models:
+                models[path] = load_vocoder(
+                    path, config.hop_length, self.settings, self.ctx.device_id
+                )
+            return models[path], VoiceLoudness.read(voice.file(LOUDNESS_FILE))
+
+        self.voices = VoiceTable(self.ctx.voices(), load)
+        self.logger = pb_utils.Logger
+        engine = next(iter(models.values())).net.description
+        gains = ", ".join(f"{name} {loud.gain}" for name, (_, loud) in self.voices)
+        self.logger.log_info(f"vocoder ready on {engine} with {self.settings}; voice gains {gains}")
+
+    def parse(self, request) -> VocoderItem:
+        _, (model, loudness) = self.voices.pick(voice_name(request))
+        latent = single_item(request, LATENT).astype(np.float32, copy=False)
+        if latent.ndim != 2 or latent.shape[0] != LATENT_CHANNELS:
+            raise InvalidInputError(
+                f"latent must be [{LATENT_CHANNELS}, frames], got {latent.shape}"
+            )
+        if not 1 <= latent.shape[1] <= self.settings.max_frames:
+            raise InvalidInputError(f"latent must have 1..{self.settings.max_frames} frames")
+        if not np.isfinite(latent).all():
+            raise InvalidInputError("latent holds NaN or infinite values")
+        if np.abs(latent).max() > MAX_LATENT:
+            raise InvalidInputError(f"latent values must lie within +-{MAX_LATENT:g}")
+        return VocoderItem(model, loudness, latent)
+
+    def level(self, audio: np.ndarray, loudness: VoiceLoudness) -> np.ndarray:
+        if self.settings.loudness == "peak":
+            return peak_normalize(audio)
+        return apply_gain(audio, loudness.gain)
+
+    def run(self, items: list[VocoderItem]) -> list:
+        audios = run_grouped(
+            [it.model for it in items],
+            lambda model, indices: model([items[i].latent for i in indices]),
+        )
+        return [
+            output_or_error(AUDIO, audio, lambda a, loud=it.loudness: self.level(a, loud))
+            for audio, it in zip(audios, items)
+        ]
+
+    def execute(self, requests: list) -> list:
+        return execute_batched(requests, self.parse, self.run, self.logger, "vocoder")
