@@ -8,7 +8,8 @@ import sys
 
 import uvicorn
 
-from .app import check_voices, create_app, default_backend
+from .app import create_app
+from .service import check_voices, default_backend
 from .settings import parse_args
 
 

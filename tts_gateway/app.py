@@ -7,19 +7,14 @@ validates, routes and encodes.
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import dataclasses
 import hmac
-import json
 import logging
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal
 
-import numpy as np
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
@@ -34,13 +29,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tts_client import protocol
-from tts_client.errors import InvalidInput, TTSError
-from tts_wire import MAX_SPEED, MIN_SPEED
+from tts_wire import MAX_SPEED, MIN_SPEED, SynthesisOptions
 
-from .encoding import FORMATS, Encoder
-from .errors import APIError, bad_request, from_tts_error, timeout
+from .encoding import FORMATS
+from .errors import APIError, bad_request
 from .metrics import Metrics
+from .service import SpeechBackend, SpeechJob, SpeechService, default_backend
 from .settings import MODELS, GatewaySettings, known_model
 
 log = logging.getLogger("tts_gateway")
@@ -91,26 +85,6 @@ class SpeechRequest(BaseModel):
 _OPTIONAL = {"speed", "response_format", "stream_format", "instructions"}
 
 
-class SpeechBackend(Protocol):
-    """What the gateway needs of Triton; :class:`tts_client.AsyncTTSClient` is one."""
-
-    async def sample_rate(self) -> int: ...
-    async def synthesize(self, text: str, speed: float, noise_scale, noise_w, *, voice): ...
-    def stream(self, text: str, speed: float, noise_scale, noise_w, *, voice) -> AsyncIterator: ...
-    async def is_ready(self) -> bool: ...
-    async def close(self) -> None: ...
-
-
-def default_backend(settings: GatewaySettings) -> SpeechBackend:
-    from tts_client import AsyncTTSClient
-
-    # No retries here: an overloaded Triton is answered with 503 + Retry-After at once, and the
-    # caller (the openai SDK retries 429/503) decides. The client's own timeout is a backstop.
-    return AsyncTTSClient(
-        settings.triton_url, timeout=settings.request_timeout_s + 5, retry=protocol.NO_RETRY
-    )
-
-
 def _validation_error(exc: RequestValidationError) -> APIError:
     """The first problem, naming the field, in words a user can act on."""
     error = exc.errors()[0]
@@ -129,75 +103,6 @@ def _validation_error(exc: RequestValidationError) -> APIError:
     elif param:
         message = f"{param}: {message}"
     return bad_request(message, param=param, code=kind or None)
-
-
-class DrainCut(Exception):
-    """The gateway is stopping and its drain time ran out with this stream still running."""
-
-
-class Drain:
-    """When the gateway began to stop (SIGTERM), so streams can end cleanly at its limit."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.cut_at: float | None = None  # on the event loop's clock
-        self.started = asyncio.Event()
-
-    def begin(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Called from the signal handler (tts_gateway.__main__); thread-safe."""
-        if self.cut_at is None:
-            self.cut_at = loop.time() + self.seconds
-            loop.call_soon_threadsafe(self.started.set)
-
-
-async def next_chunk(chunks: AsyncIterator, deadline: float, drain: Drain):
-    """The next chunk, or TimeoutError at ``deadline``, or DrainCut when the drain runs out;
-    StopAsyncIteration at the end."""
-    loop = asyncio.get_running_loop()
-    step = asyncio.ensure_future(anext(chunks))
-    try:
-        while True:
-            cut = drain.cut_at
-            limit = deadline if cut is None else min(deadline, cut)
-            waits: set[asyncio.Future] = {step}
-            if cut is None:  # wake up when a drain begins, to honour its limit
-                waits.add(asyncio.ensure_future(drain.started.wait()))
-            done, pending = await asyncio.wait(
-                waits, timeout=max(0.0, limit - loop.time()), return_when=asyncio.FIRST_COMPLETED
-            )
-            for future in pending - {step}:
-                future.cancel()
-            if step in done:
-                return step.result()
-            if loop.time() >= limit:
-                raise DrainCut() if cut is not None and limit == cut else asyncio.TimeoutError()
-    finally:
-        if not step.done():
-            step.cancel()
-            await asyncio.gather(step, return_exceptions=True)
-
-
-class _Slots:
-    """Admission control: at most ``limit`` speech requests in this process."""
-
-    def __init__(self, limit: int, metrics: Metrics) -> None:
-        self.limit = limit
-        self.used = 0
-        self.metrics = metrics
-
-    def take(self) -> Callable[[], None]:
-        self.used += 1
-        self.metrics.in_flight.inc()
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self.used -= 1
-                self.metrics.in_flight.dec()
-
-        return release
 
 
 class BodyLimit:
@@ -251,24 +156,6 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
-async def check_voices(backend: SpeechBackend, voices) -> None:
-    """Refuse to start on a voice Triton does not serve (one short request per Triton voice),
-    rather than answer every request for it with an error. Triton not reachable yet: a warning,
-    and /ready says so."""
-    for name in sorted({v.model_voice for v in voices if v.model_voice}):
-        users = ", ".join(v.id for v in voices if v.model_voice == name)
-        try:
-            await backend.synthesize("Ready.", 1.0, None, None, voice=name)
-        except InvalidInput as e:
-            raise SystemExit(
-                f"gateway: voice(s) {users} speak with Triton voice {name!r}, which the server "
-                f"does not serve ({e}); export it (make serve VOICES=...) or fix --voices-file"
-            ) from None
-        except TTSError as e:
-            log.warning("gateway: could not check voice %r with Triton: %s", name, e)
-            return
-
-
 class Access:
     """On /v1/: the API key when one is configured (``Authorization: Bearer``, compared in
     constant time; 401), and JSON for a POST body (415 naming the header, instead of a
@@ -314,16 +201,14 @@ def create_app(
     backend_factory: Callable[[GatewaySettings], SpeechBackend] = default_backend,
 ) -> FastAPI:
     metrics = Metrics()
-    slots = _Slots(settings.max_concurrent_requests, metrics)
+    service = SpeechService(settings, metrics, backend_factory)
     pcm = dataclasses.replace(FORMATS["pcm"], sample_rate=settings.pcm_sample_rate or None)
     formats = {**FORMATS, "pcm": pcm}
     voice_names = settings.voice_names()
-    state: dict[str, SpeechBackend] = {}
-    drain = Drain(settings.drain_s)
 
     @asynccontextmanager
     async def lifespan(_app):
-        state["backend"] = backend_factory(settings)
+        await service.start()
         log.info(
             "gateway: Triton at %s; voices %s; up to %d characters, %d requests in flight",
             settings.triton_url,
@@ -334,7 +219,7 @@ def create_app(
         try:
             yield
         finally:
-            await state.pop("backend").close()
+            await service.close()
 
     app = FastAPI(
         title="TTS gateway",
@@ -346,7 +231,8 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    app.state.drain = drain
+    app.state.drain = service.drain  # started by tts_gateway.__main__ on SIGTERM
+    app.state.speech = service
 
     @app.exception_handler(APIError)
     async def _api_error(_request, exc: APIError):
@@ -388,7 +274,7 @@ def create_app(
     @app.get("/ready")
     async def ready():
         """Ready: Triton's ``tts`` and ``tts_stream`` are ready."""
-        ok = await state["backend"].is_ready()
+        ok = await service.backend.is_ready()
         return JSONResponse(
             {"status": "ready" if ok else "not ready"}, status_code=200 if ok else 503
         )
@@ -430,13 +316,10 @@ def create_app(
         responses={200: {"content": {f.media_type: {} for f in FORMATS.values()}}},
     )
     async def speech(request: SpeechRequest):
-        started = time.perf_counter()
         fmt = formats[request.response_format]
-        label = request.response_format
 
         def refuse(error: APIError) -> APIError:
-            metrics.requests.labels(str(error.status), label).inc()
-            return error
+            return service.refused(error, fmt.name)
 
         if not known_model(request.model):
             raise refuse(
@@ -469,107 +352,24 @@ def create_app(
                     code="string_above_max_length",
                 )
             )
-        if slots.used >= slots.limit:
-            raise refuse(
-                APIError(
-                    429,
-                    f"this gateway is answering {slots.limit} requests already; retry later",
-                    type="rate_limit_error",
-                    code="rate_limit_exceeded",
-                    retry_after=settings.retry_after_s,
-                )
-            )
-        release = slots.take()
-        backend = state["backend"]
-        # One deadline for the whole request, on the loop's clock (asyncio.timeout_at).
-        deadline = asyncio.get_running_loop().time() + settings.request_timeout_s
-        streamed = len(text) > settings.direct_max_chars
-        # The voice's speed scales the request's; the server checks the product's range.
-        options = (request.speed * voice.speed, voice.noise_scale, voice.noise_w)
-        model_voice = voice.model_voice
-
-        async def audio() -> AsyncIterator[np.ndarray]:
-            if streamed:
-                async for chunk in backend.stream(text, *options, voice=model_voice):
-                    yield chunk.samples
-            else:  # (the client streams by itself if the text is too long for one request)
-                yield (await backend.synthesize(text, *options, voice=model_voice)).samples
-
-        chunks = audio()
         try:
-            # (timeout_at, not wait_for: no inner task, so a cancelled wait leaves no generator
-            # running behind it.)
-            async with asyncio.timeout_at(deadline):
-                rate = await backend.sample_rate()
-                first = await anext(chunks)
-        except BaseException as exc:
-            release()
-            await chunks.aclose()
-            if isinstance(exc, TTSError):
-                raise refuse(from_tts_error(exc, settings.retry_after_s)) from None
-            if isinstance(exc, asyncio.TimeoutError):
-                raise refuse(timeout(settings.request_timeout_s)) from None
-            if isinstance(exc, StopAsyncIteration):
-                raise refuse(APIError(500, "no audio came back", "server_error")) from None
-            raise
-        metrics.characters.inc(len(text))
-        # One `tts` request: the whole audio comes at once, so WAV and FLAC get real lengths.
-        encoder = Encoder(fmt, rate, whole=not streamed)
-        progress = {"samples": 0}
-
-        async def encoded() -> AsyncIterator[bytes]:
-            """Encoded bytes as audio arrives; an error after the first byte cuts the stream."""
-            status = "200"
-            first_sent = False
-            try:
-                pending: np.ndarray | None = first
-                while pending is not None:
-                    progress["samples"] += pending.size
-                    data = await asyncio.to_thread(encoder.encode, pending)
-                    if data:
-                        if not first_sent:
-                            first_sent = True
-                            metrics.first_byte.observe(time.perf_counter() - started)
-                        yield data
-                    try:
-                        pending = await next_chunk(chunks, deadline, drain)
-                    except StopAsyncIteration:
-                        pending = None
-                rest = await asyncio.to_thread(encoder.finish)
-                if not first_sent:  # a whole response comes out of finish() only
-                    metrics.first_byte.observe(time.perf_counter() - started)
-                yield rest
-            except BaseException as exc:
-                status = "cancelled" if isinstance(exc, asyncio.CancelledError) else "stream_error"
-                if isinstance(exc, TTSError | asyncio.TimeoutError | DrainCut):
-                    log.warning(
-                        "stream cut after %.2f s of audio: %s", progress["samples"] / rate, exc
-                    )
-                raise
-            finally:
-                release()
-                encoder.close()
-                await chunks.aclose()
-                metrics.requests.labels(status, label).inc()
-                if status == "200":
-                    seconds = progress["samples"] / rate
-                    elapsed = time.perf_counter() - started
-                    metrics.audio_seconds.inc(seconds)
-                    metrics.latency.observe(elapsed)
-                    if seconds > 0:
-                        metrics.real_time_factor.observe(elapsed / seconds)
-
-        headers = {
-            "X-Audio-Streaming": "true" if streamed else "false",
-            "X-Sample-Rate": str(encoder.output_rate),  # what the bytes hold (Opus: 48 kHz)
-        }
-        if request.stream_format == "sse":
-            return StreamingResponse(
-                _sse(encoded(), len(text), lambda: progress["samples"] / rate),
-                media_type="text/event-stream",
-                headers=headers,
+            # The voice's speed scales the request's; the product must be in range too.
+            options = SynthesisOptions(
+                speed=request.speed * voice.speed,
+                noise_scale=voice.noise_scale,
+                noise_w=voice.noise_w,
+                voice=voice.model_voice,
             )
-        return StreamingResponse(encoded(), media_type=fmt.media_type, headers=headers)
+        except ValueError as e:
+            raise refuse(
+                bad_request(
+                    f"{e} (speed {request.speed} x voice {voice.id!r}'s {voice.speed})",
+                    param="speed",
+                )
+            ) from None
+        streamed = len(text) > settings.direct_max_chars
+        speech = await service.open(SpeechJob(text, options, fmt, streamed))
+        return service.response(speech, sse=request.stream_format == "sse")
 
     # Outermost last: CORS (a preflight needs no key), then the key and the content type,
     # then the body limit.
@@ -585,34 +385,3 @@ def create_app(
             expose_headers=["X-Sample-Rate", "X-Audio-Streaming", "Retry-After"],
         )
     return app
-
-
-async def _sse(
-    encoded: AsyncIterator[bytes], characters: int, audio_seconds: Callable[[], float]
-) -> AsyncIterator[bytes]:
-    """OpenAI's ``speech.audio.delta`` / ``speech.audio.done`` events (``data:`` lines)."""
-
-    def event(payload: dict) -> bytes:
-        return b"data: " + json.dumps(payload).encode() + b"\n\n"
-
-    try:
-        async for data in encoded:
-            if data:
-                yield event(
-                    {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
-                )
-    except (asyncio.TimeoutError, TTSError, DrainCut) as exc:
-        if isinstance(exc, DrainCut):
-            message = "the gateway is shutting down and its drain time ran out; retry"
-        elif isinstance(exc, TTSError):
-            message = str(exc)
-        else:
-            message = "the gateway's deadline passed"
-        yield event({"type": "error", "error": {"message": message, "type": "server_error"}})
-        return
-    yield event(
-        {
-            "type": "speech.audio.done",
-            "usage": {"input_characters": characters, "audio_seconds": round(audio_seconds(), 3)},
-        }
-    )

@@ -2,15 +2,14 @@
 
 Pure functions, shared by the phonemizer, tts_stream and the stream planner; each raises
 ``InvalidInputError`` with a message that says what to fix. The speed range is the wire
-contract's (``tts_wire.speed_error``), written once.
+contract's (``tts_wire.speed_error``, ``noise_error``), written once.
 """
 
 from __future__ import annotations
 
-import math
 import unicodedata
 
-from tts_wire import TEXT_TOO_LONG, speed_error
+from tts_wire import TEXT_TOO_LONG, noise_error, speed_error
 
 from .errors import InvalidInputError
 
@@ -48,8 +47,9 @@ def validate_speed(speed: float) -> float:
 def validate_noise(name: str, value: float) -> float:
     """Noise scales are >= 0 and finite; 0 makes synthesis deterministic."""
     value = float(value)
-    if not math.isfinite(value) or value < 0 or value > 2:
-        raise InvalidInputError(f"{name} must be between 0 and 2, got {value}")
+    problem = noise_error(name, value)
+    if problem:
+        raise InvalidInputError(problem)
     return value
 
 

@@ -7,7 +7,8 @@
 
 from .aio import AsyncTTSClient
 from .audio import Audio, AudioChunk
-from .client import Endpoint, TTSClient
+from .client import TTSClient
+from .core import Endpoint
 from .errors import (
     InferenceFailed,
     InvalidInput,
@@ -15,6 +16,7 @@ from .errors import (
     ServerUnavailable,
     TTSError,
 )
+from .protocol import SynthesisOptions
 
 __all__ = [
     "AsyncTTSClient",
@@ -25,6 +27,7 @@ __all__ = [
     "InvalidInput",
     "ServerOverloaded",
     "ServerUnavailable",
+    "SynthesisOptions",
     "TTSClient",
     "TTSError",
 ]

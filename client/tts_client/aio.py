@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING
 
 from . import protocol
 from .audio import Audio, AudioChunk, join_chunks
-from .client import DEFAULT_MODEL, DEFAULT_STREAM_MODEL, Endpoint
+from .core import DEFAULT_MODEL, DEFAULT_STREAM_MODEL, ClientCore
 from .errors import InvalidInput, ServerUnavailable, TTSError
+
+if TYPE_CHECKING:  # (annotations only: typing.Unpack is Python 3.11+, the client runs on 3.10)
+    from typing_extensions import Unpack
 
 
 async def _stream_ends(responses) -> bool:
@@ -26,7 +30,7 @@ async def _stream_ends(responses) -> bool:
         return False
 
 
-class AsyncTTSClient:
+class AsyncTTSClient(ClientCore):
     """The asyncio twin of :class:`TTSClient`, over tritonclient's aio clients."""
 
     def __init__(
@@ -38,25 +42,14 @@ class AsyncTTSClient:
         retry: protocol.RetryPolicy | None = None,
         priority: int = 0,
     ) -> None:
-        self.endpoint = Endpoint.parse(url)
-        self.model = model
-        self.stream_model = stream_model
-        self.timeout = timeout
-        self.retry = retry or protocol.RetryPolicy()
-        # Triton's dynamic-batcher priority for `tts` requests: 1 = interactive (served first),
-        # 2 = bulk; 0 = the models' default level (2). Streams carry none (see README).
-        self.priority = protocol.check_priority(priority)
-        self._sample_rate: int | None = None
+        super().__init__(url, model, timeout, stream_model, retry, priority)
         if self.endpoint.protocol == "grpc":
-            import tritonclient.grpc as module
             import tritonclient.grpc.aio as aio
-        else:
-            import tritonclient.http as module
-            import tritonclient.http.aio as aio
-        self._module = module
-        if self.endpoint.protocol == "grpc":
+
             self._client = aio.InferenceServerClient(self.endpoint.address)
         else:
+            import tritonclient.http.aio as aio
+
             self._client = aio.InferenceServerClient(self.endpoint.address, conn_timeout=timeout)
 
     async def close(self) -> None:
@@ -104,64 +97,49 @@ class AsyncTTSClient:
     async def synthesize(
         self,
         text: str,
-        speed: float = 1.0,
-        noise_scale: float | None = None,
-        noise_w: float | None = None,
-        normalize: bool | None = None,
-        voice: str | None = None,
+        options: protocol.SynthesisOptions | None = None,
+        **keywords: Unpack[protocol.OptionKeywords],
     ) -> Audio:
-        """Speak ``text``; over gRPC, text too long for one request is streamed and joined."""
+        """Speak ``text`` (the keywords, or ``options=SynthesisOptions(...)``); over gRPC, text
+        too long for one request is streamed and joined."""
+        opts = protocol.options(options, **keywords)
+        return await self._synthesize(text, opts)
+
+    async def _synthesize(self, text: str, options: protocol.SynthesisOptions) -> Audio:
         rate = await self.sample_rate()
-        inputs = protocol.build_inputs(
-            self._module, text, speed, noise_scale, noise_w, normalize, voice=voice
-        )
+        call = self._infer_call(text, options)
 
         async def infer():
             try:
-                if self.endpoint.protocol == "grpc":
-                    return await self._client.infer(
-                        self.model, inputs, client_timeout=self.timeout, priority=self.priority
-                    )
-                # (infer's `timeout` is Triton's queue timeout in microseconds, not seconds.)
-                return await self._client.infer(self.model, inputs, priority=self.priority)
+                return await self._client.infer(call.model, call.inputs, **call.kwargs)
             except Exception as e:
                 raise await self._error(e) from None
 
         try:
             result = await protocol.acall_with_retries(infer, self.retry)
         except TTSError as error:
-            if protocol.is_text_too_long(error):
-                if self.endpoint.protocol == "grpc":
-                    chunks = [
-                        c
-                        async for c in self.stream(
-                            text, speed, noise_scale, noise_w, normalize, voice
-                        )
-                    ]
-                    return join_chunks(chunks, rate)
-                raise InvalidInput(f"{error}; over HTTP, split the text yourself") from None
-            raise error from None
+            if self._streams_instead(error):
+                return join_chunks([c async for c in self._stream(text, options)], rate)
         return protocol.audio_from_result(result, rate)
 
-    async def stream(
+    def stream(
         self,
         text: str,
-        speed: float = 1.0,
-        noise_scale: float | None = None,
-        noise_w: float | None = None,
-        normalize: bool | None = None,
-        voice: str | None = None,
+        options: protocol.SynthesisOptions | None = None,
+        **keywords: Unpack[protocol.OptionKeywords],
     ) -> AsyncIterator[AudioChunk]:
         """Yield :class:`AudioChunk`s in order as the server makes them (gRPC).
 
         Leaving the ``async for`` early (or cancelling the task) cancels the server's work.
         """
-        if self.endpoint.protocol != "grpc":
-            raise TTSError("streaming needs a grpc:// URL (Triton streams over gRPC only)")
+        opts = protocol.options(options, **keywords)
+        return self._stream(text, opts)
+
+    async def _stream(
+        self, text: str, options: protocol.SynthesisOptions
+    ) -> AsyncIterator[AudioChunk]:
+        inputs = self._stream_inputs(text, options)
         rate = await self.sample_rate()
-        inputs = protocol.build_inputs(
-            self._module, text, speed, noise_scale, noise_w, normalize, batched=False, voice=voice
-        )
 
         async def requests():
             # No `triton_*` parameters: tritonclient >= 2.5x refuses them in a request, and
@@ -171,46 +149,36 @@ class AsyncTTSClient:
         responses = self._client.stream_infer(requests())
         reader = protocol.StreamReader(rate)
         try:
-            while True:
-                try:
-                    result, error = await asyncio.wait_for(anext(responses), self.timeout)
-                except StopAsyncIteration:
-                    raise ServerUnavailable("the stream ended without its final response") from None
-                except asyncio.TimeoutError:
-                    raise ServerUnavailable(
-                        f"no audio from the server in {self.timeout} s"
-                    ) from None
+            while not reader.finished:
+                result, error = await self._next_response(responses)
                 if error is not None:
                     failure = await self._error(error)
                     reader.finished = await _stream_ends(responses)
                     raise failure
-                chunk = reader.read(result)
-                if chunk is not None:
+                if (chunk := reader.read(result)) is not None:
                     yield chunk
-                if reader.finished:
-                    return
-        except TTSError:
-            raise
-        except Exception as e:
+        except Exception as e:  # (a TTSError comes back from _error as it is)
             raise await self._error(e) from None
         finally:
             if not reader.finished:
                 responses.cancel()
 
+    async def _next_response(self, responses) -> tuple:
+        try:
+            return await asyncio.wait_for(anext(responses), self.timeout)
+        except StopAsyncIteration:
+            raise ServerUnavailable("the stream ended without its final response") from None
+        except asyncio.TimeoutError:
+            raise ServerUnavailable(f"no audio from the server in {self.timeout} s") from None
+
     async def synthesize_many(
         self,
         texts: Sequence[str],
-        speed: float = 1.0,
-        noise_scale: float | None = None,
-        noise_w: float | None = None,
-        normalize: bool | None = None,
-        voice: str | None = None,
+        options: protocol.SynthesisOptions | None = None,
+        **keywords: Unpack[protocol.OptionKeywords],
     ) -> list[Audio]:
         """All texts concurrently (the server batches them); results in input order."""
         if isinstance(texts, str):
             raise InvalidInput("synthesize_many takes a list of texts; use synthesize for one")
-        return list(
-            await asyncio.gather(
-                *(self.synthesize(t, speed, noise_scale, noise_w, normalize, voice) for t in texts)
-            )
-        )
+        opts = protocol.options(options, **keywords)
+        return list(await asyncio.gather(*(self._synthesize(t, opts) for t in texts)))

@@ -6,47 +6,15 @@ import queue
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Literal
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING
 
 from . import protocol
 from .audio import Audio, AudioChunk, join_chunks
+from .core import DEFAULT_MODEL, DEFAULT_STREAM_MODEL, ClientCore, Endpoint
 from .errors import InvalidInput, ServerUnavailable, TTSError
 
-DEFAULT_PORTS = {"grpc": 8001, "http": 8000}
-DEFAULT_MODEL = "tts"
-DEFAULT_STREAM_MODEL = "tts_stream"
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where the server is and which protocol to speak, parsed from a URL."""
-
-    protocol: Literal["grpc", "http"]
-    host: str
-    port: int
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    @classmethod
-    def parse(cls, url: str) -> Endpoint:
-        parts = urlsplit(url)
-        if parts.scheme not in DEFAULT_PORTS:
-            raise ValueError(
-                f"URL {url!r} must start with grpc:// or http:// (e.g. grpc://localhost:8001)"
-            )
-        if not parts.hostname:
-            raise ValueError(f"URL {url!r} has no host")
-        if parts.path not in ("", "/"):
-            raise ValueError(f"URL {url!r} must not have a path")
-        try:
-            port = parts.port or DEFAULT_PORTS[parts.scheme]
-        except ValueError:
-            raise ValueError(f"URL {url!r} has an invalid port") from None
-        return cls(parts.scheme, parts.hostname, port)  # type: ignore[arg-type]
+if TYPE_CHECKING:  # (annotations only: typing.Unpack is Python 3.11+, the client runs on 3.10)
+    from typing_extensions import Unpack
 
 
 def _final_arrives(results: queue.Queue) -> bool:
@@ -62,7 +30,7 @@ def _final_arrives(results: queue.Queue) -> bool:
     return False
 
 
-class TTSClient:
+class TTSClient(ClientCore):
     """Text to speech over Triton; the URL scheme picks gRPC or HTTP.
 
     Thread-safe for ``synthesize``; use as a context manager to close connections.
@@ -80,25 +48,13 @@ class TTSClient:
     ) -> None:
         """``retry``: how ``synthesize`` retries a request refused for overload (default 3
         retries with jittered exponential backoff; ``protocol.NO_RETRY`` never retries)."""
-        self.endpoint = Endpoint.parse(url)
-        self.model = model
-        self.stream_model = stream_model
-        self.timeout = timeout
+        super().__init__(url, model, timeout, stream_model, retry, priority)
         self.concurrency = concurrency
-        self.retry = retry or protocol.RetryPolicy()
-        # Triton's dynamic-batcher priority for `tts` requests: 1 = interactive (served first),
-        # 2 = bulk; 0 = the models' default level (2). Streams carry none (see README).
-        self.priority = protocol.check_priority(priority)
-        self._sample_rate: int | None = None
         try:
             if self.endpoint.protocol == "grpc":
-                import tritonclient.grpc as module
-
-                self._client = module.InferenceServerClient(self.endpoint.address)
+                self._client = self._module.InferenceServerClient(self.endpoint.address)
             else:
-                import tritonclient.http as module
-
-                self._client = module.InferenceServerClient(
+                self._client = self._module.InferenceServerClient(
                     self.endpoint.address,
                     concurrency=concurrency,
                     connection_timeout=timeout,
@@ -106,7 +62,6 @@ class TTSClient:
                 )
         except Exception as e:
             raise protocol.map_exception(e, server_alive=False) from None
-        self._module = module
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
@@ -155,72 +110,59 @@ class TTSClient:
     def synthesize(
         self,
         text: str,
-        speed: float = 1.0,
-        noise_scale: float | None = None,
-        noise_w: float | None = None,
-        normalize: bool | None = None,
-        voice: str | None = None,
+        options: protocol.SynthesisOptions | None = None,
+        **keywords: Unpack[protocol.OptionKeywords],
     ) -> Audio:
         """Speak ``text``; ``speed`` 2.0 is twice as fast. Noise 0 makes output repeatable.
 
-        ``normalize``: write out numbers, dates... first (None: the server's default). Over
-        gRPC, text the server says is too long for one request is streamed and joined.
+        ``normalize``: write out numbers, dates... first (None: the server's default). The
+        keywords or one ``options=SynthesisOptions(...)`` (which can also set the priority).
+        Over gRPC, text the server says is too long for one request is streamed and joined.
         """
+        opts = protocol.options(options, **keywords)
+        return self._synthesize(text, opts)
+
+    def _synthesize(self, text: str, options: protocol.SynthesisOptions) -> Audio:
         rate = self.sample_rate
-        inputs = protocol.build_inputs(
-            self._module, text, speed, noise_scale, noise_w, normalize, voice=voice
-        )
+        call = self._infer_call(text, options)
 
         def infer():
             try:
-                if self.endpoint.protocol == "grpc":
-                    return self._client.infer(
-                        self.model, inputs, client_timeout=self.timeout, priority=self.priority
-                    )
-                return self._client.infer(self.model, inputs, priority=self.priority)
+                return self._client.infer(call.model, call.inputs, **call.kwargs)
             except Exception as e:
                 raise self._error(e) from None
 
         try:
             result = protocol.call_with_retries(infer, self.retry)
         except TTSError as error:
-            if protocol.is_text_too_long(error):
-                if self.endpoint.protocol == "grpc":
-                    chunks = list(self.stream(text, speed, noise_scale, noise_w, normalize, voice))
-                    return join_chunks(chunks, rate)
-                raise InvalidInput(f"{error}; over HTTP, split the text yourself") from None
-            raise error from None
+            if self._streams_instead(error):
+                return join_chunks(list(self._stream(text, options)), rate)
         return protocol.audio_from_result(result, rate)
 
     def stream(
         self,
         text: str,
-        speed: float = 1.0,
-        noise_scale: float | None = None,
-        noise_w: float | None = None,
-        normalize: bool | None = None,
-        voice: str | None = None,
+        options: protocol.SynthesisOptions | None = None,
+        **keywords: Unpack[protocol.OptionKeywords],
     ) -> Iterator[AudioChunk]:
         """Yield the audio of ``text`` chunk by chunk, in order, as the server makes it (gRPC).
 
         Each :class:`AudioChunk` holds its samples and the text it speaks. Stopping the
         iteration early cancels the request on the server.
         """
-        if self.endpoint.protocol != "grpc":
-            raise TTSError("streaming needs a grpc:// URL (Triton streams over gRPC only)")
-        import tritonclient.grpc as grpcclient
+        opts = protocol.options(options, **keywords)
+        return self._stream(text, opts)
 
+    def _stream(self, text: str, options: protocol.SynthesisOptions) -> Iterator[AudioChunk]:
+        inputs = self._stream_inputs(text, options)
         rate = self.sample_rate
-        inputs = protocol.build_inputs(
-            grpcclient, text, speed, noise_scale, noise_w, normalize, batched=False, voice=voice
-        )
         results: queue.Queue = queue.Queue()
-        client = grpcclient.InferenceServerClient(self.endpoint.address)  # one stream each
+        client = self._module.InferenceServerClient(self.endpoint.address)  # one stream each
         reader = protocol.StreamReader(rate)
         try:
             client.start_stream(callback=lambda result, error: results.put((result, error)))
             client.async_stream_infer(self.stream_model, inputs, enable_empty_final_response=True)
-            while True:
+            while not reader.finished:
                 try:
                     result, error = results.get(timeout=self.timeout)
                 except queue.Empty:
@@ -232,18 +174,12 @@ class TTSClient:
                     # let the stream end, since cancelling while Triton 2.51 completed it once
                     # crashed the server (segfault).
                     failure = self._error(error)
-                    reader.finished = (
-                        _final_arrives(results) if protocol.final_follows(error) else True
-                    )
+                    follows = protocol.final_follows(error)
+                    reader.finished = _final_arrives(results) if follows else True
                     raise failure
-                chunk = reader.read(result)
-                if chunk is not None:
+                if (chunk := reader.read(result)) is not None:
                     yield chunk
-                if reader.finished:
-                    return
-        except TTSError:
-            raise
-        except Exception as e:
+        except Exception as e:  # (a TTSError comes back from _error as it is)
             raise self._error(e) from None
         finally:
             try:
@@ -254,11 +190,8 @@ class TTSClient:
     def synthesize_many(
         self,
         texts: Sequence[str],
-        speed: float = 1.0,
-        noise_scale: float | None = None,
-        noise_w: float | None = None,
-        normalize: bool | None = None,
-        voice: str | None = None,
+        options: protocol.SynthesisOptions | None = None,
+        **keywords: Unpack[protocol.OptionKeywords],
     ) -> list[Audio]:
         """Send all texts at once so the server batches them; results in input order.
 
@@ -266,19 +199,12 @@ class TTSClient:
         """
         if isinstance(texts, str):
             raise InvalidInput("synthesize_many takes a list of texts; use synthesize for one")
+        opts = protocol.options(options, **keywords)
         rate = self.sample_rate
         if self.endpoint.protocol == "http":
             try:
-                pending = [
-                    self._client.async_infer(
-                        self.model,
-                        protocol.build_inputs(
-                            self._module, t, speed, noise_scale, noise_w, normalize, voice=voice
-                        ),
-                        priority=self.priority,
-                    )
-                    for t in texts
-                ]
+                calls = [self._infer_call(t, opts) for t in texts]
+                pending = [self._client.async_infer(c.model, c.inputs, **c.kwargs) for c in calls]
             except TTSError:
                 raise
             except Exception as e:
@@ -291,16 +217,8 @@ class TTSClient:
                     raise self._error(e) from None
             return results
         with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(texts)))) as pool:
-            futures = [
-                pool.submit(self.synthesize, t, speed, noise_scale, noise_w, normalize, voice)
-                for t in texts
-            ]
+            futures = [pool.submit(self._synthesize, t, opts) for t in texts]
             return [f.result() for f in futures]
-
-    def __repr__(self) -> str:
-        return (
-            f"TTSClient({self.endpoint.protocol}://{self.endpoint.address}, model={self.model!r})"
-        )
 
 
 __all__ = ["Endpoint", "TTSClient"]

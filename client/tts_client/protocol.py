@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TypeVar
+from typing import TypedDict, TypeVar
 
 import numpy as np
 
@@ -39,7 +39,9 @@ from tts_wire import (
     TEXT_TOO_LONG as TEXT_TOO_LONG,
     UNAVAILABLE as UNAVAILABLE,
     VOICE as VOICE,
+    SynthesisOptions as SynthesisOptions,
     parse_stream_error as parse_stream_error,
+    priority_error,
     stream_error_message as stream_error_message,
 )
 
@@ -61,15 +63,64 @@ _HTTP_CODES = {
 }
 
 
+class OptionKeywords(TypedDict, total=False):
+    """The loose keywords a client method takes instead of ``options=SynthesisOptions(...)``."""
+
+    speed: float
+    noise_scale: float | None
+    noise_w: float | None
+    normalize: bool | None
+    voice: str | None
+
+
+def options(options: SynthesisOptions | None = None, **keywords: object) -> SynthesisOptions:
+    """One :class:`SynthesisOptions` from a method's arguments: ``options`` itself, or one
+    built from the loose keywords (checked here, once); not both."""
+    if options is not None:
+        if keywords:
+            raise InvalidInput("pass either options= or speed/noise/normalize/voice, not both")
+        if not isinstance(options, SynthesisOptions):
+            raise InvalidInput(
+                f"options must be SynthesisOptions, got {type(options).__name__} (speed and the "
+                "other options are keywords: synthesize(text, speed=1.5))"
+            )
+        return options
+    unknown = sorted(set(keywords) - set(OptionKeywords.__annotations__))
+    if unknown:
+        raise InvalidInput(
+            f"unknown option(s) {', '.join(unknown)}; options: "
+            f"{', '.join(OptionKeywords.__annotations__)}"
+        )
+    try:
+        return SynthesisOptions(**keywords)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise InvalidInput(str(e)) from None
+
+
+_DATATYPES = {
+    SPEED: "FP32",
+    NOISE_SCALE: "FP32",
+    NOISE_W: "FP32",
+    NORMALIZE: "BOOL",
+    VOICE: "BYTES",
+}
+
+
+def _tensor(module: ModuleType, name: str, value, shape: list[int]):
+    datatype = _DATATYPES.get(name, "BYTES")
+    if datatype == "BYTES":
+        array = np.array([value.encode("utf-8")], dtype=np.object_)
+    elif datatype == "BOOL":
+        array = np.array([bool(value)])
+    else:
+        array = np.array([value], dtype=np.float32)
+    tensor = module.InferInput(name, shape, datatype)
+    tensor.set_data_from_numpy(array.reshape(shape))
+    return tensor
+
+
 def build_inputs(
-    module: ModuleType,
-    text: str,
-    speed: float | None = None,
-    noise_scale: float | None = None,
-    noise_w: float | None = None,
-    normalize: bool | None = None,
-    batched: bool = True,
-    voice: str | None = None,
+    module: ModuleType, text: str, options: SynthesisOptions | None = None, batched: bool = True
 ) -> list:
     """InferInput list for one request (``module``: tritonclient.grpc or .http).
 
@@ -79,36 +130,17 @@ def build_inputs(
     if not isinstance(text, str):
         raise InvalidInput(f"text must be a str, got {type(text).__name__}")
     shape = [1, 1] if batched else [1]
-    text_in = module.InferInput(TEXT, shape, "BYTES")
-    text_in.set_data_from_numpy(np.array([text.encode("utf-8")], dtype=np.object_).reshape(shape))
-    inputs = [text_in]
-    for name, value in ((SPEED, speed), (NOISE_SCALE, noise_scale), (NOISE_W, noise_w)):
-        if value is not None:
-            tensor = module.InferInput(name, shape, "FP32")
-            tensor.set_data_from_numpy(np.array([value], dtype=np.float32).reshape(shape))
-            inputs.append(tensor)
-    if normalize is not None:
-        tensor = module.InferInput(NORMALIZE, shape, "BOOL")
-        tensor.set_data_from_numpy(np.array([bool(normalize)]).reshape(shape))
-        inputs.append(tensor)
-    if voice is not None:
-        if not isinstance(voice, str):
-            raise InvalidInput(f"voice must be a str, got {type(voice).__name__}")
-        tensor = module.InferInput(VOICE, shape, "BYTES")
-        tensor.set_data_from_numpy(
-            np.array([voice.encode("utf-8")], dtype=np.object_).reshape(shape)
-        )
-        inputs.append(tensor)
-    return inputs
+    inputs = (options or SynthesisOptions()).inputs()
+    return [_tensor(module, TEXT, text, shape)] + [
+        _tensor(module, name, value, shape) for name, value in inputs.items()
+    ]
 
 
 def check_priority(priority: int) -> int:
     """0 (the models' default level) or 1..PRIORITY_LEVELS."""
-    if not isinstance(priority, int) or not 0 <= priority <= PRIORITY_LEVELS:
-        raise InvalidInput(
-            f"priority must be 0 (default), 1 (interactive) .. {PRIORITY_LEVELS} (bulk), "
-            f"got {priority!r}"
-        )
+    problem = priority_error(priority)
+    if problem:
+        raise InvalidInput(problem)
     return priority
 
 

@@ -217,30 +217,57 @@ def _sent_array(tensor) -> np.ndarray:
 OPTIONS = {"speed": 1.5, "noise_scale": 0.3, "noise_w": 0.4, "normalize": False, "voice": "joe"}
 
 
-@pytest.mark.parametrize("url", ["grpc://localhost:1", "http://localhost:1"])
-def test_both_clients_send_every_option_and_the_priority(url):
+def _sent_by_both(url: str, **call) -> dict[str, list]:
     """What the sync and async clients put on the wire for one synthesize(), side by side."""
     from tts_client import AsyncTTSClient, TTSClient
 
     sync = TTSClient(url, priority=1)
     sync._client = FakeTransport()
-    sync.synthesize("Hello there.", **OPTIONS)
+    sync.synthesize("Hello there.", **call)
 
     async def run():
         client = AsyncTTSClient(url, priority=1)
         client._client = AsyncFakeTransport()
-        await client.synthesize("Hello there.", **OPTIONS)
+        await client.synthesize("Hello there.", **call)
         return client._client.calls
 
-    calls = {"sync": sync._client.calls, "async": asyncio.run(run())}
+    return {"sync": sync._client.calls, "async": asyncio.run(run())}
+
+
+@pytest.mark.parametrize("url", ["grpc://localhost:1", "http://localhost:1"])
+@pytest.mark.parametrize("form", ["keywords", "options"])
+def test_both_clients_send_every_option_and_the_priority(url, form):
+    from tts_client import SynthesisOptions
+
+    if form == "keywords":
+        calls, priority = _sent_by_both(url, **OPTIONS), 1  # the client's priority
+    else:  # one SynthesisOptions, whose priority overrides the client's
+        calls, priority = _sent_by_both(url, options=SynthesisOptions(**OPTIONS, priority=2)), 2
     for name, [(model, sent, kwargs)] in calls.items():
         assert model == "tts", name
-        assert kwargs.get("priority") == 1, (name, kwargs)
+        assert kwargs.get("priority") == priority, (name, kwargs)
+        assert ("client_timeout" in kwargs) == url.startswith("grpc"), (name, kwargs)
         assert sent["text"].tolist() == [b"Hello there."], name
         assert sent["speed"].tolist() == [1.5] and sent["normalize"].tolist() == [False], name
         assert sent["noise_scale"].tolist() == pytest.approx([0.3]), name
         assert sent["noise_w"].tolist() == pytest.approx([0.4]), name
         assert sent["voice"].tolist() == [b"joe"], name
+
+
+def test_options_left_unset_are_not_sent_and_bad_ones_never_leave_the_client():
+    from tts_client import InvalidInput, SynthesisOptions
+
+    for name, [(_, sent, _)] in _sent_by_both("grpc://localhost:1").items():
+        assert sorted(sent) == ["speed", "text"], name  # the server's defaults apply
+    for bad, message in (
+        ({"speed": 9.0}, "speed must be between 0.25 and 4.0"),
+        ({"noise_w": -1.0}, "noise_w must be between 0 and 2"),
+        ({"voice": 7}, "voice must be a str"),
+    ):
+        with pytest.raises(InvalidInput, match=message):
+            _sent_by_both("grpc://localhost:1", **bad)
+    with pytest.raises(InvalidInput, match="either options= or"):
+        _sent_by_both("grpc://localhost:1", speed=2.0, options=SynthesisOptions())
 
 
 def test_only_tts_streams_own_errors_are_followed_by_a_final_flag():

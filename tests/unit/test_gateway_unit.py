@@ -6,6 +6,7 @@ import asyncio
 import base64
 import io
 import json
+from dataclasses import astuple
 
 import av
 import numpy as np
@@ -38,15 +39,17 @@ class FakeBackend:
     async def sample_rate(self) -> int:
         return RATE
 
-    async def synthesize(self, text, speed, noise_scale, noise_w, *, voice) -> Audio:
-        self.calls.append(("synthesize", text, speed, noise_scale, noise_w, voice))
+    async def synthesize(self, text, *, options) -> Audio:
+        speed = options.speed
+        self.calls.append(("synthesize", text, *astuple(options)[:3], options.voice))
         await asyncio.sleep(self.delay)
         if self.fail and self.fail_after is None:
             raise self.fail
         return Audio(tone(0.1 * len(text) / speed), RATE)
 
-    async def stream(self, text, speed, noise_scale, noise_w, *, voice):
-        self.calls.append(("stream", text, speed, noise_scale, noise_w, voice))
+    async def stream(self, text, *, options):
+        speed = options.speed
+        self.calls.append(("stream", text, *astuple(options)[:3], options.voice))
         for index, part in enumerate(text.split(". ")):
             await asyncio.sleep(self.delay)
             if self.fail and index == (self.fail_after or 0):
@@ -336,12 +339,12 @@ def test_docs_load_nothing_from_the_network_and_point_to_the_schema():
 
 def test_the_gateway_refuses_to_start_on_a_voice_triton_does_not_serve():
     class Picky(FakeBackend):
-        async def synthesize(self, text, speed, noise_scale, noise_w, *, voice):
-            if voice == "typo":
+        async def synthesize(self, text, *, options):
+            if options.voice == "typo":
                 raise InvalidInput("unknown voice 'typo'; voices: joe, joe_slow")
-            return await super().synthesize(text, speed, noise_scale, noise_w, voice=voice)
+            return await super().synthesize(text, options=options)
 
-    from tts_gateway.app import check_voices
+    from tts_gateway.service import check_voices
 
     voices = (Voice("joe"), Voice("slow", model_voice="joe_slow"), Voice("bad", model_voice="typo"))
     with pytest.raises(SystemExit, match="voice\\(s\\) bad speak with Triton voice 'typo'"):
@@ -359,3 +362,43 @@ def test_bool_settings_read_true_and_false(tmp_path):
     settings, _ = parse_args([], environ={"TTS_GATEWAY_CHECK_VOICES": "0"})
     assert settings.check_voices is False
     assert parse_args([], environ={})[0].check_voices is True
+
+
+@pytest.mark.parametrize("sse", [False, True])
+@pytest.mark.parametrize("gone", ["before the first byte", "after the first byte"])
+def test_a_client_gone_before_the_body_ends_gives_its_slot_back(sse, gone):
+    """The slot comes back when the response ends, whether or not its body ever ran."""
+    from tts_gateway.encoding import FORMATS
+    from tts_gateway.service import SpeechJob
+    from tts_wire import SynthesisOptions
+
+    app = create_app(GatewaySettings(), lambda _s: FakeBackend())
+    service = app.state.speech
+
+    async def run() -> list[str]:
+        await service.start()
+        job = SpeechJob("One. Two. Three.", SynthesisOptions(), FORMATS["wav"], streamed=True)
+        speech = await service.open(job)
+        assert service.slots.used == 1
+        sent: list[str] = []
+
+        async def send(message):
+            sent.append(message["type"])
+            body = message["type"] == "http.response.body"
+            if gone == "before the first byte" or body:
+                raise OSError("the client went away")
+
+        async def receive():
+            await asyncio.Event().wait()  # no disconnect message: the send fails instead
+
+        with pytest.raises(OSError):
+            await service.response(speech, sse)({"type": "http"}, receive, send)
+        await service.close()
+        return sent
+
+    sent = asyncio.run(run())
+    assert sent[-1] == (
+        "http.response.start" if gone == "before the first byte" else "http.response.body"
+    )
+    assert service.slots.used == 0
+    assert service.metrics.in_flight._value.get() == 0

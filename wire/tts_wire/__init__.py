@@ -7,7 +7,9 @@ gateway all import it, and it imports none of them (``make lint`` checks the lay
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import dataclass
 
 # Tensor names, identical in tts, tts_stream and every stage.
 TEXT = "text"
@@ -25,6 +27,8 @@ LATENT = "latent"
 # The speed factor's range (1.0 = the voice's natural pace).
 MIN_SPEED = 0.25
 MAX_SPEED = 4.0
+# The noise scales' range (0 = deterministic output).
+MAX_NOISE = 2.0
 
 # The stages' dynamic_batching priority_levels (config.pbtxt): 1 interactive, 2 bulk.
 PRIORITY_LEVELS = 2
@@ -71,3 +75,69 @@ def speed_error(speed: float) -> str | None:
     if not MIN_SPEED <= speed <= MAX_SPEED:  # also false for NaN
         return f"speed must be between {MIN_SPEED} and {MAX_SPEED} (1.0 = normal pace), got {speed}"
     return None
+
+
+def noise_error(name: str, value: object) -> str | None:
+    """Why ``value`` is not a valid ``noise_scale`` / ``noise_w`` (None: it is)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return f"{name} must be a number, got {type(value).__name__}"
+    if not (math.isfinite(value) and 0 <= value <= MAX_NOISE):
+        return f"{name} must be between 0 and {MAX_NOISE:g}, got {value}"
+    return None
+
+
+def priority_error(priority: object) -> str | None:
+    """Why ``priority`` is not a dynamic-batcher level this server has (None: it is)."""
+    valid = isinstance(priority, int) and not isinstance(priority, bool)
+    if not valid or not 0 <= priority <= PRIORITY_LEVELS:  # type: ignore[operator]
+        return (
+            f"priority must be 0 (default), 1 (interactive) .. {PRIORITY_LEVELS} (bulk), "
+            f"got {priority!r}"
+        )
+    return None
+
+
+@dataclass(frozen=True)
+class SynthesisOptions:
+    """One request's options, the same object on every side.
+
+    The client sends them (:meth:`inputs` as the optional inputs of ``tts`` and
+    ``tts_stream``, ``priority`` as Triton's request priority), the gateway builds them from an
+    OpenAI request, and the server reads the same names. A field left at None is not sent, so
+    the server's default applies (the voice's own noise scales, the normalizer's setting, the
+    default voice, the client's priority). Checked once, when built: a bad value raises
+    ``ValueError`` with what to fix.
+    """
+
+    speed: float = 1.0
+    noise_scale: float | None = None
+    noise_w: float | None = None
+    normalize: bool | None = None
+    voice: str | None = None
+    priority: int | None = None  # 0 = the models' default level, 1 interactive, 2 bulk
+
+    def __post_init__(self) -> None:
+        problem = speed_error(self.speed)
+        for name in (NOISE_SCALE, NOISE_W):
+            value = getattr(self, name)
+            if problem is None and value is not None:
+                problem = noise_error(name, value)
+        if problem is None and self.normalize is not None and not isinstance(self.normalize, bool):
+            problem = f"normalize must be true or false, got {self.normalize!r}"
+        if problem is None and self.voice is not None and not isinstance(self.voice, str):
+            problem = f"voice must be a str, got {type(self.voice).__name__}"
+        if problem is None and self.priority is not None:
+            problem = priority_error(self.priority)
+        if problem:
+            raise ValueError(problem)
+
+    def inputs(self) -> dict[str, float | bool | str]:
+        """The optional inputs to send, by tensor name (speed always, the rest when set)."""
+        values = {
+            SPEED: float(self.speed),
+            NOISE_SCALE: self.noise_scale,
+            NOISE_W: self.noise_w,
+            NORMALIZE: self.normalize,
+            VOICE: self.voice,
+        }
+        return {name: value for name, value in values.items() if value is not None}

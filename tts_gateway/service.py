@@ -1,0 +1,382 @@
+"""The speech service behind the router: admission, one deadline, encoding, metrics.
+
+``SpeechService.open`` takes an in-flight slot (or refuses with 429), waits for the first
+audio within the request's deadline, and returns a :class:`Speech` whose body encodes the
+rest as it arrives. The slot is released exactly once on every path: refused, failed before
+the first byte, finished, cut by an error, the deadline or a drain, and a client that goes
+away before the body starts, during it, or during SSE (``SpeechResponse`` closes the speech
+when the response ends, whether or not its body ever ran).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from fastapi.responses import StreamingResponse
+
+from tts_client import protocol
+from tts_client.errors import InvalidInput, TTSError
+from tts_wire import SynthesisOptions
+
+from .encoding import AudioFormat, Encoder
+from .errors import APIError, from_tts_error, timeout
+from .metrics import Metrics
+from .settings import GatewaySettings
+
+log = logging.getLogger("tts_gateway")
+
+
+class SpeechBackend(Protocol):
+    """What the gateway needs of Triton; :class:`tts_client.AsyncTTSClient` is one."""
+
+    async def sample_rate(self) -> int: ...
+    async def synthesize(self, text: str, *, options: SynthesisOptions): ...
+    def stream(self, text: str, *, options: SynthesisOptions) -> AsyncIterator: ...
+    async def is_ready(self) -> bool: ...
+    async def close(self) -> None: ...
+
+
+def default_backend(settings: GatewaySettings) -> SpeechBackend:
+    from tts_client import AsyncTTSClient
+
+    # No retries here: an overloaded Triton is answered with 503 + Retry-After at once, and the
+    # caller (the openai SDK retries 429/503) decides. The client's own timeout is a backstop.
+    return AsyncTTSClient(
+        settings.triton_url, timeout=settings.request_timeout_s + 5, retry=protocol.NO_RETRY
+    )
+
+
+async def check_voices(backend: SpeechBackend, voices) -> None:
+    """Refuse to start on a voice Triton does not serve (one short request per Triton voice),
+    rather than answer every request for it with an error. Triton not reachable yet: a warning,
+    and /ready says so."""
+    for name in sorted({v.model_voice for v in voices if v.model_voice}):
+        users = ", ".join(v.id for v in voices if v.model_voice == name)
+        try:
+            await backend.synthesize("Ready.", options=SynthesisOptions(voice=name))
+        except InvalidInput as e:
+            raise SystemExit(
+                f"gateway: voice(s) {users} speak with Triton voice {name!r}, which the server "
+                f"does not serve ({e}); export it (make serve VOICES=...) or fix --voices-file"
+            ) from None
+        except TTSError as e:
+            log.warning("gateway: could not check voice %r with Triton: %s", name, e)
+            return
+
+
+class DrainCut(Exception):
+    """The gateway is stopping and its drain time ran out with this stream still running."""
+
+
+class Drain:
+    """When the gateway began to stop (SIGTERM), so streams can end cleanly at its limit."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.cut_at: float | None = None  # on the event loop's clock
+        self.started = asyncio.Event()
+
+    def begin(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Called from the signal handler (tts_gateway.__main__); thread-safe."""
+        if self.cut_at is None:
+            self.cut_at = loop.time() + self.seconds
+            loop.call_soon_threadsafe(self.started.set)
+
+
+async def next_chunk(chunks: AsyncIterator, deadline: float, drain: Drain):
+    """The next chunk, or TimeoutError at ``deadline``, or DrainCut when the drain runs out;
+    StopAsyncIteration at the end."""
+    loop = asyncio.get_running_loop()
+    step = asyncio.ensure_future(anext(chunks))
+    try:
+        while True:
+            cut = drain.cut_at
+            limit = deadline if cut is None else min(deadline, cut)
+            waits: set[asyncio.Future] = {step}
+            if cut is None:  # wake up when a drain begins, to honour its limit
+                waits.add(asyncio.ensure_future(drain.started.wait()))
+            done, pending = await asyncio.wait(
+                waits, timeout=max(0.0, limit - loop.time()), return_when=asyncio.FIRST_COMPLETED
+            )
+            for future in pending - {step}:
+                future.cancel()
+            if step in done:
+                return step.result()
+            if loop.time() >= limit:
+                raise DrainCut() if cut is not None and limit == cut else asyncio.TimeoutError()
+    finally:
+        if not step.done():
+            step.cancel()
+            await asyncio.gather(step, return_exceptions=True)
+
+
+class Slots:
+    """Admission control: at most ``limit`` speech requests in this process."""
+
+    def __init__(self, limit: int, metrics: Metrics) -> None:
+        self.limit = limit
+        self.used = 0
+        self.metrics = metrics
+
+    def take(self) -> Callable[[], None]:
+        """A slot, and the function that gives it back (idempotent)."""
+        self.used += 1
+        self.metrics.in_flight.inc()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.used -= 1
+                self.metrics.in_flight.dec()
+
+        return release
+
+
+@dataclass(frozen=True)
+class SpeechJob:
+    """A validated speech request: what to say, how, and in which format."""
+
+    text: str
+    options: SynthesisOptions
+    format: AudioFormat
+    streamed: bool  # tts_stream (long text) rather than one tts request
+
+
+class Speech:
+    """One admitted request with its first audio in hand; ``body()`` encodes the rest."""
+
+    def __init__(
+        self,
+        service: SpeechService,
+        job: SpeechJob,
+        release: Callable[[], None],
+        chunks: AsyncIterator[np.ndarray],
+        first: np.ndarray,
+        rate: int,
+        started: float,
+        deadline: float,
+    ) -> None:
+        self.service = service
+        self.job = job
+        self._release = release
+        self._chunks = chunks
+        self._first = first
+        self.rate = rate
+        self.started = started
+        self.deadline = deadline
+        # One `tts` request: the whole audio comes at once, so WAV and FLAC get real lengths.
+        self.encoder = Encoder(job.format, rate, whole=not job.streamed)
+        self.samples = 0
+        self.status = "cancelled"  # until the body says otherwise
+        self._closed = False
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {
+            "X-Audio-Streaming": "true" if self.job.streamed else "false",
+            "X-Sample-Rate": str(self.encoder.output_rate),  # what the bytes hold (Opus: 48 kHz)
+        }
+
+    @property
+    def audio_seconds(self) -> float:
+        return self.samples / self.rate
+
+    async def body(self) -> AsyncIterator[bytes]:
+        """Encoded bytes as audio arrives; an error after the first byte cuts the stream."""
+        metrics = self.service.metrics
+        first_sent = False
+        try:
+            pending: np.ndarray | None = self._first
+            while pending is not None:
+                self.samples += pending.size
+                data = await asyncio.to_thread(self.encoder.encode, pending)
+                if data:
+                    if not first_sent:
+                        first_sent = True
+                        metrics.first_byte.observe(time.perf_counter() - self.started)
+                    yield data
+                try:
+                    pending = await next_chunk(self._chunks, self.deadline, self.service.drain)
+                except StopAsyncIteration:
+                    pending = None
+            rest = await asyncio.to_thread(self.encoder.finish)
+            if not first_sent:  # a whole response comes out of finish() only
+                metrics.first_byte.observe(time.perf_counter() - self.started)
+            self.status = "200"
+            yield rest
+        except BaseException as exc:
+            self.status = "cancelled" if isinstance(exc, asyncio.CancelledError) else "stream_error"
+            if isinstance(exc, TTSError | asyncio.TimeoutError | DrainCut):
+                log.warning("stream cut after %.2f s of audio: %s", self.audio_seconds, exc)
+            raise
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        """Give the slot back and count the request: once, whichever path ends it."""
+        if self._closed:
+            return
+        self._closed = True
+        self._release()
+        self.encoder.close()
+        await self._chunks.aclose()
+        metrics = self.service.metrics
+        metrics.requests.labels(self.status, self.job.format.name).inc()
+        if self.status == "200":
+            elapsed = time.perf_counter() - self.started
+            metrics.audio_seconds.inc(self.audio_seconds)
+            metrics.latency.observe(elapsed)
+            if self.audio_seconds > 0:
+                metrics.real_time_factor.observe(elapsed / self.audio_seconds)
+
+
+class SpeechResponse(StreamingResponse):
+    """A streaming response that closes its speech when it ends, even if its body never ran
+    (a client gone before the first byte): the slot cannot leak."""
+
+    def __init__(self, speech: Speech, content: AsyncIterator[bytes], media_type: str) -> None:
+        super().__init__(content, media_type=media_type, headers=speech.headers)
+        self.speech = speech
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.speech.close()
+
+
+class SpeechService:
+    """Owns the backend (Triton), the in-flight slots, deadlines, drain and metrics."""
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        metrics: Metrics,
+        backend_factory: Callable[[GatewaySettings], SpeechBackend] = default_backend,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.slots = Slots(settings.max_concurrent_requests, metrics)
+        self.drain = Drain(settings.drain_s)
+        self._factory = backend_factory
+        self._backend: SpeechBackend | None = None
+
+    @property
+    def backend(self) -> SpeechBackend:
+        if self._backend is None:
+            raise RuntimeError("the speech service is not started (the app's lifespan starts it)")
+        return self._backend
+
+    async def start(self) -> None:
+        self._backend = self._factory(self.settings)
+
+    async def close(self) -> None:
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            await backend.close()
+
+    def refused(self, error: APIError, label: str) -> APIError:
+        """Count a request refused before any audio, and return its error to raise."""
+        self.metrics.requests.labels(str(error.status), label).inc()
+        return error
+
+    async def open(self, job: SpeechJob) -> Speech:
+        """Admit ``job`` and wait for its first audio (within the request's deadline)."""
+        started = time.perf_counter()
+        settings = self.settings
+        if self.slots.used >= self.slots.limit:
+            raise self.refused(
+                APIError(
+                    429,
+                    f"this gateway is answering {self.slots.limit} requests already; retry later",
+                    type="rate_limit_error",
+                    code="rate_limit_exceeded",
+                    retry_after=settings.retry_after_s,
+                ),
+                job.format.name,
+            )
+        release = self.slots.take()
+        backend = self.backend
+        # One deadline for the whole request, on the loop's clock (asyncio.timeout_at).
+        deadline = asyncio.get_running_loop().time() + settings.request_timeout_s
+
+        async def audio() -> AsyncIterator[np.ndarray]:
+            if job.streamed:
+                async for chunk in backend.stream(job.text, options=job.options):
+                    yield chunk.samples
+            else:  # (the client streams by itself if the text is too long for one request)
+                yield (await backend.synthesize(job.text, options=job.options)).samples
+
+        chunks = audio()
+        try:
+            # (timeout_at, not wait_for: no inner task, so a cancelled wait leaves no generator
+            # running behind it.)
+            async with asyncio.timeout_at(deadline):
+                rate = await backend.sample_rate()
+                first = await anext(chunks)
+        except BaseException as exc:
+            release()
+            await chunks.aclose()
+            label = job.format.name
+            if isinstance(exc, TTSError):
+                raise self.refused(
+                    from_tts_error(exc, settings.retry_after_s), job.format.name
+                ) from None
+            if isinstance(exc, asyncio.TimeoutError):
+                raise self.refused(timeout(settings.request_timeout_s), label) from None
+            if isinstance(exc, StopAsyncIteration):
+                error = APIError(500, "no audio came back", "server_error")
+                raise self.refused(error, label) from None
+            raise
+        self.metrics.characters.inc(len(job.text))
+        return Speech(self, job, release, chunks, first, rate, started, deadline)
+
+    def response(self, speech: Speech, sse: bool) -> SpeechResponse:
+        """The HTTP response for ``speech``: raw audio bytes, or OpenAI's SSE events."""
+        if sse:
+            events = _sse(speech.body(), len(speech.job.text), lambda: speech.audio_seconds)
+            return SpeechResponse(speech, events, "text/event-stream")
+        return SpeechResponse(speech, speech.body(), speech.job.format.media_type)
+
+
+async def _sse(
+    encoded: AsyncIterator[bytes], characters: int, audio_seconds: Callable[[], float]
+) -> AsyncIterator[bytes]:
+    """OpenAI's ``speech.audio.delta`` / ``speech.audio.done`` events (``data:`` lines)."""
+
+    def event(payload: dict) -> bytes:
+        return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+    try:
+        async for data in encoded:
+            if data:
+                yield event(
+                    {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+                )
+    except (asyncio.TimeoutError, TTSError, DrainCut) as exc:
+        if isinstance(exc, DrainCut):
+            message = "the gateway is shutting down and its drain time ran out; retry"
+        elif isinstance(exc, TTSError):
+            message = str(exc)
+        else:
+            message = "the gateway's deadline passed"
+        yield event({"type": "error", "error": {"message": message, "type": "server_error"}})
+        return
+    finally:
+        await encoded.aclose()
+    yield event(
+        {
+            "type": "speech.audio.done",
+            "usage": {"input_characters": characters, "audio_seconds": round(audio_seconds(), 3)},
+        }
+    )
