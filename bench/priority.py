@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from tts_client import TTSClient
-from tts_tools.server import ServerProcess
+from tts_tools.launcher.processes import ServerProcess
 from tts_tools.texts import SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent

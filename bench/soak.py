@@ -114,7 +114,7 @@ class Load:
 
 
 def sample(server, gateway) -> dict[str, float]:
-    from tts_tools.supervisor import stubs_by_model
+    from tts_tools.launcher.supervisor import stubs_by_model
 
     row = {"tritonserver_mb": rss_mb(server.process.pid), "gateway_mb": rss_mb(gateway.process.pid)}
     for model, pids in stubs_by_model(server.process.pid, MODELS).items():
@@ -146,7 +146,7 @@ def plot(rows: list[dict], path: Path, warmup_s: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tts_tools.server import GatewayProcess, ServerProcess
+    from tts_tools.launcher.processes import GatewayProcess, ServerProcess
 
     parser = argparse.ArgumentParser(
         prog="python -m bench.soak",

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tts_tools.server import ServerProcess, admin_headers, admin_key
+from tts_tools.launcher.processes import ServerProcess
+from tts_tools.launcher.security import admin_headers, admin_key
 from tts_tools.statistics import model_statistics
 
 HERE = Path(__file__).resolve().parent

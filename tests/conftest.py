@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tts_tools.server import ServerProcess
+from tts_tools.launcher.processes import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 REPOSITORY = ROOT / "model_repository"

@@ -9,7 +9,7 @@ import av
 import httpx2 as httpx
 import numpy as np
 
-from tts_tools.server import GatewayProcess
+from tts_tools.launcher.processes import GatewayProcess
 
 # "joe" as served, plus "joe-exact": the same voice without noise, so two requests for one
 # text give the same samples (the format checks compare lengths across requests).

@@ -40,7 +40,7 @@ import grpc
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from .supervisor import is_ready, stubs_by_model
+from tts_tools.launcher.supervisor import is_ready, stubs_by_model
 
 log = logging.getLogger("tts_front")
 

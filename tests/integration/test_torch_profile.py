@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.integration.test_intelligibility import transcribe, words
 from tts_client import TTSClient
-from tts_tools.server import ServerProcess
+from tts_tools.launcher.processes import ServerProcess
 from tts_tools.statistics import model_statistics
 from tts_tools.texts import SENTENCES
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import REPOSITORY, ROOT
 from tts_client import InvalidInput, TTSClient
-from tts_tools.server import GatewayProcess, ServerProcess
+from tts_tools.launcher.processes import GatewayProcess, ServerProcess
 from tts_tools.statistics import model_statistics
 from tts_tools.texts import PARAGRAPH, SENTENCES
 

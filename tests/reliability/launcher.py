@@ -11,7 +11,7 @@ import httpx2 as httpx
 
 from tests.conftest import ROOT
 from tests.metrics import sample
-from tts_tools.server import free_port
+from tts_tools.launcher.commands import free_port
 
 
 class Launcher:

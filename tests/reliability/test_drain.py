@@ -17,7 +17,7 @@ import time
 from tests.conftest import ROOT
 from tests.reliability.launcher import Launcher
 from tts_client import ServerUnavailable
-from tts_tools.server import ServerProcess
+from tts_tools.launcher.processes import ServerProcess
 from tts_tools.texts import PARAGRAPH, SENTENCES
 
 

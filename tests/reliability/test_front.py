@@ -30,8 +30,8 @@ from tests.reliability.launcher import Launcher
 from tests.reliability.test_memory import rss_mb
 from tts_client import AsyncTTSClient, ServerOverloaded, ServerUnavailable, TTSClient
 from tts_client.protocol import RetryPolicy
-from tts_tools.server import FrontProcess
-from tts_tools.supervisor import stubs_by_model
+from tts_tools.launcher.processes import FrontProcess
+from tts_tools.launcher.supervisor import stubs_by_model
 from tts_tools.texts import PARAGRAPH, SENTENCES
 
 LIMIT_MIB = 1

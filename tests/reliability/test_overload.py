@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import ROOT
 from tts_client import ServerOverloaded, TTSClient
 from tts_client.protocol import NO_RETRY
-from tts_tools.server import ServerProcess
+from tts_tools.launcher.processes import ServerProcess
 from tts_tools.texts import PARAGRAPH, SENTENCES
 
 

@@ -12,7 +12,7 @@ import time
 import httpx2 as httpx
 
 from tests.reliability.launcher import Launcher, alive
-from tts_tools.supervisor import python_models, stubs_by_model
+from tts_tools.launcher.supervisor import python_models, stubs_by_model
 
 
 def test_a_killed_tritonserver_is_started_again(exported_repository, tmp_path):

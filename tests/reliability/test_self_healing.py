@@ -12,8 +12,8 @@ import pytest
 from tests.conftest import ROOT
 from tts_client import TTSClient, TTSError
 from tts_client.protocol import NO_RETRY
-from tts_tools.server import ServerProcess
-from tts_tools.supervisor import python_models, stubs_by_model
+from tts_tools.launcher.processes import ServerProcess
+from tts_tools.launcher.supervisor import python_models, stubs_by_model
 
 
 @pytest.fixture(scope="module")

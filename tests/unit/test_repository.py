@@ -207,6 +207,15 @@ def test_compose_serves_the_gpu_profile_with_torch_installed():
     gpu_pins = (ROOT / "docker/requirements-gpu.txt").read_text().splitlines()
     assert any(p.startswith("torch==") for p in gpu_pins) and "safetensors==0.8.0" in gpu_pins
     assert "numpy==1.26.4" in gpu_pins  # Triton 2.51's stub returns empty outputs under numpy 2
+    # One launcher: the container runs `python -m tts_tools.server` (supervision, admin key,
+    # front door, drain), never a bare tritonserver.
+    assert "exec python3 -m tts_tools.server" in entrypoint
+    commands = [line for line in entrypoint.splitlines() if not line.lstrip().startswith("#")]
+    assert [line for line in commands if "tritonserver " in line] == []
+    pins = set((ROOT / "requirements.txt").read_text().splitlines())
+    for module in ("aiohttp", "prometheus_client"):  # the front door, the supervisor
+        pin = next(p for p in gpu_pins if p.startswith(f"{module}=="))
+        assert pin in pins, pin
 
 
 def test_model_adapters_import_the_wire_contract_not_the_client():

@@ -1,0 +1,137 @@
+"""The command lines of tritonserver, the front door and the gateway, and the ports they need."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+from .environment import (
+    CPU_ONLY_ARGS,
+    KEY_PLACEHOLDER,
+    has_gpu,
+    prepare_backends,
+    tritonserver_binary,
+)
+from .security import ADMIN_HEADER, DEFAULT_BIND, RESTRICTED
+from .supervisor import (
+    SUPERVISED_ARGS,
+)
+
+# How long a stopping gateway may take to finish its requests (uvicorn's graceful shutdown).
+GATEWAY_DRAIN_S = 40.0
+# tritonserver's exit timeout behind the front door (which drains first).
+FRONTED_EXIT_TIMEOUT_S = 5
+
+
+def server_command(
+    model_repository: Path,
+    http_port: int = 8000,
+    grpc_port: int = 8001,
+    metrics_port: int = 8002,
+    cache_dir: Path = Path(".cache/triton"),
+    extra_args: list[str] | None = None,
+    bind: str = DEFAULT_BIND,
+    restricted: str = RESTRICTED,
+    supervised: bool = True,
+    shm_prefix: str | None = None,
+    metrics_bind: str | None = None,
+) -> list[str]:
+    """The tritonserver command line; ``supervised``: with the model-control flags the
+    supervisor needs; ``metrics_bind``: the metrics address when it differs from ``bind``
+    (behind the front door, HTTP and gRPC stay on loopback).
+
+    The admin key flags hold a placeholder: Triton 2.51 takes the key only as a flag, and
+    /proc/PID/cmdline is readable by every local user, so the key itself reaches tritonserver
+    through ``server_env(key=...)`` and server_shim.c.
+    """
+    backends = prepare_backends(cache_dir)
+    return [
+        str(tritonserver_binary()),
+        f"--model-repository={Path(model_repository).resolve()}",
+        f"--backend-directory={backends.resolve()}",
+        f"--http-address={bind}",
+        f"--grpc-address={bind}",
+        f"--metrics-address={metrics_bind or bind}",
+        f"--http-port={http_port}",
+        f"--grpc-port={grpc_port}",
+        f"--metrics-port={metrics_port}",
+        *(SUPERVISED_ARGS if supervised else ()),
+        f"--http-restricted-api={restricted}:{ADMIN_HEADER}={KEY_PLACEHOLDER}",
+        f"--grpc-restricted-protocol={restricted}:{ADMIN_HEADER}={KEY_PLACEHOLDER}",
+        *([f"--backend-config=python,shm-region-prefix-name={shm_prefix}"] if shm_prefix else []),
+        "--allow-metrics=true",
+        "--exit-on-error=true",
+        "--strict-readiness=true",
+        *([] if has_gpu() else CPU_ONLY_ARGS),
+        *(extra_args or []),
+    ]
+
+
+def log_tail(path: Path, lines: int = 60) -> str:
+    """The last ``lines`` of a child's log file (for failures and test reports)."""
+    if not path.exists():
+        return "(no log)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def taken_port(bind: str, ports: list[tuple[int, str]]) -> str | None:
+    """One line naming the first port (0: none) that cannot be bound on ``bind``, and the
+    option or make variable that moves it; None when all are free."""
+    for port, option in ports:
+        if not port:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((bind, port))
+            except OSError as e:
+                return (
+                    f"port {port} on {bind} is not free ({e.strerror}); stop what uses it or "
+                    f"choose another with {option}"
+                )
+    return None
+
+
+def gateway_command(
+    triton_url: str, bind: str, port: int, extra_args: list[str] | None = None
+) -> list[str]:
+    """The OpenAI-compatible gateway (``tts_gateway``) in front of a tritonserver."""
+    return [
+        sys.executable,
+        "-m",
+        "tts_gateway",
+        f"--triton-url={triton_url}",
+        f"--host={bind}",
+        f"--port={port}",
+        *(extra_args or []),
+    ]
+
+
+def front_command(
+    triton_grpc_port: int,
+    triton_http_port: int,
+    bind: str,
+    grpc_port: int,
+    http_port: int,
+    shm_prefix: str = "",
+    extra_args: list[str] | None = None,
+) -> list[str]:
+    """The front door (``tts_tools.front``) on the public ports, tritonserver on loopback ones."""
+    return [
+        sys.executable,
+        "-m",
+        "tts_tools.front",
+        f"--triton-grpc=127.0.0.1:{triton_grpc_port}",
+        f"--triton-http=127.0.0.1:{triton_http_port}",
+        f"--bind={bind}",
+        f"--grpc-port={grpc_port}",
+        f"--http-port={http_port}",
+        f"--shm-prefix={shm_prefix}",
+        *(extra_args or []),
+    ]

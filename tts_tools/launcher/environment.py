@@ -1,0 +1,132 @@
+"""Which tritonserver runs, with what: by default the one in the nvidia-pytriton wheel (its
+binary, the Python-backend stub for this interpreter, its libraries); with ``TTS_TRITON_HOME``
+an installed Triton such as ``/opt/tritonserver`` in NVIDIA's images (its own binary and
+backends). Also the shim that hands tritonserver the admin key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+PY_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+TRITON_HOME_ENV = "TTS_TRITON_HOME"
+
+
+def triton_home(environ: dict[str, str] | None = None) -> Path | None:
+    """An installed Triton (``bin/tritonserver``, ``backends/``) named by TTS_TRITON_HOME, or
+    None for the wheel's."""
+    home = (os.environ if environ is None else environ).get(TRITON_HOME_ENV)
+    if not home:
+        return None
+    path = Path(home)
+    for part in ("bin/tritonserver", "backends/python"):
+        if not (path / part).exists():
+            raise SystemExit(f"{TRITON_HOME_ENV}={home} has no {part}: not a Triton installation")
+    return path
+
+
+def pytriton_dir() -> Path:
+    # Found without importing pytriton: its __init__ pulls in its Python API's dependencies,
+    # which a server-only environment (the GPU bundle) does not install.
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("nvidia-pytriton is not installed (it ships tritonserver)")
+    return Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
+
+
+def tritonserver_binary() -> Path:
+    home = triton_home()
+    return (home or pytriton_dir()) / "bin" / "tritonserver"
+
+
+def prepare_backends(cache_dir: Path) -> Path:
+    """A backend directory whose python backend uses this interpreter's stub (idempotent); an
+    installed Triton's own (its stub is built for the image's Python)."""
+    home = triton_home()
+    if home is not None:
+        return home / "backends"
+    src = pytriton_dir()
+    stub = src / "python_backend_stubs" / PY_VERSION / "triton_python_backend_stub"
+    if not stub.exists():
+        raise SystemExit(f"nvidia-pytriton has no Python backend stub for Python {PY_VERSION}")
+    backends = cache_dir / f"backends-py{PY_VERSION}"
+    python_backend = backends / "python"
+    marker = python_backend / "triton_python_backend_stub"
+    if not marker.exists() or marker.stat().st_size != stub.stat().st_size:
+        shutil.rmtree(backends, ignore_errors=True)
+        shutil.copytree(src / "backends" / "python", python_backend)
+        shutil.copy2(stub, marker)
+    return backends
+
+
+SHIM_SOURCE = Path(__file__).with_name("server_shim.c")
+KEY_PLACEHOLDER = "tts-admin-key-hidden"  # what /proc/PID/cmdline shows; see server_shim.c
+KEY_ENV = "TTS_TRITON_ADMIN_KEY"
+
+
+def server_shim(cache_dir: Path) -> Path:
+    """``server_shim.c`` built into ``cache_dir`` (rebuilt when the source changes)."""
+    source = SHIM_SOURCE.read_bytes()
+    digest = hashlib.sha256(source).hexdigest()[:16]
+    library = Path(cache_dir) / f"libtts_server_shim-{digest}.so"
+    if not library.exists():
+        compiler = shutil.which(os.environ.get("CC", "cc"))
+        if compiler is None:
+            raise SystemExit(
+                "no C compiler (cc) to build tts_tools/launcher/server_shim.c, which keeps the "
+                "admin key out of tritonserver's command line: run `make system-deps` (installs "
+                "gcc)"
+            )
+        library.parent.mkdir(parents=True, exist_ok=True)
+        partial = library.with_suffix(f".{os.getpid()}.tmp")
+        flags = ["-shared", "-fPIC", "-O2", "-Wall"]
+        subprocess.run([compiler, *flags, "-o", str(partial), str(SHIM_SOURCE), "-ldl"], check=True)
+        partial.replace(library)
+    return library
+
+
+def server_env(
+    base: dict[str, str] | None = None, key: str | None = None, cache_dir: Path | None = None
+) -> dict[str, str]:
+    """tritonserver's environment; with ``key``, the shim that hands it the key (server_shim.c)."""
+    env = dict(os.environ if base is None else base)
+    if key is not None:
+        env[KEY_ENV] = key
+        env["LD_PRELOAD"] = str(server_shim(cache_dir or Path(".cache/triton")).resolve())
+    ld = [sysconfig.get_config_var("LIBDIR")]
+    if triton_home() is None:  # the wheel's tritonserver needs the wheel's libraries
+        ld.append(str(Path(pytriton_dir()).parent.parent / "nvidia_pytriton.libs"))
+    if env.get("LD_LIBRARY_PATH"):
+        ld.append(env["LD_LIBRARY_PATH"])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(ld)
+    # The stub finds this environment's packages through the python on PATH.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    # PYTHONPATH pointing at site-packages instead of the PATH route gave empty outputs once.
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def has_gpu() -> bool:
+    """An NVIDIA driver is present (its device node), so CUDA may be used."""
+    return Path("/dev/nvidiactl").exists()
+
+
+# On a machine without a GPU, Triton still probes NVML and DCGM for GPU metrics and logs both
+# failures; this flag stops that probe. The CUDA lines that remain are harmless (README).
+CPU_ONLY_ARGS = ("--allow-gpu-metrics=false",)
+
+
+# Closed by default: what changes the server or reaches into its memory needs the admin key,
+# sent as this header; inference, health and model metadata stay open. Two read-only APIs stay
+# open by default too: model configuration (clients read the sample rate from the tts config)
+# and statistics (perf_analyzer reads them and cannot send a header over gRPC); an operator
+# who does not need them closes them with --restricted-apis (README, security).

@@ -1,0 +1,76 @@
+"""The admin key: where it comes from, the headers that carry it, the APIs it guards, and a
+probe that proves tritonserver got it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import urllib.request
+from pathlib import Path
+
+ADMIN_HEADER = "tts-admin-key"
+GRPC_HEADER_PREFIX = "triton-grpc-protocol-"  # what Triton 2.51 checks over gRPC
+RESTRICTED = "model-repository,logging,trace,shared-memory"
+ADMIN_KEY_ENV = "TTS_ADMIN_KEY"
+ADMIN_KEY_FILE_ENV = "TTS_ADMIN_KEY_FILE"
+DEFAULT_BIND = "127.0.0.1"
+
+
+def admin_key(environ: dict[str, str] | None = None) -> tuple[str, bool]:
+    """(key, configured): from $TTS_ADMIN_KEY or the file named by $TTS_ADMIN_KEY_FILE.
+
+    With neither, a random key nobody is told: the admin APIs are then refused to everyone.
+    """
+    env = os.environ if environ is None else environ
+    if env.get(ADMIN_KEY_ENV):
+        return env[ADMIN_KEY_ENV], True
+    if env.get(ADMIN_KEY_FILE_ENV):
+        key = Path(env[ADMIN_KEY_FILE_ENV]).read_text().strip()
+        if not key:
+            raise SystemExit(f"{env[ADMIN_KEY_FILE_ENV]} is empty: put the admin key in it")
+        return key, True
+    return secrets.token_urlsafe(32), False
+
+
+def admin_headers(key: str) -> dict[str, str]:
+    """Headers carrying the admin key, for HTTP and gRPC alike (gRPC expects Triton's prefix)."""
+    return {ADMIN_HEADER: key, f"{GRPC_HEADER_PREFIX}{ADMIN_HEADER}": key}
+
+
+# Shared-memory regions and files tritonserver creates are its user's alone (request text and
+# audio pass through /dev/shm).
+SERVER_UMASK = 0o077
+KEY_FAILED = (
+    "the admin key did not reach tritonserver (tts_tools/server_shim.c was not loaded), so its "
+    "key would be the placeholder any local user can read in /proc; stopped"
+)
+
+# A request per restricted API that needs the key and changes nothing.
+KEY_PROBES = {
+    "model-repository": ("POST", "/v2/repository/index"),
+    "logging": ("GET", "/v2/logging"),
+    "trace": ("GET", "/v2/trace/setting"),
+    "shared-memory": ("GET", "/v2/systemsharedmemory/status"),
+    "statistics": ("GET", "/v2/models/stats"),
+}
+
+
+def key_works(http_port: int, key: str, restricted: str = RESTRICTED) -> bool:
+    """Whether ``key`` opens a restricted API. False means the shim did not hand tritonserver
+    the key, so its key is the placeholder anyone can read: the caller must not go on."""
+    for api in restricted.split(","):
+        if api in KEY_PROBES:
+            method, path = KEY_PROBES[api]
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{http_port}{path}",
+                data=b"{}" if method == "POST" else None,
+                method=method,
+                headers=admin_headers(key),
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    return response.status == 200
+            except OSError:
+                return False
+    return True  # nothing restricted that a probe knows: nothing to check

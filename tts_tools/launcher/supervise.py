@@ -1,0 +1,245 @@
+"""``make serve``'s loop: tritonserver, the front door and the gateway as children, the
+supervisor beside them, restarts with backoff, and the drain on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import functools
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .commands import GATEWAY_DRAIN_S
+from .environment import server_env
+from .processes import stop_process
+from .security import ADMIN_HEADER, KEY_FAILED, RESTRICTED, SERVER_UMASK, key_works
+from .supervisor import (
+    Supervisor,
+    SupervisorMetrics,
+    become_subreaper,
+    die_with_parent,
+    end_orphans,
+    is_ready,
+    remove_regions,
+)
+
+
+def supervise(
+    cmd: list[str],
+    http_port: int,
+    repository: Path,
+    headers: dict[str, str],
+    gateway_cmd: list[str] | None = None,
+    drain_s: float = GATEWAY_DRAIN_S,
+    restarts: RestartPolicy | None = None,
+    metrics: SupervisorMetrics | None = None,
+    gateway_restarts: RestartPolicy | None = None,
+    env: dict[str, str] | None = None,
+    restricted: str = RESTRICTED,
+    shm_prefix: str = "",
+    front_cmd: list[str] | None = None,
+) -> int:
+    """Run tritonserver (and the front door and the gateway) as children with the supervisor
+    beside them.
+
+    SIGTERM/SIGINT stop the gateway first, which stops accepting and lets its requests finish
+    (up to ``drain_s``) while Triton still serves them; then the front door the same way (its
+    connections to Triton closed, so none holds Triton's exit); then tritonserver. A gateway
+    or front door that dies is started again; so is a tritonserver that dies on its own (a
+    crash, an OOM kill), with backoff, until ``restarts`` says it keeps dying; then the
+    launcher exits with its code.
+    """
+    restarts = restarts or RestartPolicy()
+    metrics = metrics or SupervisorMetrics()
+    stopping = threading.Event()
+    say = functools.partial(print, flush=True)
+
+    def on_signal(signum, _frame) -> None:
+        if not stopping.is_set():
+            say(f"launcher: {signal.Signals(signum).name}, stopping")
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    drained = threading.Event()  # the front door has drained, but waits for Triton to go
+    signal.signal(signal.SIGUSR1, lambda *_: drained.set())
+    # Stubs of a tritonserver that died are reparented here (not to init) and ended below.
+    become_subreaper()
+    gateway: Keeper | None = None
+    front: Keeper | None = None
+    while True:
+        # Their own sessions: a terminal's Ctrl-C reaches only us, and we forward it once.
+        process = subprocess.Popen(
+            cmd,
+            env=env or server_env(),
+            start_new_session=True,
+            umask=SERVER_UMASK,
+            preexec_fn=die_with_parent,
+        )
+        while process.poll() is None and not stopping.is_set() and not is_ready(http_port):
+            stopping.wait(0.5)
+        key = headers.get(ADMIN_HEADER, "")
+        if (
+            process.poll() is None
+            and not stopping.is_set()
+            and not key_works(http_port, key, restricted)
+        ):
+            say(f"launcher: {KEY_FAILED}")
+            process.kill()
+            process.wait()
+            return 1
+        supervisor: Supervisor | None = None
+        if process.poll() is None and not stopping.is_set():
+            supervisor = Supervisor(
+                process.pid,
+                http_port,
+                repository,
+                headers,
+                say,
+                metrics=metrics,
+                shm_prefix=shm_prefix,
+            ).start()
+            if front_cmd and front is None:
+                front = Keeper(
+                    "the front door",
+                    lambda: subprocess.Popen(front_cmd, start_new_session=True),
+                    RestartPolicy(),
+                    say,
+                )
+            if gateway_cmd and gateway is None:
+                gateway = Keeper(
+                    "the gateway",
+                    lambda: subprocess.Popen(gateway_cmd, start_new_session=True),
+                    gateway_restarts or RestartPolicy(),
+                    say,
+                )
+        keepers = [k for k in (front, gateway) if k]
+        while process.poll() is None and not stopping.is_set():
+            if not all(k.check(time.monotonic()) for k in keepers):
+                stopping.set()
+                break
+            end_orphans(keep={process.pid, *(p for k in keepers for p in k.pids())})
+            stopping.wait(0.5)
+        if stopping.is_set():
+            break
+        # tritonserver died on its own. Its stubs would live on (they were seen for minutes,
+        # mapping the dead server's regions): end them, then remove the regions.
+        code = process.wait()
+        if supervisor:
+            supervisor.stop()
+        orphans = end_orphans(keep={p for k in keepers for p in k.pids()})
+        if orphans:
+            say(f"launcher: ended {len(orphans)} stub(s) of the dead tritonserver")
+        remove_regions(shm_prefix, set(), say)
+        delay = restarts.next_delay(time.monotonic())
+        if delay is None:
+            say(f"launcher: tritonserver exited ({code}) {restarts.describe()}; giving up")
+            for keeper in keepers:
+                keeper.stop(drain_s)
+            return code or 1
+        say(f"launcher: tritonserver exited ({code}); starting it again in {delay:.0f} s")
+        metrics.server_restarts.inc()
+        if stopping.wait(delay):
+            for keeper in keepers:
+                keeper.stop(drain_s)
+            return 0  # stopped on request while the server was down: nothing left to stop
+    # The gateway drains into the front door, the front door into Triton: in that order. A
+    # front door that holds streams of dead stubs exits only once Triton has (see front.py).
+    if gateway:
+        gateway.stop(drain_s)
+    if front and front.process and front.process.poll() is None:
+        front.process.send_signal(signal.SIGTERM)
+        until = time.monotonic() + drain_s
+        while front.process.poll() is None and not drained.is_set() and time.monotonic() < until:
+            time.sleep(0.05)
+    if supervisor:  # stubs stop on purpose now: nothing to heal
+        supervisor.stop(wait=False)
+    if process.poll() is None:
+        say("launcher: stopping tritonserver")
+        process.send_signal(signal.SIGTERM)
+    code = process.wait()
+    if code != 0 and drained.is_set():
+        # The front door held streams of stubs that died (their clients already got an error):
+        # Triton 2.51 keeps them in flight for ever, so its exit timeout passes (exit 1), or
+        # closing them aborts it; everything else had finished.
+        say(
+            f"launcher: tritonserver exited {code} on streams of stubs that died earlier "
+            "(Triton 2.51 never ends them); everything else had finished"
+        )
+        code = 0
+    orphans = end_orphans(keep={p for k in (front, gateway) if k for p in k.pids()})
+    if orphans:
+        say(f"launcher: ended {len(orphans)} stub(s) tritonserver left behind")
+    if front:
+        front.stop(10.0)
+    if supervisor:
+        supervisor.stop()
+    remove_regions(shm_prefix, set(), say)  # what stubs that died along the way left behind
+    return 1 if any(k and k.gave_up for k in (gateway, front)) else code
+
+
+class Keeper:
+    """A child the launcher keeps running (the gateway): started again after it exits, after
+    the policy's backoff, until the policy gives up (a taken port made it restart once a
+    second for ever before)."""
+
+    def __init__(
+        self,
+        name: str,
+        start: Callable[[], subprocess.Popen],
+        policy: RestartPolicy,
+        say: Callable[[str], None],
+    ) -> None:
+        self.name, self.start, self.policy, self.say = name, start, policy, say
+        self.process: subprocess.Popen | None = start()
+        self.due: float | None = None  # when it is started again
+        self.gave_up = False
+
+    def pids(self) -> list[int]:
+        return [self.process.pid] if self.process else []
+
+    def check(self, now: float) -> bool:
+        """Start it again when due; False once it has died too often (the launcher stops)."""
+        if self.process and self.process.poll() is not None and self.due is None:
+            code = self.process.returncode
+            delay = self.policy.next_delay(now)
+            if delay is None:
+                self.say(
+                    f"launcher: {self.name} exited ({code}) {self.policy.describe()}; "
+                    "giving up (its error is above)"
+                )
+                self.gave_up = True
+                return False
+            self.say(f"launcher: {self.name} exited ({code}); starting it again in {delay:.0f} s")
+            self.due = now + delay
+        if self.due is not None and now >= self.due:
+            self.process, self.due = self.start(), None
+        return True
+
+    def stop(self, grace: float, kill: bool = True) -> None:
+        if self.process:
+            stop_process(self.process, grace, kill)
+
+
+@dataclass
+class RestartPolicy:
+    """Restart a dead tritonserver after 1, 2, 4 ... (at most 30) s, but not more than
+    ``max_restarts`` times within ``window_s``: a server that keeps dying needs a person."""
+
+    max_restarts: int = 5
+    window_s: float = 600.0
+    times: list[float] = field(default_factory=list)
+
+    def next_delay(self, now: float) -> float | None:
+        self.times = [t for t in self.times if now - t < self.window_s]
+        if len(self.times) >= self.max_restarts:
+            return None
+        self.times.append(now)
+        return float(min(30, 2 ** (len(self.times) - 1)))
+
+    def describe(self) -> str:
+        return f"{len(self.times)} times within {self.window_s:.0f} s"
