@@ -32,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 STAGES = ("phonemizer", "acoustic", "vocoder")
 SMOKE_REQUESTS = 6  # per count window in --smoke
+SMOKE_STREAMS = 2  # the same for tts_stream
 # perf_analyzer has no switch to turn its stability check off; a tolerance this wide does it.
 # (999 % was not enough: the 2.51 Python backend stalls some requests ~500 ms, so a window's
 # p99 can be 100 times the next one's; docs/performance.md.)
@@ -227,10 +228,14 @@ def sweep(
                 for c in args.concurrency:
                     before = model_statistics(f"localhost:{grpc_port}", STAGES, headers)
                     csv_path = work / f"{model}_{protocol}_{c}.csv"
+                    count = args.request_count
+                    if args.smoke and model == "tts_stream":
+                        # A stream lasts seconds: 3 windows of 6 took half the smoke's time.
+                        count = SMOKE_STREAMS
                     r = run_perf_analyzer(
                         model, protocol, port, metrics_port, inputs[model], c,
                         args.interval_ms, args.max_trials, args.stability_percentage,
-                        csv_path, log, args.request_count,
+                        csv_path, log, count,
                     )  # fmt: skip
                     after = model_statistics(f"localhost:{grpc_port}", STAGES, headers)
                     rows.append(

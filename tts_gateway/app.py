@@ -202,9 +202,6 @@ def create_app(
 ) -> FastAPI:
     metrics = Metrics()
     service = SpeechService(settings, metrics, backend_factory)
-    pcm = dataclasses.replace(FORMATS["pcm"], sample_rate=settings.pcm_sample_rate or None)
-    formats = {**FORMATS, "pcm": pcm}
-    voice_names = settings.voice_names()
 
     @asynccontextmanager
     async def lifespan(_app):
@@ -234,6 +231,16 @@ def create_app(
     app.state.drain = service.drain  # started by tts_gateway.__main__ on SIGTERM
     app.state.speech = service
 
+    _error_handlers(app, metrics)
+    _info_routes(app, settings, service)
+    _speech_route(app, settings, service)
+    _middleware(app, settings)
+    return app
+
+
+def _error_handlers(app: FastAPI, metrics: Metrics) -> None:
+    """Every error as OpenAI's JSON error body; no traceback reaches a client."""
+
     @app.exception_handler(APIError)
     async def _api_error(_request, exc: APIError):
         return _error_response(exc)
@@ -253,6 +260,11 @@ def create_app(
     async def _unexpected(_request, exc: Exception):
         log.exception("unexpected error")  # the trace stays in the log, not in the answer
         return _error_response(APIError(500, "internal error", "server_error", code="internal"))
+
+
+def _info_routes(app: FastAPI, settings: GatewaySettings, service: SpeechService) -> None:
+    """The page, health, readiness, metrics and the model and voice lists."""
+    metrics = service.metrics
 
     @app.get("/", include_in_schema=False)
     async def page():
@@ -309,6 +321,13 @@ def create_app(
                 for v in settings.voices
             ]
         }
+
+
+def _speech_route(app: FastAPI, settings: GatewaySettings, service: SpeechService) -> None:
+    """``POST /v1/audio/speech``: validate, then hand the request to the speech service."""
+    pcm = dataclasses.replace(FORMATS["pcm"], sample_rate=settings.pcm_sample_rate or None)
+    formats = {**FORMATS, "pcm": pcm}
+    voice_names = settings.voice_names()
 
     @app.post(
         "/v1/audio/speech",
@@ -371,6 +390,8 @@ def create_app(
         speech = await service.open(SpeechJob(text, options, fmt, streamed))
         return service.response(speech, sse=request.stream_format == "sse")
 
+
+def _middleware(app: FastAPI, settings: GatewaySettings) -> None:
     # Outermost last: CORS (a preflight needs no key), then the key and the content type,
     # then the body limit.
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
@@ -384,4 +405,3 @@ def create_app(
             allow_headers=["authorization", "content-type"],
             expose_headers=["X-Sample-Rate", "X-Audio-Streaming", "Retry-After"],
         )
-    return app

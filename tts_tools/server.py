@@ -41,7 +41,8 @@ from .launcher.supervisor import (
 )
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """The launcher's options, and the rest (passed on to tritonserver)."""
     parser = argparse.ArgumentParser(prog="python -m tts_tools.server", description=__doc__)
     parser.add_argument("--model-repository", type=Path, default=Path("model_repository"))
     parser.add_argument("--http-port", type=int, default=int(os.environ.get("HTTP_PORT", 8000)))
@@ -84,7 +85,11 @@ def main(argv: list[str] | None = None) -> None:
         default=os.environ.get("FRONT_ARGS", ""),
         help="extra flags of the front door, e.g. '--deadline-s 5 --max-request-mib 16'",
     )
-    args, extra = parser.parse_known_args(argv)
+    return parser.parse_known_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args, extra = parse_args(argv)
     shm_prefix = new_shm_prefix()
     taken = taken_port(
         args.bind,

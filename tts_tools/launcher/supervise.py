@@ -72,25 +72,8 @@ def supervise(
     gateway: Keeper | None = None
     front: Keeper | None = None
     while True:
-        # Their own sessions: a terminal's Ctrl-C reaches only us, and we forward it once.
-        process = subprocess.Popen(
-            cmd,
-            env=env or server_env(),
-            start_new_session=True,
-            umask=SERVER_UMASK,
-            preexec_fn=die_with_parent,
-        )
-        while process.poll() is None and not stopping.is_set() and not is_ready(http_port):
-            stopping.wait(0.5)
-        key = headers.get(ADMIN_HEADER, "")
-        if (
-            process.poll() is None
-            and not stopping.is_set()
-            and not key_works(http_port, key, restricted)
-        ):
-            say(f"launcher: {KEY_FAILED}")
-            process.kill()
-            process.wait()
+        process = _start_server(cmd, env, http_port, headers, restricted, stopping, say)
+        if process is None:
             return 1
         supervisor: Supervisor | None = None
         if process.poll() is None and not stopping.is_set():
@@ -147,6 +130,55 @@ def supervise(
             for keeper in keepers:
                 keeper.stop(drain_s)
             return 0  # stopped on request while the server was down: nothing left to stop
+    code = _stop_in_order(process, supervisor, front, gateway, drained, drain_s, say)
+    remove_regions(shm_prefix, set(), say)  # what stubs that died along the way left behind
+    return 1 if any(k and k.gave_up for k in (gateway, front)) else code
+
+
+def _start_server(
+    cmd: list[str],
+    env: dict[str, str] | None,
+    http_port: int,
+    headers: dict[str, str],
+    restricted: str,
+    stopping: threading.Event,
+    say: Callable[[str], None],
+) -> subprocess.Popen | None:
+    """tritonserver started and waited for (ready, or dead, or a stop asked); None when its
+    admin key does not work (it is killed: the launcher fails closed)."""
+    # Their own sessions: a terminal's Ctrl-C reaches only us, and we forward it once.
+    process = subprocess.Popen(
+        cmd,
+        env=env or server_env(),
+        start_new_session=True,
+        umask=SERVER_UMASK,
+        preexec_fn=die_with_parent,
+    )
+    while process.poll() is None and not stopping.is_set() and not is_ready(http_port):
+        stopping.wait(0.5)
+    key = headers.get(ADMIN_HEADER, "")
+    if (
+        process.poll() is None
+        and not stopping.is_set()
+        and not key_works(http_port, key, restricted)
+    ):
+        say(f"launcher: {KEY_FAILED}")
+        process.kill()
+        process.wait()
+        return None
+    return process
+
+
+def _stop_in_order(
+    process: subprocess.Popen,
+    supervisor: Supervisor | None,
+    front: Keeper | None,
+    gateway: Keeper | None,
+    drained: threading.Event,
+    drain_s: float,
+    say: Callable[[str], None],
+) -> int:
+    """Stop the gateway, the front door and tritonserver in that order; tritonserver's code."""
     # The gateway drains into the front door, the front door into Triton: in that order. A
     # front door that holds streams of dead stubs exits only once Triton has (see front.py).
     if gateway:
@@ -178,8 +210,7 @@ def supervise(
         front.stop(10.0)
     if supervisor:
         supervisor.stop()
-    remove_regions(shm_prefix, set(), say)  # what stubs that died along the way left behind
-    return 1 if any(k and k.gave_up for k in (gateway, front)) else code
+    return code
 
 
 class Keeper:
