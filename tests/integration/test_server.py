@@ -208,3 +208,26 @@ def test_cli_writes_a_wav(server, tmp_path):
         timeout=60,
     )
     assert bad.returncode == 2 and "InvalidInput" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_requests_priority_reaches_every_step_of_the_ensemble(server):
+    """Triton 2.51 hands the client's priority to each step's request (issues #6055 and #7116
+    report it lost there in other versions): read from its own verbose log."""
+    import re
+
+    from tts_client import SynthesisOptions
+
+    admin = httpclient.InferenceServerClient(f"localhost:{server.http_port}")
+    admin.update_log_settings({"log_verbose_level": 2}, headers=server.admin_headers)
+    try:
+        mark = server.log_path.stat().st_size
+        with TTSClient(server.grpc_url) as client:
+            client.synthesize("Which priority?", options=SynthesisOptions(priority=1))
+    finally:
+        admin.update_log_settings({"log_verbose_level": 0}, headers=server.admin_headers)
+        admin.close()
+    with open(server.log_path, errors="replace") as f:
+        f.seek(mark)
+        log = f.read()
+    prepared = dict(re.findall(r"prepared: .*?model: (\w+), .*?priority: (\d+)", log))
+    assert prepared == {"tts": "1", "phonemizer": "1", "acoustic": "1", "vocoder": "1"}, prepared

@@ -45,6 +45,7 @@ def test_sigterm_ends_everything_clearly_and_leaves_nothing(exported_repository,
         assert stubs_of(pid)  # the models' stubs are running
         results: dict = {}
         streaming = threading.Barrier(3)
+        first_chunks: list[int] = []  # a server refusing everything fails here, not silently
 
         with TTSClient(server.grpc_url, concurrency=8) as client:
             client.synthesize("Warm up.")
@@ -53,6 +54,7 @@ def test_sigterm_ends_everything_clearly_and_leaves_nothing(exported_repository,
                 chunks = client.stream(PARAGRAPH)
                 try:
                     next(chunks)
+                    first_chunks.append(k)
                     streaming.wait(60)  # SIGTERM comes while both streams are mid-way
                     results[f"stream{k}"] = sum(1 for _ in chunks) + 1
                 except Exception as e:
@@ -81,6 +83,7 @@ def test_sigterm_ends_everything_clearly_and_leaves_nothing(exported_repository,
         server.stop()
     print(f"\n{results}")
     assert code == 0
+    assert sorted(first_chunks) == [0, 1]  # both streams were served before the SIGTERM
     served = [results[k] for k in range(8)]
     # Each request is either served or refused with a retryable error (ServerOverloaded is one).
     assert all(isinstance(r, float) or isinstance(r, ServerUnavailable) for r in served), served
