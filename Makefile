@@ -1,4 +1,5 @@
-# Two commands: `make serve` (set up, export the voice, serve on CPU) and `make test`.
+# Two commands: `make system-deps serve` (set up, export the voice, serve on CPU) and
+# `make test` (set up everything, run every test). `make` alone lists the targets.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -14,8 +15,20 @@ SUPERVISOR_METRICS_PORT ?= 8003
 BIND ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: setup client-venv system-deps test-system-deps apt-install export serve test test-reliability unit lint format clean perf \
-  perf-smoke bench soak flops profiles gpu-bundle
+.PHONY: help setup serve-setup check-system-deps client-venv system-deps test-system-deps \
+  apt-install export serve test test-reliability unit lint format clean perf perf-smoke bench \
+  soak flops profiles gpu-bundle
+
+help:  # the default goal: what each target does
+	@echo "make system-deps     install the system packages (sudo apt-get: libb64-0d gcc libc6-dev)"
+	@echo "make serve           set up the lean venv, export the voice, serve on CPU (ports: README)"
+	@echo "                     PROFILE=gpu|torch-cpu adds torch; VOICES=voices.json more voices"
+	@echo "make test            set up everything (system packages too) and run every test"
+	@echo "make unit | lint     the fast unit tests | ruff and the import layers"
+	@echo "make perf-smoke      perf_analyzer on every model (PERF_ARGS=\"--grpc-port 8001 ...\")"
+	@echo "make bench | soak    benchmarks (docs/performance.md, docs/reliability.md)"
+	@echo "make gpu-bundle      an offline folder for a GPU machine (docs/gpu.md)"
+	@echo "make clean           remove the exported voice and caches"
 
 # System packages: libb64 for perf_analyzer (the rest ships in the Python wheels); a C compiler
 # for tts_tools/launcher/server_shim.c (keeps the admin key out of tritonserver's command line); the
@@ -34,24 +47,45 @@ apt-install:
 	  $$sudo apt-get update -qq && $$sudo apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-$(VENV)/.installed: requirements.txt pyproject.toml client/pyproject.toml
+# Three sets of pins: requirements/serve.txt (make serve), requirements/torch.txt (the torch
+# profiles), requirements.txt (everything: tests and benchmarks; includes the other two).
+PROJECT_FILES := pyproject.toml client/pyproject.toml wire/pyproject.toml
+define install
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 needed"'
 	@test -x $(PY) || { echo "creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade "pip==24.3.1"
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r $(1)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e wire -e client -e .
 	@touch $@
+endef
+$(VENV)/.installed-serve: requirements/serve.txt $(PROJECT_FILES)
+	$(call install,requirements/serve.txt)
+$(VENV)/.installed-torch: requirements/torch.txt $(VENV)/.installed-serve
+	$(call install,requirements/torch.txt)
+$(VENV)/.installed: requirements.txt requirements/serve.txt requirements/torch.txt $(PROJECT_FILES)
+	$(call install,requirements.txt)
+	@touch $(VENV)/.installed-serve $(VENV)/.installed-torch
 
 setup: system-deps $(VENV)/.installed
+
+# make serve installs no system package itself (make system-deps does, with sudo): it says
+# what is missing and how to get it.
+check-system-deps:
+	@command -v $${CC:-cc} >/dev/null || { echo "make serve: no C compiler (cc) to build \
+	tts_tools/launcher/server_shim.c: run 'make system-deps' (sudo apt-get install gcc \
+	libc6-dev) or install one"; exit 2; }
+
+TORCH_PROFILES := gpu torch-cpu
+serve-setup: check-system-deps $(VENV)/.installed-serve $(if $(filter $(TORCH_PROFILES),$(PROFILE)),$(VENV)/.installed-torch)
 
 # Generates model_repository/{acoustic,vocoder}/1/model.onnx (+ voice.json); no-op when current.
 # VOICES=voices.json exports (and serves) every voice listed (README, Voices); a later plain
 # export keeps them (python -m export --single-voice goes back to the bundled voice alone).
-export: $(VENV)/.installed
+export: $(VENV)/.installed-serve
 	$(PY) -m export $(if $(VOICES),--voices $(VOICES))
 
 # PROFILE=gpu (torch on CUDA) or PROFILE=torch-cpu serves model_repository/*/configs/$(PROFILE).pbtxt.
-serve: setup export
+serve: serve-setup export
 	exec $(PY) -m tts_tools.server --model-repository model_repository \
 	  --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) \
 	  --gateway-port $(GATEWAY_PORT) --supervisor-metrics-port $(SUPERVISOR_METRICS_PORT) --bind $(BIND) $(if $(PROFILE),--model-config-name=$(PROFILE)) \

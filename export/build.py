@@ -23,8 +23,8 @@ from pathlib import Path
 import onnx
 
 from export.torch_weights import convert
+from tts_serving.engines import WEIGHTS_FILE
 from tts_serving.engines.loudness import LOUDNESS_FILE, VoiceLoudness
-from tts_serving.engines.torch_weights import WEIGHTS_FILE
 from tts_serving.settings import load_settings
 from tts_serving.text.phonemize import load_voice_config
 from tts_serving.voices import FOLDER, INDEX, check_name

@@ -1,7 +1,9 @@
 """The torch engine's weights, converted from the voice's ONNX initializers (export only).
 
 Every weight tensor of the graph must land in a module parameter of the same shape, and every
-parameter must be filled (``fill`` proves it before anything is written).
+parameter must be filled. With torch installed, ``convert`` proves it before anything is
+written; the CPU default installs no torch, and then the torch engine proves it when it loads
+the file (its ``load`` is as strict), so a torch profile never serves an incomplete mapping.
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
 
-from tts_serving.engines.torch_vits import Acoustic, Decoder
-from tts_serving.engines.torch_weights import WEIGHTS_FILE, fill
+from tts_serving.engines import WEIGHTS_FILE
 from tts_serving.errors import ModelConfigError
 
 # Folded constants that stand for a parameter: ONNX keeps exp(-logs), the module keeps logs.
@@ -62,12 +63,26 @@ def _is_param_name(name: str) -> bool:
     return not name.startswith(("/", "onnx::")) and "." in name
 
 
+def _modules() -> tuple | None:
+    """The torch modules of both halves, to check the mapping against; None without torch."""
+    try:
+        from tts_serving.engines.torch_vits import Acoustic, Decoder
+    except ImportError:
+        return None
+    return Acoustic(), Decoder()
+
+
 def convert(acoustic_onnx: str | Path, vocoder_onnx: str | Path) -> list[Path]:
-    """Write ``weights.safetensors`` for each half; raises if any tensor is unused or missing."""
+    """Write ``weights.safetensors`` for each half; with torch, raises first if any tensor is
+    unused or missing."""
+    modules = _modules()
     written = []
-    for path, module in ((acoustic_onnx, Acoustic()), (vocoder_onnx, Decoder())):
+    for k, path in enumerate((acoustic_onnx, vocoder_onnx)):
         weights = onnx_weights(path)
-        fill(module, weights, str(path))  # proves the mapping is complete before writing
+        if modules is not None:
+            from tts_serving.engines.torch_weights import fill
+
+            fill(modules[k], weights, str(path))  # the mapping is complete: now write it
         target = Path(path).parent / WEIGHTS_FILE
         save_file(weights, str(target))
         written.append(target)

@@ -16,14 +16,13 @@ import onnxruntime as ort
 from tts_serving.engines.batching import halve_on_error, pad_stack, run_in_buckets, split_by_lengths
 
 from ..settings import EngineSettings
+from . import WEIGHTS_FILE
 from .onnx import OrtAcousticNet, OrtVocoderNet, create_session
 
 
 def model_file(options: EngineSettings) -> str:
     """The file of a voice half the configured engine loads (both are written by export)."""
     if options.engine == "torch":
-        from tts_serving.engines.torch_weights import WEIGHTS_FILE
-
         return WEIGHTS_FILE
     return "model.onnx"
 

@@ -16,8 +16,6 @@ from safetensors.numpy import load_file
 
 from ..errors import ModelConfigError
 
-WEIGHTS_FILE = "weights.safetensors"
-
 
 def fill(module: torch.nn.Module, weights: dict[str, np.ndarray], source: str) -> None:
     """Copy ``weights`` into ``module``'s parameters: every one used, every parameter filled."""

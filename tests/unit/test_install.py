@@ -1,0 +1,87 @@
+"""The install sets: what `make serve` installs is enough to serve, and holds no torch, no test
+or benchmark tools; every file pins the same versions."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins(path: Path) -> dict[str, str]:
+    """name -> version of a requirements file, following its -r includes."""
+    found: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line.startswith("-r "):
+            found.update(pins(path.parent / line[3:].strip()))
+        elif line:
+            name, _, version = line.partition("==")
+            assert version, f"{path}: {line!r} is not an exact pin"
+            name = name.split("[")[0]  # extras pin the same distribution
+            assert norm(name) not in found, f"{path}: {name} pinned twice"
+            found[norm(name)] = version
+    return found
+
+
+ALL = pins(ROOT / "requirements.txt")
+SERVE = pins(ROOT / "requirements/serve.txt")
+TORCH = pins(ROOT / "requirements/torch.txt")
+TEST_TOOLS = {"pytest", "hypothesis", "ruff", "selenium", "faster-whisper", "matplotlib", "jiwer"}
+
+
+def test_the_server_set_is_lean_and_every_file_pins_the_same_versions():
+    assert SERVE.keys() <= ALL.keys() and TORCH.keys() <= ALL.keys()
+    assert not SERVE.keys() & TORCH.keys()
+    assert "torch" in TORCH and "torch" not in SERVE
+    assert not TEST_TOOLS & SERVE.keys(), TEST_TOOLS & SERVE.keys()
+    for name in ("docker/requirements-gateway.txt", "docker/requirements-gpu-bundle.txt"):
+        for dist, version in pins(ROOT / name).items():
+            assert ALL.get(dist) == version, (name, dist, version, ALL.get(dist))
+
+
+# What `make serve` runs, imported as it runs them (the stages under the tests' fake pb_utils),
+# with torch made unimportable: the CPU default must never need it.
+SERVE_IMPORTS = """
+import sys
+sys.modules["torch"] = None
+from tests import fake_pb_utils
+fake_pb_utils.install().TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1  # (tts_stream reads it)
+import export.__main__, export.build, export.torch_weights
+import tts_tools.server, tts_tools.front, tts_tools.launcher.supervise
+import tts_gateway.__main__, tts_gateway.app
+import tts_serving.triton.phonemizer, tts_serving.triton.acoustic
+import tts_serving.triton.vocoder, tts_serving.triton.tts_stream
+import tts_serving.engines.onnx, tts_serving.engines.models
+import tts_serving.triton.model_config, tritonclient.grpc, tritonclient.http
+import google.protobuf.text_format, tritonclient.grpc.model_config_pb2
+import tts_client, tts_client.aio, soundfile
+import json
+print(json.dumps(sorted({m.split(".")[0] for m in list(sys.modules) if sys.modules[m]})))
+"""
+
+
+def test_everything_make_serve_imports_is_in_its_set_and_needs_no_torch():
+    from importlib.metadata import packages_distributions
+
+    result = subprocess.run(
+        [sys.executable, "-c", SERVE_IMPORTS], capture_output=True, text=True, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    modules = json.loads(result.stdout.splitlines()[-1])
+    ours = {"tts-serving", "tts-client", "tts-wire"}
+    # Imported only when present: setuptools' startup hook (every venv has it), and sniffio,
+    # which anyio tries (`except ModuleNotFoundError`) if the dev set brought it.
+    ours |= {"setuptools", "pip", "sniffio"}
+    distributions = packages_distributions()
+    needed = {norm(d) for m in modules for d in distributions.get(m, [])} - ours
+    assert needed, "no third-party distribution found: the check would pass for nothing"
+    assert needed <= SERVE.keys(), sorted(needed - SERVE.keys())
