@@ -1,6 +1,6 @@
 """Every model's ``parameters``: one typed dataclass per model, the only place defaults live.
 
-``config.pbtxt`` files list each field at its default and README's knob table is generated
+``config.pbtxt`` files list each field at its default and the knob table in docs/configuration.md is generated
 from these fields (``python -m tts_serving.settings`` prints it); tests/unit/test_repository.py
 checks both, and that values which must agree across models do.
 """
@@ -264,7 +264,7 @@ def load_settings(repository: str | Path, model: str):
 
 
 def knob_table() -> str:
-    """README's table of parameters, generated from the dataclasses above."""
+    """docs/configuration.md's table of parameters, generated from the dataclasses above."""
     rows: dict[tuple[str, str, str], list[str]] = {}
     for model, cls in SETTINGS.items():
         values = defaults(cls)

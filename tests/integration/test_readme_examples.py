@@ -14,11 +14,31 @@ import pytest
 from tests.conftest import ROOT
 
 
-def blocks(language: str) -> list[str]:
-    """The ```language blocks of the README's gateway section, in order."""
+def blocks(language: str, section: str = "HTTP API: the OpenAI-compatible gateway") -> list[str]:
+    """The ```language blocks of one README section, in order."""
     readme = (ROOT / "README.md").read_text()
-    section = readme.split("## HTTP API: the OpenAI-compatible gateway", 1)[1].split("\n## ")[0]
-    return re.findall(rf"```{language}\n(.*?)```", section, re.S)
+    text = readme.split(f"## {section}\n", 1)[1].split("\n## ")[0]
+    return re.findall(rf"```{language}\n(.*?)```", text, re.S)
+
+
+def test_the_quickstart_runs_as_written(server, gateway, tmp_path):
+    """The first screen of the README: its curl and its Python, ports substituted."""
+    port = gateway.url.rsplit(":", 1)[1]
+    make, curl = blocks("bash", "Quickstart")
+    assert make.startswith("make system-deps serve")  # what CI's `make test` sets up too
+    curl = curl.replace("localhost:8080", f"localhost:{port}")
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", curl], cwd=tmp_path)
+    assert result.returncode == 0
+    assert (tmp_path / "hello.mp3").read_bytes()[:3] in (b"ID3", b"\xff\xfb", b"\xff\xf3")
+    (code,) = blocks("python", "Quickstart")
+    code = code.replace("localhost:8080", f"localhost:{port}")
+    code = code.replace("localhost:8001", f"localhost:{server.grpc_port}")
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "sdk.mp3").stat().st_size > 1000
+    assert (tmp_path / "client.wav").read_bytes()[:4] == b"RIFF"
 
 
 def test_the_curl_examples_run_as_written(gateway, tmp_path):

@@ -78,7 +78,7 @@ def test_admin_apis_work_with_the_key_and_open_ones_without(server):
     key = server.admin_headers
     assert http(server, "GET", "/v2/logging", None, key) == 200
     assert http(server, "GET", "/v2/systemsharedmemory/status", None, key) == 200
-    # Open by default: read-only, and perf_analyzer needs statistics (README, security).
+    # Open by default: read-only, and perf_analyzer needs statistics (docs/operations.md, Security).
     open_paths = ("/v2/models/tts/stats", "/v2/models/tts/config")
     for path in ("/v2/health/ready", "/v2/models/tts", *open_paths):
         assert http(server, "GET", path) == 200, path

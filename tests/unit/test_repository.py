@@ -50,9 +50,9 @@ def test_values_that_must_agree_across_models_do():
     assert load("tts").max_batch_size <= min(stages.values())
 
 
-def test_readme_knob_table_is_generated_from_the_settings():
-    readme = (ROOT / "README.md").read_text()
-    assert knob_table() in readme, "regenerate it: python -m tts_serving.settings"
+def test_the_knob_table_is_generated_from_the_settings():
+    docs = (ROOT / "docs/configuration.md").read_text()
+    assert knob_table() in docs, "regenerate it: python -m tts_serving.settings"
 
 
 def test_unknown_and_bad_parameters_are_refused_by_name():

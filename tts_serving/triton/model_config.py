@@ -16,7 +16,7 @@ _FALSE = ("false", "0", "no", "off")
 
 
 def doc(text: str) -> dict[str, str]:
-    """Field metadata holding the knob's description (README's table reads it)."""
+    """Field metadata holding the knob's description (docs/configuration.md's table reads it)."""
     return {"doc": text}
 
 
@@ -94,7 +94,7 @@ def parse_settings(cls: type[T], params: dict[str, str], model: str = "") -> T:
 
 
 def format_value(value: Any) -> str:
-    """How a default is written in config.pbtxt and README (``true``, ``400``, ``0.5``)."""
+    """How a default is written in config.pbtxt and docs/configuration.md (``true``, ``400``, ``0.5``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():

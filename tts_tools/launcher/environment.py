@@ -129,4 +129,4 @@ CPU_ONLY_ARGS = ("--allow-gpu-metrics=false",)
 # sent as this header; inference, health and model metadata stay open. Two read-only APIs stay
 # open by default too: model configuration (clients read the sample rate from the tts config)
 # and statistics (perf_analyzer reads them and cannot send a header over gRPC); an operator
-# who does not need them closes them with --restricted-apis (README, security).
+# who does not need them closes them with --restricted-apis (docs/operations.md, Security).
