@@ -1,8 +1,8 @@
 """Every model's ``parameters``: one typed dataclass per model, the only place defaults live.
 
-``config.pbtxt`` files list each field at its default and the knob table in docs/configuration.md is generated
-from these fields (``python -m tts_serving.settings`` prints it); tests/unit/test_repository.py
-checks both, and that values which must agree across models do.
+``config.pbtxt`` files list each field at its default and the knob table in
+docs/configuration.md is generated from these fields (``python -m tts_serving.settings``
+prints it); tests/unit/test_repository.py checks both, and that values which must agree across models do.
 """
 
 from __future__ import annotations

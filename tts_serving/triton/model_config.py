@@ -94,7 +94,7 @@ def parse_settings(cls: type[T], params: dict[str, str], model: str = "") -> T:
 
 
 def format_value(value: Any) -> str:
-    """How a default is written in config.pbtxt and docs/configuration.md (``true``, ``400``, ``0.5``)."""
+    """How a default is written in config.pbtxt and the knob table (``true``, ``400``, ``0.5``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():
