@@ -2,7 +2,8 @@
 
 ``config.pbtxt`` files list each field at its default and the knob table in
 docs/configuration.md is generated from these fields (``python -m tts_serving.settings``
-prints it); tests/unit/test_repository.py checks both, and that values which must agree across models do.
+prints it); tests/unit/test_repository.py checks both, and that values which must agree
+across models do.
 """
 
 from __future__ import annotations
