@@ -66,3 +66,15 @@ def test_the_sdk_example_runs_as_written(gateway, tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "hello.mp3").stat().st_size > 1000
     assert (tmp_path / "article.ogg").read_bytes()[:4] == b"OggS"
+
+
+def test_the_python_examples_of_use_it_run_as_written(server, tmp_path):
+    """The client library and plain tritonclient, as the README shows them."""
+    for code in blocks("python", "Use it"):
+        code = code.replace("localhost:8001", f"localhost:{server.grpc_port}")
+        code += "\nprint('ran', flush=True)\n"
+        result = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
+        )
+        assert result.returncode == 0 and "ran" in result.stdout, result.stderr[-2000:]
+    assert (tmp_path / "hello.wav").read_bytes()[:4] == b"RIFF"

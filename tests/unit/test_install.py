@@ -85,3 +85,23 @@ def test_everything_make_serve_imports_is_in_its_set_and_needs_no_torch():
     needed = {norm(d) for m in modules for d in distributions.get(m, [])} - ours
     assert needed, "no third-party distribution found: the check would pass for nothing"
     assert needed <= SERVE.keys(), sorted(needed - SERVE.keys())
+
+
+def make(*args: str) -> str:
+    result = subprocess.run(
+        ["make", "--no-print-directory", *args], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_make_alone_prints_help_and_make_serve_runs_no_apt_get():
+    assert "make serve" in make() and "make test" in make()  # the default goal is help
+    for profile in ("", "PROFILE=gpu"):
+        plan = make("-n", "-B", "serve", *([profile] if profile else []))
+        # (its hint names the command; it never runs it)
+        assert "apt-get update" not in plan and "apt-install" not in plan, plan
+        assert "-r requirements/serve.txt" in plan
+        assert ("-r requirements/torch.txt" in plan) == bool(profile), plan
+        assert "-r requirements.txt" not in plan
+    assert "apt-get update" in make("-n", "-B", "system-deps")  # the explicit target does
