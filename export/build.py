@@ -30,7 +30,7 @@ from tts_serving.text.phonemize import load_voice_config
 from tts_serving.voices import FOLDER, INDEX, check_name
 
 from .graph import make_scales_per_item, split
-from .verify import verify
+from .verify import torch_installed, verify
 
 log = logging.getLogger("export")
 
@@ -132,6 +132,8 @@ def _outputs(repo: Path, specs: list[VoiceSpec]) -> list[Path]:
 def _manifest(specs: list[VoiceSpec], repo: Path) -> dict:
     return {
         "format": EXPORT_FORMAT,
+        # An export without torch did not check the torch engine: with torch now, redo it.
+        "torch_checked": torch_installed(),
         "voices": [
             {
                 "name": s.name,
