@@ -30,11 +30,12 @@ from tts_wire import (
     TEXT,
     UNAVAILABLE,
     VOICE,
+    SynthesisOptions,
     stream_error_message,
 )
 
 from ..errors import InvalidInputError, ModelConfigError
-from ..inputs import check_encoded_size, decode_text, validate_noise, validate_speed
+from ..inputs import check_encoded_size, decode_text
 from ..settings import StreamSettings
 from ..stream.plan import PlannedChunk, finish_chunk, plan_chunks
 from ..stream.scheduler import InFlight, StreamResponse, run_stream
@@ -43,6 +44,8 @@ from ..voices import decode_voice
 from .adapter import ModelContext, check_normalizer, stage_error, stream_option
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+# What each chunk's acoustic request carries of a stream's options (the voice goes apart).
+ACOUSTIC_OPTIONS = (SPEED, NOISE_SCALE, NOISE_W)
 FINALIZE_WAIT_S = 20.0  # inside Triton's default 30 s exit timeout, so unloading ends
 
 
@@ -103,17 +106,24 @@ class TtsStream:
             raise InvalidInputError("input 'text' is missing")
         text = decode_text(check_encoded_size(raw, self.settings.max_characters))
         voice, phonemizer = self.voices.pick(decode_voice(stream_option(request, VOICE, None)))
-        scalars = {SPEED: validate_speed(stream_option(request, SPEED, 1.0))}
-        for name in (NOISE_SCALE, NOISE_W):
-            value = stream_option(request, name, None)
-            if value is not None:  # absent: acoustic uses the voice's default
-                scalars[name] = validate_noise(name, value)
-        normalize = bool(stream_option(request, NORMALIZE, self.settings.normalize_text))
-        if normalize and not phonemizer.is_english:
+        try:
+            # The same options object as the client's and the gateway's, checked once here
+            # against the wire contract's ranges; absent noise: acoustic uses the voice's.
+            options = SynthesisOptions(
+                speed=stream_option(request, SPEED, 1.0),
+                noise_scale=stream_option(request, NOISE_SCALE, None),
+                noise_w=stream_option(request, NOISE_W, None),
+                normalize=stream_option(request, NORMALIZE, self.settings.normalize_text),
+            )
+        except ValueError as e:
+            raise InvalidInputError(str(e)) from None
+        if options.normalize and not phonemizer.is_english:
             raise InvalidInputError("normalize=true needs an English voice; send false")
-        options = [pb_utils.Tensor(k, np.array([[v]], np.float32)) for k, v in scalars.items()]
+        scalars = [(k, v) for k, v in options.inputs().items() if k in ACOUSTIC_OPTIONS]
+        tensors = [pb_utils.Tensor(k, np.array([[v]], np.float32)) for k, v in scalars]
         name = pb_utils.Tensor(VOICE, np.array([[voice.encode()]], dtype=np.object_))
-        return StreamRequest(plan_chunks(text, self.settings, phonemizer, normalize), name, options)
+        plan = plan_chunks(text, self.settings, phonemizer, bool(options.normalize))
+        return StreamRequest(plan, name, tensors)
 
     async def bls(self, model, inputs, output):
         request = pb_utils.InferenceRequest(
