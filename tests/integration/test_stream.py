@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import soundfile
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 from tests.conftest import REPOSITORY
 from tests.integration.test_intelligibility import transcribe, words
@@ -219,3 +220,13 @@ def test_cli_stream_writes_progressively(server, tmp_path):
     assert "first audio after" in result.stderr
     data, rate = soundfile.read(out)
     assert rate == 22050 and len(data) / rate > 20
+
+
+@pytest.mark.parametrize(
+    "scalars, message",
+    [({"speed": 9.0}, "speed must be between 0.25 and 4.0"), ({"noise_w": 3.0}, "noise_w must")],
+)
+def test_bad_stream_options_sent_past_the_client_get_invalid_arg(server, scalars, message):
+    """The client checks options itself; tts_stream checks them again for anyone else."""
+    with pytest.raises(InferenceServerException, match=message):
+        raw_stream(server, "Hello there.", **scalars)
