@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tts_wire import SynthesisOptions
+
 # OpenAI's model names, all served by the same Triton pipeline (there is one engine).
 MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 # Their dated snapshots ("tts-1-1106", "gpt-4o-mini-tts-2025-03-20") name the same engine too.
@@ -57,6 +59,14 @@ class Voice:
     speed: float = 1.0
     noise_scale: float | None = None
     noise_w: float | None = None
+
+    def __post_init__(self) -> None:
+        # The wire contract's ranges, checked at start: a bad voices file is refused in one
+        # line, never answered request by request.
+        try:
+            SynthesisOptions(self.speed, self.noise_scale, self.noise_w, voice=self.model_voice)
+        except ValueError as e:
+            raise ValueError(f"voice {self.id!r}: {e}") from None
 
     @classmethod
     def from_dict(cls, data: dict) -> Voice:

@@ -221,6 +221,8 @@ def test_settings_from_flags_and_environment(tmp_path):
         ('{"id": "a"}', "JSON list of objects"),
         ('[{"id": "a", "pitch": 2}]', "unknown key"),
         ('[{"aliases": []}]', "needs an 'id'"),
+        ('[{"id": "a", "noise_w": 5}]', "voice 'a': noise_w must be between 0 and 2"),
+        ('[{"id": "a", "speed": 0}]', "voice 'a': speed must be between 0.25 and 4.0"),
     ],
 )
 def test_bad_voices_files_are_refused_with_the_reason(tmp_path, content, message):
@@ -402,3 +404,14 @@ def test_a_client_gone_before_the_body_ends_gives_its_slot_back(sse, gone):
     )
     assert service.slots.used == 0
     assert service.metrics.in_flight._value.get() == 0
+
+
+def test_a_speed_out_of_range_with_the_voices_own_is_a_400_that_says_so():
+    backend = FakeBackend()
+    voices = (Voice("slow", aliases=("alloy",), speed=0.5),)
+    with client_for(backend, voices=voices) as client:
+        response = speech(client, speed=0.25)  # in the API's range; 0.125 with the voice's
+    assert response.status_code == 400 and backend.calls == []
+    error = response.json()["error"]
+    assert error["param"] == "speed"
+    assert "got 0.125" in error["message"] and "voice 'slow'" in error["message"]
