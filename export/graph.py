@@ -18,6 +18,9 @@ from tts_serving.engines.onnx import (
 # export): latent z * y_mask [B,192,T] and frames per item [B] leave the flow; the decoder starts.
 SOURCE_LATENT = "/Mul_7_output_0"
 SOURCE_FRAMES = "/Cast_output_0"
+# Frames per phoneme id after speed and ceil [B, 1, L] (what the frame counts are summed
+# from): the source of word timings. The graph's only Ceil; split() checks that.
+SOURCE_DURATIONS = "/Ceil_output_0"
 SOURCE_INPUTS = ("input", "input_lengths", "scales")
 SOURCE_AUDIO = "output"
 
@@ -90,13 +93,21 @@ def _declare(values, name: str, elem_type: int, dims: list) -> None:
 
 def split(model: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     """Split at the latent into (acoustic, vocoder) with this project's tensor names."""
+    ceils = [n.output[0] for n in model.graph.node if n.op_type == "Ceil"]
+    if ceils != [SOURCE_DURATIONS]:
+        raise ValueError(f"expected one Ceil ({SOURCE_DURATIONS}) for the durations, got {ceils}")
     extractor = onnx.utils.Extractor(model)
-    acoustic = extractor.extract_model(list(SOURCE_INPUTS), [SOURCE_LATENT, SOURCE_FRAMES])
+    acoustic = extractor.extract_model(
+        list(SOURCE_INPUTS), [SOURCE_LATENT, SOURCE_FRAMES, SOURCE_DURATIONS]
+    )
     vocoder = extractor.extract_model([SOURCE_LATENT], [SOURCE_AUDIO])
     _rename(
         acoustic,
         dict(
-            zip(SOURCE_INPUTS + (SOURCE_LATENT, SOURCE_FRAMES), ACOUSTIC_INPUTS + ACOUSTIC_OUTPUTS)
+            zip(
+                SOURCE_INPUTS + (SOURCE_LATENT, SOURCE_FRAMES, SOURCE_DURATIONS),
+                ACOUSTIC_INPUTS + ACOUSTIC_OUTPUTS,
+            )
         ),
     )
     _rename(vocoder, {SOURCE_LATENT: VOCODER_INPUT, SOURCE_AUDIO: VOCODER_OUTPUT})
@@ -104,6 +115,8 @@ def split(model: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     latent_dims = ["batch_size", LATENT_CHANNELS, "frames"]
     _declare(acoustic.graph.output, ACOUSTIC_OUTPUTS[0], TensorProto.FLOAT, latent_dims)
     _declare(acoustic.graph.output, ACOUSTIC_OUTPUTS[1], TensorProto.INT64, ["batch_size"])
+    durations = ["batch_size", 1, "phonemes"]
+    _declare(acoustic.graph.output, ACOUSTIC_OUTPUTS[2], TensorProto.FLOAT, durations)
     _declare(vocoder.graph.input, VOCODER_INPUT, TensorProto.FLOAT, latent_dims)
     for part in (acoustic, vocoder):
         onnx.checker.check_model(part)

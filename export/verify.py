@@ -41,6 +41,9 @@ class VerifyResult:
     # set-up installs it, and the export is then done again with this check).
     torch_batch1_max_diff: float | None
     torch_mixed_max_diff: float | None
+    # Frames per id: batch 1 equals padded batch 8 exactly, and they sum to each latent's
+    # frames (word timings are read from them).
+    durations_exact: bool = True
     # The split pipeline's raw audio of SENTENCES at batch 1, noise 0 (loudness calibration).
     audio: list[np.ndarray] = field(default_factory=list, repr=False)
 
@@ -53,7 +56,7 @@ class VerifyResult:
             self.torch_batch1_max_diff,
             self.torch_mixed_max_diff,
         )
-        return max(d for d in diffs if d is not None) <= TOLERANCE
+        return self.durations_exact and max(d for d in diffs if d is not None) <= TOLERANCE
 
 
 def torch_installed() -> bool:
@@ -128,12 +131,21 @@ def verify(
     )
     torch_mixed = split_pipeline(ids, mixed_scales, torch=True) if with_torch else []
 
+    alone = [acoustic.run([np.array(x)], plain[None])[0] for x in ids]
+    together = acoustic.run([np.array(x) for x in ids], np.tile(plain, (len(ids), 1)))
+    durations_exact = all(
+        np.array_equal(a.durations, b.durations)
+        and len(a.durations) == len(x)
+        and max(int(a.durations.sum()), 1) == a.latent.shape[-1]
+        for a, b, x in zip(alone, together, ids)
+    )
     result = VerifyResult(
         batch1_max_diff=_max_diff(batch1, reference),
         batch8_max_diff=_max_diff(batch8, reference),
         mixed_max_diff=_max_diff(mixed, mixed_reference),
         torch_batch1_max_diff=_max_diff(torch_batch1, reference) if with_torch else None,
         torch_mixed_max_diff=_max_diff(torch_mixed, mixed_reference) if with_torch else None,
+        durations_exact=durations_exact,
         audio=batch1,
     )
     torch_part = (
@@ -145,12 +157,13 @@ def verify(
     )
     log.info(
         "verify on %d sentences, noise 0: max |split - whole| batch 1 %.2e, padded batch 8 %.2e,"
-        " mixed-speed batch 8 %.2e; %s (tolerance %.0e)",
+        " mixed-speed batch 8 %.2e; %s (tolerance %.0e); frames per id %s",
         len(ids),
         result.batch1_max_diff,
         result.batch8_max_diff,
         result.mixed_max_diff,
         torch_part,
         TOLERANCE,
+        "exact (batch 1 = batch 8, summing to the frames)" if durations_exact else "NOT EXACT",
     )
     return result

@@ -60,6 +60,23 @@ def test_torch_equals_onnxruntime(engines, ids, batch):
     assert latent_err < 1e-3 and audio_err < 1e-3
 
 
+def test_frames_per_id_are_exact_on_both_engines(engines, ids):
+    """The source of word timings: they sum to each latent's frames, a padded batch of mixed
+    speeds gives each item what it gets alone, and both engines agree to the frame."""
+    scales = np.array([[0.0, 1 / s, 0.0] for s in SPEEDS], np.float32)
+    results = {}
+    for name, (acoustic, _) in engines.items():
+        together = acoustic.run(ids, scales)
+        alone = [acoustic.run([x], scales[k : k + 1])[0] for k, x in enumerate(ids)]
+        for x, t, a in zip(ids, together, alone):
+            assert t.durations.dtype == np.int32 and len(t.durations) == len(x)
+            assert np.array_equal(t.durations, a.durations), name
+            assert max(int(t.durations.sum()), 1) == t.latent.shape[-1], name
+        results[name] = [r.durations for r in together]
+    for o, t in zip(results["ort"], results["torch"]):
+        assert np.array_equal(o, t)
+
+
 def test_the_adapters_serve_the_torch_engine(exported_repository, ids):
     """model.py with engine torch: same outputs as with ONNX Runtime, one response each."""
     zero = np.zeros((1, 1), np.float32)

@@ -8,6 +8,7 @@ the item's own length. A bucket that runs out of accelerator memory is retried i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,14 @@ def load_vocoder(
     return Vocoder(OrtVocoderNet(create_session(path, options)), hop_length, options)
 
 
+@dataclass(frozen=True)
+class AcousticResult:
+    """One item of the acoustic half: its latent and the frames each of its ids got."""
+
+    latent: np.ndarray  # float32 [192, T]
+    durations: np.ndarray  # int32 [L]: frames per phoneme id; they sum to T (at least 1)
+
+
 class AcousticModel:
     """Phoneme ids + per-item scales -> latent frames [192, T_i] per item."""
 
@@ -73,15 +82,23 @@ class AcousticModel:
 
     def __call__(self, ids: Sequence[np.ndarray], scales: np.ndarray) -> list[np.ndarray]:
         """``ids``: int64 arrays [L_i]; ``scales``: float32 [B, 3] = (noise, length, noise_w)."""
+        return [r.latent for r in self.run(ids, scales)]
+
+    def run(self, ids: Sequence[np.ndarray], scales: np.ndarray) -> list[AcousticResult]:
+        """Each item's latent with the frames per id it was built from (word timings)."""
         scales = np.asarray(scales, dtype=np.float32).reshape(len(ids), 3)
         items = [(np.asarray(x, dtype=np.int64), scales[i]) for i, x in enumerate(ids)]
 
-        def run(bucket: list[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
+        def run(bucket: list[tuple[np.ndarray, np.ndarray]]) -> list[AcousticResult]:
             padded, lengths = pad_stack([b[0] for b in bucket])
-            latent, frames = self.net(padded, lengths, np.stack([b[1] for b in bucket]))
-            return split_by_lengths(latent, frames)
+            latent, frames, durations = self.net(padded, lengths, np.stack([b[1] for b in bucket]))
+            latents = split_by_lengths(latent, frames)
+            return [
+                AcousticResult(lat, durations[k, : lengths[k]].astype(np.int32))
+                for k, lat in enumerate(latents)
+            ]
 
-        def run_halving(bucket: list) -> list[np.ndarray]:
+        def run_halving(bucket: list) -> list[AcousticResult]:
             return halve_on_error(run, bucket, self.net.is_out_of_memory)
 
         lengths = [len(x) for x in ids]

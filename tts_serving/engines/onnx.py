@@ -12,7 +12,7 @@ from ..settings import EngineSettings
 
 # Tensor names inside the exported ONNX files (see export/).
 ACOUSTIC_INPUTS = ("phoneme_ids", "phoneme_lengths", "scales")
-ACOUSTIC_OUTPUTS = ("latent", "num_frames")
+ACOUSTIC_OUTPUTS = ("latent", "num_frames", "durations")
 VOCODER_INPUT = "latent"
 VOCODER_OUTPUT = "audio"
 LATENT_CHANNELS = 192
@@ -62,16 +62,17 @@ class _OrtNet:
 
 
 class OrtAcousticNet(_OrtNet):
-    """One ONNX Runtime call: padded ids [B, L], lengths [B], scales [B, 3] -> latent, frames."""
+    """One ONNX Runtime call: padded ids [B, L], lengths [B], scales [B, 3] -> latent
+    [B, 192, T], frames [B], frames per id [B, L]."""
 
     def __call__(
         self, ids: np.ndarray, lengths: np.ndarray, scales: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        latent, frames = self.session.run(
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        latent, frames, durations = self.session.run(
             list(ACOUSTIC_OUTPUTS),
             {"phoneme_ids": ids, "phoneme_lengths": lengths, "scales": scales},
         )
-        return latent, frames.reshape(-1)
+        return latent, frames.reshape(-1), durations.reshape(ids.shape)
 
 
 class OrtVocoderNet(_OrtNet):

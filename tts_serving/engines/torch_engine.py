@@ -222,7 +222,8 @@ class _TorchNet:
 
 
 class TorchAcousticNet(_TorchNet):
-    """Padded ids [B, L], lengths [B], scales [B, 3] -> (latent [B, 192, T] f32, frames [B])."""
+    """Padded ids [B, L], lengths [B], scales [B, 3] -> (latent [B, 192, T] f32, frames [B],
+    frames per id [B, L])."""
 
     def __init__(self, path: str | Path, options: TorchOptions) -> None:
         super().__init__(load(Acoustic(), path), options)
@@ -233,10 +234,10 @@ class TorchAcousticNet(_TorchNet):
     @torch.inference_mode()
     def __call__(
         self, ids: np.ndarray, lengths: np.ndarray, scales: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         d = self.device
         with _no_tf32():
-            z_p, y_mask, frames = self.module.expand(
+            z_p, y_mask, frames, durations = self.module.expand(
                 torch.from_numpy(ids).to(d),
                 torch.from_numpy(np.asarray(lengths, np.int64)).to(d),
                 torch.from_numpy(np.asarray(scales, np.float32)).to(d),
@@ -246,7 +247,7 @@ class TorchAcousticNet(_TorchNet):
         if z is None:
             with _no_tf32():
                 z = self.module.decode(z_p, y_mask)
-        return z.float().cpu().numpy(), frames.cpu().numpy()
+        return z.float().cpu().numpy(), frames.cpu().numpy(), durations.cpu().numpy()
 
 
 class TorchVocoderNet(_TorchNet):

@@ -380,7 +380,8 @@ class Flow(nn.Module):
 
 
 class Acoustic(nn.Module):
-    """Padded phoneme ids [B, L], lengths [B], scales [B, 3] -> latent [B, 192, T], frames [B]."""
+    """Padded phoneme ids [B, L], lengths [B], scales [B, 3] -> latent [B, 192, T], frames [B],
+    frames per id [B, L]."""
 
     def __init__(self, s: VitsShape = VitsShape()) -> None:
         super().__init__()
@@ -400,8 +401,11 @@ class Acoustic(nn.Module):
         w = torch.exp(logw) * mask * scales[:, 1].view(-1, 1, 1)
         return m_p, logs_p, torch.ceil(w)[:, 0], mask
 
-    def expand(self, ids: Tensor, lengths: Tensor, scales: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Encoder, durations and length regulation: (z_p [B, C, T], y_mask [B, 1, T], frames).
+    def expand(
+        self, ids: Tensor, lengths: Tensor, scales: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Encoder, durations and length regulation: (z_p [B, C, T], y_mask [B, 1, T], frames,
+        frames per id [B, L]).
 
         Always float32: frame counts come from ceil() of the durations, so they must equal
         the float32 voice's.
@@ -418,15 +422,17 @@ class Acoustic(nn.Module):
         m, logs = m_p @ path, logs_p @ path  # [B, C, T]
         noise = scales[:, 0].view(-1, 1, 1)
         z_p = m + torch.randn_like(m) * torch.exp(logs) * noise
-        return z_p, y_mask, frames
+        return z_p, y_mask, frames, w
 
     def decode(self, z_p: Tensor, y_mask: Tensor) -> Tensor:
         """The flow in reverse: z_p -> the masked latent (any dtype; the heavy part)."""
         return self.flow.reverse(z_p, y_mask) * y_mask
 
-    def forward(self, ids: Tensor, lengths: Tensor, scales: Tensor) -> tuple[Tensor, Tensor]:
-        z_p, y_mask, frames = self.expand(ids, lengths, scales)
-        return self.decode(z_p, y_mask), frames
+    def forward(
+        self, ids: Tensor, lengths: Tensor, scales: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        z_p, y_mask, frames, durations = self.expand(ids, lengths, scales)
+        return self.decode(z_p, y_mask), frames, durations
 
 
 class ResBlock2(nn.Module):
