@@ -71,6 +71,13 @@ class Launcher:
         ).stdout.split()
         return int(out[0])
 
+    def children(self) -> list[int]:
+        """Every process the launcher started (tritonserver, the front door, the gateway)."""
+        out = subprocess.run(
+            ["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True
+        ).stdout.split()
+        return [int(pid) for pid in out]
+
     def close(self) -> None:
         if self.process.poll() is None:
             self.process.kill()

@@ -133,19 +133,22 @@ def test_stubs_left_by_a_dead_server_are_ended():
     assert result.stdout.strip() == "ended True False", result.stdout + result.stderr
 
 
-def test_a_killed_launcher_takes_tritonserver_with_it(exported_repository, tmp_path):
+def test_a_killed_launcher_takes_its_children_with_it(exported_repository, tmp_path):
     # A launcher that dies without its cleanup (kill -9, OOM) left tritonserver serving under
-    # init; now tritonserver gets SIGTERM when its launcher dies (PR_SET_PDEATHSIG).
+    # init, and the front door and the gateway holding the public ports (a new `make serve`
+    # then found them taken); now each gets SIGTERM when the launcher dies (PR_SET_PDEATHSIG).
     launcher = Launcher(exported_repository, tmp_path / "launcher.log")
     try:
         launcher.wait_ready()
         triton = launcher.triton_pid()
+        children = launcher.children()
+        assert triton in children and len(children) == 3, children  # + front door, gateway
         launcher.process.kill()
         launcher.process.wait()
         deadline = time.monotonic() + 90  # Triton's own exit takes up to its 30 s timeout
-        while alive(triton) and time.monotonic() < deadline:
+        while any(alive(pid) for pid in children) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert not alive(triton)
+        assert [pid for pid in children if alive(pid)] == []
     finally:
         launcher.close()
 

@@ -89,14 +89,18 @@ def supervise(
             if front_cmd and front is None:
                 front = Keeper(
                     "the front door",
-                    lambda: subprocess.Popen(front_cmd, start_new_session=True),
+                    lambda: subprocess.Popen(
+                        front_cmd, start_new_session=True, preexec_fn=die_with_parent
+                    ),
                     RestartPolicy(),
                     say,
                 )
             if gateway_cmd and gateway is None:
                 gateway = Keeper(
                     "the gateway",
-                    lambda: subprocess.Popen(gateway_cmd, start_new_session=True),
+                    lambda: subprocess.Popen(
+                        gateway_cmd, start_new_session=True, preexec_fn=die_with_parent
+                    ),
                     gateway_restarts or RestartPolicy(),
                     say,
                 )
