@@ -6,7 +6,7 @@
 """
 
 from .aio import AsyncTTSClient
-from .audio import Audio, AudioChunk
+from .audio import Audio, AudioChunk, Word
 from .client import TTSClient
 from .core import Endpoint
 from .errors import (
@@ -30,4 +30,5 @@ __all__ = [
     "SynthesisOptions",
     "TTSClient",
     "TTSError",
+    "Word",
 ]

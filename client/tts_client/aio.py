@@ -118,9 +118,9 @@ class AsyncTTSClient(ClientCore):
         try:
             result = await protocol.acall_with_retries(infer, self.retry)
         except TTSError as error:
-            if self._streams_instead(error):
+            if self._streams_instead(error, options):
                 return join_chunks([c async for c in self._stream(text, options)], rate)
-        return protocol.audio_from_result(result, rate)
+        return protocol.audio_from_result(result, rate, text if options.word_timestamps else None)
 
     def stream(
         self,

@@ -2,18 +2,64 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 
 @dataclass(frozen=True)
+class Word:
+    """One word of the text sent, and when it is spoken (seconds from the audio's start).
+
+    ``text`` is ``sent[char_start:char_end]``: a token the server rewrote before speaking it
+    ("$5.50") is one word timed over everything said for it ("five dollars and fifty cents").
+    """
+
+    text: str
+    start: float
+    end: float
+    char_start: int
+    char_end: int
+
+
+def _timestamp(seconds: float, separator: str) -> str:
+    ms = max(0, round(seconds * 1000))
+    hours, minutes, secs = ms // 3_600_000, ms // 60_000 % 60, ms // 1000 % 60
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}{separator}{ms % 1000:03d}"
+
+
+@dataclass(frozen=True)
 class Audio:
-    """Mono float32 samples in [-1, 1] at ``sample_rate`` Hz."""
+    """Mono float32 samples in [-1, 1] at ``sample_rate`` Hz; ``words`` when they were asked
+    for (``synthesize(text, word_timestamps=True)``)."""
 
     samples: np.ndarray
     sample_rate: int
+    words: tuple[Word, ...] = field(default=(), compare=False)
+
+    def to_srt(self, words_per_caption: int = 7) -> str:
+        """SubRip captions, ``words_per_caption`` words each (needs ``words``)."""
+        blocks = []
+        for k, group in enumerate(self._captions(words_per_caption), 1):
+            span = f"{_timestamp(group[0].start, ',')} --> {_timestamp(group[-1].end, ',')}"
+            blocks.append(f"{k}\n{span}\n{' '.join(w.text for w in group)}\n")
+        return "\n".join(blocks)
+
+    def to_vtt(self, words_per_caption: int = 7) -> str:
+        """WebVTT captions, ``words_per_caption`` words each (needs ``words``)."""
+        blocks = ["WEBVTT\n"]
+        for group in self._captions(words_per_caption):
+            span = f"{_timestamp(group[0].start, '.')} --> {_timestamp(group[-1].end, '.')}"
+            blocks.append(f"{span}\n{' '.join(w.text for w in group)}\n")
+        return "\n".join(blocks)
+
+    def _captions(self, size: int) -> list[tuple[Word, ...]]:
+        if not self.words:
+            raise ValueError("no word timings: synthesize(text, word_timestamps=True) gives them")
+        if size < 1:
+            raise ValueError("words_per_caption must be at least 1")
+        return [self.words[k : k + size] for k in range(0, len(self.words), size)]
 
     @property
     def duration(self) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from tts_wire import MAX_SPEED, MIN_SPEED
 
@@ -47,7 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stream", action="store_true", help="stream long text, writing audio as it arrives (gRPC)"
     )
+    parser.add_argument(
+        "--captions",
+        default=None,
+        help="also write word-timed captions here: a .srt or .vtt file (not with --stream)",
+    )
     args = parser.parse_args(argv)
+    if args.captions and Path(args.captions).suffix.lower() not in (".srt", ".vtt"):
+        parser.error("--captions must name a .srt or .vtt file")
+    if args.captions and args.stream:
+        parser.error("--captions needs one request: streams do not carry word timings yet")
     text = sys.stdin.read() if args.text == "-" else args.text
     try:
         with TTSClient(args.url, model=args.model) as client:
@@ -55,8 +65,13 @@ def main(argv: list[str] | None = None) -> int:
             if args.stream:
                 audio = stream_to_file(client, text, args.speed, args.output, start, args.voice)
             else:
-                audio = client.synthesize(text, speed=args.speed, voice=args.voice)
+                audio = client.synthesize(
+                    text, speed=args.speed, voice=args.voice, word_timestamps=bool(args.captions)
+                )
                 audio.write(args.output)
+                if args.captions:
+                    srt = Path(args.captions).suffix.lower() == ".srt"
+                    Path(args.captions).write_text(audio.to_srt() if srt else audio.to_vtt())
             elapsed = time.perf_counter() - start
     except TTSError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)

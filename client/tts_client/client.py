@@ -135,9 +135,9 @@ class TTSClient(ClientCore):
         try:
             result = protocol.call_with_retries(infer, self.retry)
         except TTSError as error:
-            if self._streams_instead(error):
+            if self._streams_instead(error, options):
                 return join_chunks(list(self._stream(text, options)), rate)
-        return protocol.audio_from_result(result, rate)
+        return protocol.audio_from_result(result, rate, text if options.word_timestamps else None)
 
     def stream(
         self,
@@ -210,9 +210,10 @@ class TTSClient(ClientCore):
             except Exception as e:
                 raise self._error(e) from None
             results: list[Audio] = []
-            for p in pending:
+            for t, p in zip(texts, pending):
                 try:
-                    results.append(protocol.audio_from_result(p.get_result(), rate))
+                    said = t if opts.word_timestamps else None
+                    results.append(protocol.audio_from_result(p.get_result(), rate, said))
                 except Exception as e:
                     raise self._error(e) from None
             return results

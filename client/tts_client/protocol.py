@@ -39,13 +39,15 @@ from tts_wire import (
     TEXT_TOO_LONG as TEXT_TOO_LONG,
     UNAVAILABLE as UNAVAILABLE,
     VOICE as VOICE,
+    WORD_TIMESTAMPS as WORD_TIMESTAMPS,
+    WORDS as WORDS,
     SynthesisOptions as SynthesisOptions,
     parse_stream_error as parse_stream_error,
     priority_error,
     stream_error_message as stream_error_message,
 )
 
-from .audio import Audio, AudioChunk
+from .audio import Audio, AudioChunk, Word
 from .errors import InferenceFailed, InvalidInput, ServerOverloaded, ServerUnavailable, TTSError
 
 T = TypeVar("T")
@@ -71,6 +73,7 @@ class OptionKeywords(TypedDict, total=False):
     noise_w: float | None
     normalize: bool | None
     voice: str | None
+    word_timestamps: bool
 
 
 def options(options: SynthesisOptions | None = None, **keywords: object) -> SynthesisOptions:
@@ -98,6 +101,7 @@ def options(options: SynthesisOptions | None = None, **keywords: object) -> Synt
 
 
 _DATATYPES = {
+    WORD_TIMESTAMPS: "BOOL",
     SPEED: "FP32",
     NOISE_SCALE: "FP32",
     NOISE_W: "FP32",
@@ -155,11 +159,32 @@ def sample_rate_from_config(config: dict) -> int:
         ) from None
 
 
-def audio_from_result(result, sample_rate: int) -> Audio:
+def audio_from_result(result, sample_rate: int, text: str | None = None) -> Audio:
+    """The response's audio; with ``text`` (word timestamps were asked for), its words."""
     samples = result.as_numpy(AUDIO)
     if samples is None:
         raise InferenceFailed("the server's response has no 'audio' output")
-    return Audio(np.ascontiguousarray(samples.reshape(-1), dtype=np.float32), sample_rate)
+    words: tuple[Word, ...] = ()
+    if text is not None:
+        rows = result.as_numpy(WORDS)
+        if rows is None:
+            raise InferenceFailed("word timestamps were asked for; the response has no 'words'")
+        words = words_from_rows(rows.reshape(-1, 4), text)
+    audio = np.ascontiguousarray(samples.reshape(-1), dtype=np.float32)
+    return Audio(audio, sample_rate, words)
+
+
+def words_from_rows(rows: np.ndarray, text: str) -> tuple[Word, ...]:
+    """The server's rows (start, end, first char, end char), one per spoken word, as words of
+    ``text``: spoken words that share a span (a token the server rewrote) make one word."""
+    words: list[Word] = []
+    for start, end, first, last in rows.tolist():
+        first, last = int(first), int(last)
+        if words and (words[-1].char_start, words[-1].char_end) == (first, last):
+            words[-1] = Word(words[-1].text, words[-1].start, end, first, last)
+        else:
+            words.append(Word(text[first:last], start, end, first, last))
+    return tuple(words)
 
 
 def error_code(exc: BaseException) -> str | None:

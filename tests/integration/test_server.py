@@ -181,6 +181,17 @@ def test_http_synthesize_many_keeps_order(http_client):
     assert durations[1] > durations[0] and durations[1] > durations[2]
 
 
+def test_cli_writes_captions_beside_the_audio(server, tmp_path):
+    captions = tmp_path / "hello.vtt"
+    command = [sys.executable, "-m", "tts_client", "Hello from the command line.", "-o"]
+    command += [str(tmp_path / "hello.wav"), "--url", server.grpc_url, "--captions", str(captions)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = captions.read_text().splitlines()
+    assert lines[0] == "WEBVTT" and "-->" in lines[2]
+    assert lines[3] == "Hello from the command line."
+
+
 def test_cli_writes_a_wav(server, tmp_path):
     out = tmp_path / "hello.wav"
     result = subprocess.run(

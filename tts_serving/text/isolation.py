@@ -111,18 +111,20 @@ class Worker:
                 raise ModelConfigError(f"phonemizer worker failed to start: {answer.get('error')}")
             self.ready = True
 
-    def call(self, voice: str, text: str) -> list[int]:
+    def call(self, voice: str, text: str, original: str | None = None) -> dict:
+        """The worker's answer: ``ids``, and ``words`` when ``original`` is given."""
         self.wait_ready()
         assert self.proc.stdin is not None
+        message = [voice, text] if original is None else [voice, text, original]
         try:
-            self.proc.stdin.write(json.dumps([voice, text]).encode() + b"\n")
+            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             self.kill()
             raise WorkerDied(f"exit {self.proc.returncode}") from None
         answer = self._read(self.spec.timeout_s)
         if "ids" in answer:
-            return answer["ids"]
+            return answer
         if "invalid" in answer:
             raise InvalidInputError(answer["invalid"])
         raise RuntimeError(answer.get("error", "phonemizer worker answered nothing"))
@@ -179,6 +181,11 @@ class PhonemizerPool:
     def ids(self, voice: str, text: str) -> list[int]:
         """Phoneme ids of ``text`` for ``voice``; InvalidInputError for bad text (crashers
         included); RuntimeError if a worker cannot answer at all."""
+        return self.phonemize(voice, text)["ids"]
+
+    def phonemize(self, voice: str, text: str, original: str | None = None) -> dict:
+        """The worker's answer for ``text``: ``ids``, and ``words`` (see
+        ``Phonemizer.ids_and_words``) when ``original`` is given; errors as ``ids``."""
         key = self._key(voice, text)
         with self.lock:
             if key in self.crashers:
@@ -188,7 +195,7 @@ class PhonemizerPool:
         try:
             for attempt in (1, 2):
                 try:
-                    return worker.call(voice, text)
+                    return worker.call(voice, text, original)
                 except WorkerDied as e:
                     worker = self._replace(worker, str(e), text)
                     if attempt == 2:
@@ -229,6 +236,10 @@ class IsolatedPhonemizer:
     def ids(self, text: str) -> list[int]:
         return self.pool.ids(self.name, text)
 
+    def ids_and_words(self, text: str, original: str) -> tuple[list[int], list[list[int]]]:
+        answer = self.pool.phonemize(self.name, text, original)
+        return answer["ids"], answer["words"]
+
 
 def voice_phonemizers(
     voices: list[VoiceFiles],
@@ -266,9 +277,13 @@ def serve(spec: WorkerSpec, stdin, stdout) -> None:
     stdout.write(json.dumps({"ready": os.getpid()}) + "\n")
     stdout.flush()
     for line in stdin:
-        voice, text = json.loads(line)
+        voice, text, *original = json.loads(line)
         try:
-            answer: dict = {"ids": phonemizers[voice].ids(text)}
+            if original:
+                ids, words = phonemizers[voice].ids_and_words(text, original[0])
+                answer: dict = {"ids": ids, "words": words}
+            else:
+                answer = {"ids": phonemizers[voice].ids(text)}
         except InvalidInputError as e:
             answer = {"invalid": str(e)}
         except Exception as e:

@@ -165,6 +165,19 @@ class Phonemizer:
                     joined.extend(sentence)
         return joined
 
+    def ids_and_words(self, text: str, original: str) -> tuple[list[int], list[list[int]]]:
+        """``ids(text)`` and where each word of ``text`` is in them, with the span of
+        ``original`` (the text before normalization) it speaks: rows of (first id, end id,
+        first character, end character)."""
+        from .words import word_spans
+
+        ids = self.ids(text)
+        spans = word_spans(
+            original, text, self.phonemes(text), self.phonemes, self.config.phoneme_id_map,
+            self.is_english,
+        )  # fmt: skip
+        return ids, [[s.first_id, s.end_id, s.char_start, s.char_end] for s in spans]
+
     def ids(self, text: str) -> list[int]:
         """Phoneme ids (with BOS/EOS/padding) for ``text``, or InvalidInputError."""
         if self.is_english and not has_latin_text(text):

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from tts_wire import LATENT, NOISE_SCALE, NOISE_W, PHONEME_IDS, SPEED, VOICE
+from tts_wire import LATENT, NOISE_SCALE, NOISE_W, PHONEME_IDS, SPEED, VOICE, WORD_SPANS, WORDS
 
 from ..engines.batching import run_grouped
-from ..engines.models import AcousticModel, load_acoustic, model_file
+from ..engines.models import AcousticModel, AcousticResult, load_acoustic, model_file
 from ..errors import InvalidInputError
 from ..inputs import validate_noise, validate_speed
 from ..settings import AcousticSettings
@@ -28,6 +28,19 @@ class AcousticItem:
     model: AcousticModel  # the voice's network
     ids: np.ndarray  # int64 [L]
     scales: np.ndarray  # float32 (noise_scale, length_scale / speed, noise_w)
+    words: np.ndarray  # int32 [W, 4] (first id, end id, first char, end char); W = 0: not asked
+    seconds_per_frame: float  # the voice's hop length over its sample rate
+
+
+def word_times(words: np.ndarray, durations: np.ndarray, seconds_per_frame: float) -> np.ndarray:
+    """Rows (start s, end s, first char, end char): a word starts after the frames of the ids
+    before it and ends with the frames of its own (the frames the vocoder turns into audio)."""
+    at = np.concatenate([[0], np.cumsum(durations, dtype=np.int64)]) * seconds_per_frame
+    out = np.zeros((len(words), 4), np.float32)
+    if len(words):
+        out[:, 0], out[:, 1] = at[words[:, 0]], at[words[:, 1]]
+        out[:, 2:] = words[:, 2:]
+    return out
 
 
 class Acoustic:
@@ -35,7 +48,9 @@ class Acoustic:
 
     def initialize(self, args: dict) -> None:
         self.ctx = ModelContext.from_args(args, AcousticSettings)
-        self.ctx.require_io([PHONEME_IDS, SPEED, NOISE_SCALE, NOISE_W, VOICE], [LATENT])
+        self.ctx.require_io(
+            [PHONEME_IDS, SPEED, NOISE_SCALE, NOISE_W, VOICE, WORD_SPANS], [LATENT, WORDS]
+        )
         self.ctx.require_max_batch_size(16)
         self.max_ids = self.ctx.settings.max_phoneme_ids
         models: dict = {}  # one session per ONNX file, shared by the voices that use it
@@ -69,16 +84,27 @@ class Acoustic:
         noise = validate_noise(NOISE_SCALE, scalar(request, NOISE_SCALE, voice.noise_scale))
         noise_w = validate_noise(NOISE_W, scalar(request, NOISE_W, voice.noise_w_scale))
         scales = np.array([noise, voice.length_scale / speed, noise_w], np.float32)
-        return AcousticItem(model, ids, scales)
+        words = single_item(request, WORD_SPANS, optional=True)
+        words = np.zeros((0, 4), np.int32) if words is None else words.reshape(-1, 4)
+        if words.size and (words[:, :2].min() < 0 or words[:, :2].max() > ids.size):
+            raise InvalidInputError(f"word_spans must index the {ids.size} phoneme ids")
+        return AcousticItem(model, ids, scales, words, voice.hop_length / voice.sample_rate)
 
     def run(self, items: list[AcousticItem]) -> list:
-        def run_model(model: AcousticModel, indices: list[int]) -> list[np.ndarray]:
-            return model(
+        def run_model(model: AcousticModel, indices: list[int]) -> list[AcousticResult]:
+            return model.run(
                 [items[i].ids for i in indices], np.stack([items[i].scales for i in indices])
             )
 
-        latents = run_grouped([it.model for it in items], run_model)
-        return [output_or_error(LATENT, latent) for latent in latents]
+        results = run_grouped([it.model for it in items], run_model)
+        outputs = []
+        for item, result in zip(items, results):
+            latent = output_or_error(LATENT, result.latent)
+            if isinstance(latent, list):
+                times = word_times(item.words, result.durations, item.seconds_per_frame)
+                latent.append(pb_utils.Tensor(WORDS, times[None]))
+            outputs.append(latent)
+        return outputs
 
     def execute(self, requests: list) -> list:
         return execute_batched(requests, self.parse, self.run, self.logger, "acoustic")

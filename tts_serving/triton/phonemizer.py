@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from tts_wire import NORMALIZE, PHONEME_IDS, TEXT, VOICE
+from tts_wire import NORMALIZE, PHONEME_IDS, TEXT, VOICE, WORD_SPANS, WORD_TIMESTAMPS
 
 from ..errors import InvalidInputError
 from ..inputs import check_characters, check_encoded_size, decode_text
@@ -20,6 +20,8 @@ from .adapter import ModelContext, check_normalizer, execute_batched, flag, sing
 @dataclass(frozen=True)
 class PhonemizerItem:
     ids: list[int]
+    # Rows (first id, end id, first char, end char) of each spoken word; empty unless asked.
+    words: list[list[int]]
 
 
 class Phonemizer:
@@ -27,7 +29,7 @@ class Phonemizer:
 
     def initialize(self, args: dict) -> None:
         self.ctx = ModelContext.from_args(args, PhonemizerSettings)
-        self.ctx.require_io([TEXT, NORMALIZE, VOICE], [PHONEME_IDS])
+        self.ctx.require_io([TEXT, NORMALIZE, VOICE, WORD_TIMESTAMPS], [PHONEME_IDS, WORD_SPANS])
         self.ctx.require_max_batch_size(1)
         self.settings = self.ctx.settings
         self.logger = pb_utils.Logger
@@ -49,15 +51,24 @@ class Phonemizer:
             raise InvalidInputError("text must hold one string per request")
         _, phonemizer = self.voices.pick(voice_name(request))
         limit = self.settings.max_characters
-        text = check_characters(decode_text(check_encoded_size(raw[0], limit)), limit)
+        sent = check_characters(decode_text(check_encoded_size(raw[0], limit)), limit)
+        text = sent
         if flag(request, NORMALIZE, self.settings.normalize_text):
             if not phonemizer.is_english:
                 raise InvalidInputError("normalize=true needs an English voice; send false")
             text = normalize(text)
-        return PhonemizerItem(phonemizer.ids(text))
+        if flag(request, WORD_TIMESTAMPS, False):
+            return PhonemizerItem(*phonemizer.ids_and_words(text, sent))
+        return PhonemizerItem(phonemizer.ids(text), [])
 
     def run(self, items: list[PhonemizerItem]) -> list[list]:
-        return [[pb_utils.Tensor(PHONEME_IDS, np.array([it.ids], dtype=np.int64))] for it in items]
+        return [
+            [
+                pb_utils.Tensor(PHONEME_IDS, np.array([it.ids], dtype=np.int64)),
+                pb_utils.Tensor(WORD_SPANS, np.array(it.words, dtype=np.int32).reshape(1, -1, 4)),
+            ]
+            for it in items
+        ]
 
     def execute(self, requests: list) -> list:
         return execute_batched(requests, self.parse, self.run, self.logger, "phonemizer")

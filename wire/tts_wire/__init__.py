@@ -20,9 +20,15 @@ NORMALIZE = "normalize"
 VOICE = "voice"
 AUDIO = "audio"
 CHUNK_TEXT = "chunk_text"
+# Word timings (tts): asked for with WORD_TIMESTAMPS, answered in WORDS, one row per spoken
+# word: start and end in seconds from the start of the audio, and the [start, end) character
+# span of the text sent that it speaks.
+WORD_TIMESTAMPS = "word_timestamps"
+WORDS = "words"
 # Between the stages of the tts ensemble.
 PHONEME_IDS = "phoneme_ids"
 LATENT = "latent"
+WORD_SPANS = "word_spans"
 
 # The speed factor's range (1.0 = the voice's natural pace).
 MIN_SPEED = 0.25
@@ -115,6 +121,7 @@ class SynthesisOptions:
     normalize: bool | None = None
     voice: str | None = None
     priority: int | None = None  # 0 = the models' default level, 1 interactive, 2 bulk
+    word_timestamps: bool = False  # also answer each word's start and end (tts)
 
     def __post_init__(self) -> None:
         problem = speed_error(self.speed)
@@ -128,6 +135,8 @@ class SynthesisOptions:
             problem = f"voice must be a str, got {type(self.voice).__name__}"
         if problem is None and self.priority is not None:
             problem = priority_error(self.priority)
+        if problem is None and not isinstance(self.word_timestamps, bool):
+            problem = f"word_timestamps must be true or false, got {self.word_timestamps!r}"
         if problem:
             raise ValueError(problem)
 
@@ -139,5 +148,6 @@ class SynthesisOptions:
             NOISE_W: self.noise_w,
             NORMALIZE: self.normalize,
             VOICE: self.voice,
+            WORD_TIMESTAMPS: True if self.word_timestamps else None,
         }
         return {name: value for name, value in values.items() if value is not None}
