@@ -36,6 +36,23 @@ def key(word: str) -> str:
     return re.sub(r"[^a-z0-9]", "", word.lower())
 
 
+Timed = tuple[str, float, float]  # a word, its start and its end in seconds
+
+
+def paired_differences(ours: list[Timed], theirs: list[Timed]) -> list[tuple[float, float]]:
+    """(our start - theirs, our end - theirs) for each word both sides wrote the same way,
+    paired in order by their letters; words only one side has are left out."""
+    matcher = difflib.SequenceMatcher(
+        a=[key(w) for w, _, _ in ours], b=[key(w) for w, _, _ in theirs], autojunk=False
+    )
+    return [
+        (ours[a0 + i][1] - theirs[b0 + i][1], ours[a0 + i][2] - theirs[b0 + i][2])
+        for op, a0, a1, b0, _ in matcher.get_opcodes()
+        if op == "equal"
+        for i in range(a1 - a0)
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.word_alignment", description=__doc__)
     parser.add_argument("--repository", default=REPO)
@@ -71,14 +88,9 @@ def main(argv: list[str] | None = None) -> int:
                 f.name, language="en", beam_size=1, word_timestamps=True
             )
             theirs = [(w.word, w.start, w.end) for s in segments for w in s.words]
-        matcher = difflib.SequenceMatcher(
-            a=[key(w) for w, _, _ in ours], b=[key(w) for w, _, _ in theirs], autojunk=False
-        )
-        for op, a0, a1, b0, _ in matcher.get_opcodes():
-            if op == "equal":
-                for k in range(a1 - a0):
-                    starts.append(ours[a0 + k][1] - theirs[b0 + k][1])
-                    ends.append(ours[a0 + k][2] - theirs[b0 + k][2])
+        for start, end in paired_differences(ours, theirs):
+            starts.append(start)
+            ends.append(end)
     signed_start, signed_end = np.array(starts) * 1000, np.array(ends) * 1000
     start, end = np.abs(signed_start), np.abs(signed_end)
     print(

@@ -21,6 +21,13 @@ def blocks(language: str, section: str = "HTTP API: the OpenAI-compatible gatewa
     return re.findall(rf"```{language}\n(.*?)```", text, re.S)
 
 
+def run_python(code: str, cwd) -> subprocess.CompletedProcess:
+    """A README Python block in a fresh interpreter; its output and errors captured."""
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
 def test_the_quickstart_runs_as_written(server, gateway, tmp_path):
     """The first screen of the README: its curl and its Python, ports substituted."""
     port = gateway.url.rsplit(":", 1)[1]
@@ -33,9 +40,7 @@ def test_the_quickstart_runs_as_written(server, gateway, tmp_path):
     (code,) = blocks("python", "Quickstart")
     code = code.replace("localhost:8080", f"localhost:{port}")
     code = code.replace("localhost:8001", f"localhost:{server.grpc_port}")
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
+    result = run_python(code, tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "sdk.mp3").stat().st_size > 1000
     assert (tmp_path / "client.wav").read_bytes()[:4] == b"RIFF"
@@ -60,9 +65,7 @@ def test_the_sdk_example_runs_as_written(gateway, tmp_path):
     port = gateway.url.rsplit(":", 1)[1]
     code = blocks("python")[0].replace("localhost:8080", f"localhost:{port}")
     (tmp_path / "article.txt").write_text("An article. It has two sentences.")
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
-    )
+    result = run_python(code, tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "hello.mp3").stat().st_size > 1000
     assert (tmp_path / "article.ogg").read_bytes()[:4] == b"OggS"
@@ -73,8 +76,6 @@ def test_the_python_examples_of_use_it_run_as_written(server, tmp_path):
     for code in blocks("python", "Use it"):
         code = code.replace("localhost:8001", f"localhost:{server.grpc_port}")
         code += "\nprint('ran', flush=True)\n"
-        result = subprocess.run(
-            [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300
-        )
+        result = run_python(code, tmp_path)
         assert result.returncode == 0 and "ran" in result.stdout, result.stderr[-2000:]
     assert (tmp_path / "hello.wav").read_bytes()[:4] == b"RIFF"

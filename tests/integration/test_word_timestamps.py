@@ -61,13 +61,10 @@ def test_captions_and_what_streams_do_not_carry_yet(server):
 def test_word_times_agree_with_whisper(server, whisper, tmp_path):
     """An independent aligner on the real audio: Whisper tiny.en's word timestamps, over 24
     sentences (normalized ones and speeds 0.75 and 1.5 among them), paired by letters."""
-    import difflib
     import re
 
+    from bench.word_alignment import paired_differences
     from tts_tools.texts import PARAGRAPH, SENTENCES
-
-    def key(word: str) -> str:
-        return re.sub(r"[^a-z0-9]", "", word.lower())
 
     texts = list(SENTENCES)[:8] + re.split(r"(?<=[.!?])\s+", PARAGRAPH)[:12]
     texts += ["It costs $5.50 at 10:05 am.", "The museum opens at 9 am on Jan. 5, 2024."]
@@ -84,13 +81,9 @@ def test_word_times_agree_with_whisper(server, whisper, tmp_path):
             # Ours per spoken word: a rewritten token ("$5.50") is compared as a whole when
             # Whisper writes it the same way, else left out (no pairing by letters).
             ours = [(w.text, w.start, w.end) for w in audio.words]
-            matcher = difflib.SequenceMatcher(
-                a=[key(w) for w, _, _ in ours], b=[key(w) for w, _, _ in theirs], autojunk=False
-            )
-            for op, a0, a1, b0, _ in matcher.get_opcodes():
-                for i in range(a1 - a0) if op == "equal" else ():
-                    starts.append(abs(ours[a0 + i][1] - theirs[b0 + i][1]))
-                    ends.append(abs(ours[a0 + i][2] - theirs[b0 + i][2]))
+            for start, end in paired_differences(ours, theirs):
+                starts.append(abs(start))
+                ends.append(abs(end))
     start, end = np.array(starts) * 1000, np.array(ends) * 1000
     print(
         f"\n{len(jobs)} sentences, {len(start)} words paired with Whisper: |start| median "

@@ -263,7 +263,8 @@ def voice_phonemizers(
 
 
 def serve(spec: WorkerSpec, stdin, stdout) -> None:
-    """The worker's loop: one JSON ``[voice, text]`` line in, one JSON answer line out."""
+    """The worker's loop: one JSON ``[voice, text]`` line in (``[voice, text, original]`` for
+    the words too), one JSON answer line out."""
     phonemizers = {}
     try:
         for name, path in spec.voices.items():

@@ -13,6 +13,7 @@ from piper.config import PhonemeType, PiperConfig
 from tts_wire import TEXT_TOO_LONG
 
 from ..errors import InvalidInputError, ModelConfigError
+from .words import word_spans
 
 
 def load_voice_config(path: str | Path) -> PiperConfig:
@@ -169,24 +170,28 @@ class Phonemizer:
         """``ids(text)`` and where each word of ``text`` is in them, with the span of
         ``original`` (the text before normalization) it speaks: rows of (first id, end id,
         first character, end character)."""
-        from .words import word_spans
-
-        ids = self.ids(text)
+        self._check_readable(text)
+        phonemes = self.phonemes(text)
+        ids = self._ids(text, phonemes)
         spans = word_spans(
-            original, text, self.phonemes(text), self.phonemes, self.config.phoneme_id_map,
-            self.is_english,
-        )  # fmt: skip
+            original, text, phonemes, self.phonemes, self.config.phoneme_id_map, self.is_english
+        )
         return ids, [[s.first_id, s.end_id, s.char_start, s.char_end] for s in spans]
 
     def ids(self, text: str) -> list[int]:
         """Phoneme ids (with BOS/EOS/padding) for ``text``, or InvalidInputError."""
+        self._check_readable(text)
+        return self._ids(text, self.phonemes(text))
+
+    def _check_readable(self, text: str) -> None:
         if self.is_english and not has_latin_text(text):
             # espeak-ng would switch language mid-voice and the voice would babble noise.
             raise InvalidInputError(
                 f"text has no Latin letters or digits; this voice speaks "
                 f"{self.config.espeak_voice} and cannot read it"
             )
-        phonemes = self.phonemes(text)
+
+    def _ids(self, text: str, phonemes: list[str]) -> list[int]:
         if not any(p in self.config.phoneme_id_map and not p.isspace() for p in phonemes):
             raise InvalidInputError(
                 "text has nothing speakable (no letters or digits after phonemization)"
