@@ -147,7 +147,7 @@ class AsyncTTSClient(ClientCore):
             yield {"model_name": self.stream_model, "inputs": inputs}
 
         responses = self._client.stream_infer(requests())
-        reader = protocol.StreamReader(rate)
+        reader = protocol.StreamReader(rate, text if options.word_timestamps else None)
         try:
             while not reader.finished:
                 result, error = await self._next_response(responses)

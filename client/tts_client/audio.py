@@ -81,12 +81,15 @@ class Audio:
 
 @dataclass(frozen=True)
 class AudioChunk:
-    """One piece of a streamed text: its audio and what it says (usable as a caption)."""
+    """One piece of a streamed text: its audio and what it says (usable as a caption);
+    ``words`` (asked for with ``word_timestamps=True``) are timed from the stream's start and
+    name spans of the whole text sent."""
 
     samples: np.ndarray
     sample_rate: int
     text: str
     index: int
+    words: tuple[Word, ...] = field(default=(), compare=False)
 
     @property
     def duration(self) -> float:
@@ -96,4 +99,15 @@ class AudioChunk:
 def join_chunks(chunks: list[AudioChunk], sample_rate: int) -> Audio:
     """One Audio from a stream's chunks, in order."""
     samples = np.concatenate([c.samples for c in chunks]) if chunks else np.zeros(0, np.float32)
-    return Audio(samples, sample_rate)
+    return Audio(samples, sample_rate, merge_words([w for c in chunks for w in c.words]))
+
+
+def merge_words(words: list[Word]) -> tuple[Word, ...]:
+    """Consecutive words with one span (what one token became) as one word over their time."""
+    merged: list[Word] = []
+    for w in words:
+        if merged and (merged[-1].char_start, merged[-1].char_end) == (w.char_start, w.char_end):
+            merged[-1] = Word(w.text, merged[-1].start, w.end, w.char_start, w.char_end)
+        else:
+            merged.append(w)
+    return tuple(merged)

@@ -15,7 +15,13 @@ from .errors import TTSError
 
 
 def stream_to_file(
-    client: TTSClient, text: str, speed: float, path: str, start: float, voice: str | None = None
+    client: TTSClient,
+    text: str,
+    speed: float,
+    path: str,
+    start: float,
+    voice: str | None = None,
+    word_timestamps: bool = False,
 ) -> Audio:
     """Write each chunk as it arrives, so the file grows while the server works."""
     import soundfile
@@ -23,7 +29,8 @@ def stream_to_file(
     chunks = []
     fmt = "FLAC" if path.lower().endswith(".flac") else "WAV"
     with soundfile.SoundFile(path, "w", client.sample_rate, 1, "PCM_16", format=fmt) as f:
-        for chunk in client.stream(text, speed=speed, voice=voice):
+        chunks_of = client.stream(text, speed=speed, voice=voice, word_timestamps=word_timestamps)
+        for chunk in chunks_of:
             if chunk.index == 0:
                 print(f"first audio after {time.perf_counter() - start:.2f} s", file=sys.stderr)
             f.write(chunk.samples)
@@ -51,27 +58,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--captions",
         default=None,
-        help="also write word-timed captions here: a .srt or .vtt file (not with --stream)",
+        help="also write word-timed captions here: a .srt or .vtt file",
     )
     args = parser.parse_args(argv)
     if args.captions and Path(args.captions).suffix.lower() not in (".srt", ".vtt"):
         parser.error("--captions must name a .srt or .vtt file")
-    if args.captions and args.stream:
-        parser.error("--captions needs one request: streams do not carry word timings yet")
     text = sys.stdin.read() if args.text == "-" else args.text
     try:
         with TTSClient(args.url, model=args.model) as client:
             start = time.perf_counter()
             if args.stream:
-                audio = stream_to_file(client, text, args.speed, args.output, start, args.voice)
+                audio = stream_to_file(
+                    client, text, args.speed, args.output, start, args.voice, bool(args.captions)
+                )
             else:
                 audio = client.synthesize(
                     text, speed=args.speed, voice=args.voice, word_timestamps=bool(args.captions)
                 )
                 audio.write(args.output)
-                if args.captions:
-                    srt = Path(args.captions).suffix.lower() == ".srt"
-                    Path(args.captions).write_text(audio.to_srt() if srt else audio.to_vtt())
+            if args.captions:
+                srt = Path(args.captions).suffix.lower() == ".srt"
+                Path(args.captions).write_text(audio.to_srt() if srt else audio.to_vtt())
             elapsed = time.perf_counter() - start
     except TTSError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)

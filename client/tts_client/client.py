@@ -158,7 +158,7 @@ class TTSClient(ClientCore):
         rate = self.sample_rate
         results: queue.Queue = queue.Queue()
         client = self._module.InferenceServerClient(self.endpoint.address)  # one stream each
-        reader = protocol.StreamReader(rate)
+        reader = protocol.StreamReader(rate, text if options.word_timestamps else None)
         try:
             client.start_stream(callback=lambda result, error: results.put((result, error)))
             client.async_stream_infer(self.stream_model, inputs, enable_empty_final_response=True)

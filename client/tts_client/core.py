@@ -20,10 +20,6 @@ from .errors import InvalidInput, TTSError
 DEFAULT_PORTS = {"grpc": 8001, "http": 8000}
 DEFAULT_MODEL = "tts"
 DEFAULT_STREAM_MODEL = "tts_stream"
-NO_STREAMED_WORDS = (
-    "word timestamps come with one tts request (up to the server's max_characters); streams "
-    "do not carry them yet: split the text"
-)
 
 
 @dataclass(frozen=True)
@@ -100,8 +96,6 @@ class ClientCore:
     def _stream_inputs(self, text: str, options: protocol.SynthesisOptions) -> list:
         if self.endpoint.protocol != "grpc":
             raise TTSError("streaming needs a grpc:// URL (Triton streams over gRPC only)")
-        if options.word_timestamps:
-            raise InvalidInput(NO_STREAMED_WORDS)
         return protocol.build_inputs(self._module, text, options, batched=False)
 
     def _streams_instead(self, error: TTSError, options: protocol.SynthesisOptions) -> bool:
@@ -109,8 +103,6 @@ class ClientCore:
         (over gRPC); raises ``error`` (or why it cannot be streamed) otherwise."""
         if not protocol.is_text_too_long(error):
             raise error
-        if options.word_timestamps:
-            raise InvalidInput(f"{error}; {NO_STREAMED_WORDS}") from None
         if self.endpoint.protocol != "grpc":
             raise InvalidInput(f"{error}; over HTTP, split the text yourself")
         return True

@@ -47,7 +47,7 @@ from tts_wire import (
     stream_error_message as stream_error_message,
 )
 
-from .audio import Audio, AudioChunk, Word
+from .audio import Audio, AudioChunk, Word, merge_words
 from .errors import InferenceFailed, InvalidInput, ServerOverloaded, ServerUnavailable, TTSError
 
 T = TypeVar("T")
@@ -177,14 +177,11 @@ def audio_from_result(result, sample_rate: int, text: str | None = None) -> Audi
 def words_from_rows(rows: np.ndarray, text: str) -> tuple[Word, ...]:
     """The server's rows (start, end, first char, end char), one per spoken word, as words of
     ``text``: spoken words that share a span (a token the server rewrote) make one word."""
-    words: list[Word] = []
-    for start, end, first, last in rows.tolist():
-        first, last = int(first), int(last)
-        if words and (words[-1].char_start, words[-1].char_end) == (first, last):
-            words[-1] = Word(words[-1].text, words[-1].start, end, first, last)
-        else:
-            words.append(Word(text[first:last], start, end, first, last))
-    return tuple(words)
+    words = [
+        Word(text[int(first) : int(last)], start, end, int(first), int(last))
+        for start, end, first, last in rows.tolist()
+    ]
+    return merge_words(words)
 
 
 def error_code(exc: BaseException) -> str | None:
@@ -251,16 +248,24 @@ def is_text_too_long(error: TTSError) -> bool:
     return isinstance(error, InvalidInput) and str(error).startswith(TEXT_TOO_LONG)
 
 
-def chunk_from_result(result, index: int, sample_rate: int) -> AudioChunk | None:
-    """The AudioChunk in one tts_stream response, or None for the empty final response."""
+def chunk_from_result(
+    result, index: int, sample_rate: int, sent: str | None = None
+) -> AudioChunk | None:
+    """The AudioChunk in one tts_stream response, or None for the empty final response.
+    ``sent``: the stream's text, when word timestamps were asked for (the chunk's words)."""
     samples = result.as_numpy(AUDIO)
     if samples is None:
         return None
     text = result.as_numpy(CHUNK_TEXT)
     caption = text.reshape(-1)[0].decode("utf-8") if text is not None else ""
-    return AudioChunk(
-        np.ascontiguousarray(samples.reshape(-1), dtype=np.float32), sample_rate, caption, index
-    )
+    words: tuple[Word, ...] = ()
+    if sent is not None:
+        rows = result.as_numpy(WORDS)
+        if rows is None:
+            raise InferenceFailed("word timestamps were asked for; the chunk has no 'words'")
+        words = words_from_rows(rows.reshape(-1, 4), sent)
+    audio = np.ascontiguousarray(samples.reshape(-1), dtype=np.float32)
+    return AudioChunk(audio, sample_rate, caption, index, words)
 
 
 def is_final(result) -> bool:
@@ -276,13 +281,14 @@ END_AFTER_ERROR_S = 5.0
 class StreamReader:
     """Turns one stream's responses into numbered AudioChunks and notices the final flag."""
 
-    def __init__(self, sample_rate: int) -> None:
+    def __init__(self, sample_rate: int, sent: str | None = None) -> None:
         self.sample_rate = sample_rate
+        self.sent = sent  # the text, when its words were asked for
         self.index = 0
         self.finished = False
 
     def read(self, result) -> AudioChunk | None:
-        chunk = chunk_from_result(result, self.index, self.sample_rate)
+        chunk = chunk_from_result(result, self.index, self.sample_rate, self.sent)
         if chunk is not None:
             self.index += 1
         self.finished = is_final(result)

@@ -123,6 +123,25 @@ def test_both_voices_batch_together(two_voices):
     assert delta.inferences == 32 and delta.average_batch > 2, delta.batch_sizes
 
 
+def test_word_timings_follow_each_voice_in_one_batch(two_voices):
+    jobs = [(SENTENCES[i % 4], voice) for i in range(8) for voice in ("joe", "joe_slow")]
+    with TTSClient(two_voices.grpc_url, concurrency=16) as client:
+
+        def say(job):
+            return client.synthesize(job[0], voice=job[1], word_timestamps=True, **EXACT)
+
+        alone = {job: say(job) for job in set(jobs)}
+        with ThreadPoolExecutor(16) as pool:
+            together = list(pool.map(say, jobs))
+    for job, audio in zip(jobs, together):
+        assert audio.words == alone[job].words  # batched with the other voice: as alone
+        assert audio.words[-1].end <= audio.duration
+    text = SENTENCES[0]
+    slow, normal = alone[(text, "joe_slow")].words, alone[(text, "joe")].words
+    assert [w.text for w in slow] == [w.text for w in normal]
+    assert 1.3 < slow[-1].end / normal[-1].end < 1.6  # length_scale 1.5
+
+
 def test_the_gateway_maps_its_voices_onto_the_repository(two_voices, tmp_path):
     voices = tmp_path / "voices.json"
     gateway_voices = [

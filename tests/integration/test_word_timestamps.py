@@ -1,4 +1,4 @@
-"""Word timings from the voice's own durations, through Triton (tts; streams are open work)."""
+"""Word timings from the voice's own durations, through Triton: tts and tts_stream."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from tts_client import InvalidInput, TTSClient
+from tts_client import TTSClient
 
 SENTENCE = "It costs $5.50 at the shop, and the shop opens at 9 am."
 EXACT = {"noise_scale": 0.0, "noise_w": 0.0}
@@ -24,7 +24,7 @@ def test_words_of_the_sent_text_in_order_within_the_audio(server, protocol):
     words = audio.words
     assert [w.text for w in words] == [
         "It", "costs", "$5.50", "at", "the", "shop,", "and", "the", "shop", "opens", "at",
-        "9 am.",
+        "9", "am.",
     ]  # fmt: skip
     for w in words:
         assert SENTENCE[w.char_start : w.char_end] == w.text
@@ -46,15 +46,90 @@ def test_batched_words_equal_words_alone(server):
         assert a.words == b.words
 
 
-def test_captions_and_what_streams_do_not_carry_yet(server):
+def test_captions(server):
     with TTSClient(server.grpc_url) as client:
         audio = client.synthesize("One two three four five six seven eight.", word_timestamps=True)
-        srt = audio.to_srt(words_per_caption=4)
-        assert srt.startswith("1\n00:00:00,") and "\n\n2\n" in srt
-        assert srt.splitlines()[2] == "One two three four"
-        assert audio.to_vtt(4).startswith("WEBVTT\n\n00:00:00.")
-        with pytest.raises(InvalidInput, match="streams do not carry them yet"):
-            list(client.stream("A stream.", word_timestamps=True))
+    srt = audio.to_srt(words_per_caption=4)
+    assert srt.startswith("1\n00:00:00,") and "\n\n2\n" in srt
+    assert srt.splitlines()[2] == "One two three four"
+    assert audio.to_vtt(4).startswith("WEBVTT\n\n00:00:00.")
+
+
+def voiced_end(audio, frame: int = 256, floor_db: float = -50.0) -> float:
+    """Where the voice falls silent: the end of the last frame louder than ``floor_db`` below
+    the loudest frame (what follows is the voice's trailing silence)."""
+    x = audio.samples[: len(audio.samples) // frame * frame].reshape(-1, frame)
+    level = 20 * np.log10(np.sqrt((x**2).mean(axis=1)) / np.sqrt((x**2).mean(axis=1)).max())
+    return (np.nonzero(level > floor_db)[0][-1] + 1) * frame / audio.sample_rate
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Hello there.", "Read the first line again, slowly.", "Is it ready?", "Stop the car now!",
+     SENTENCE, "Go"],
+)  # fmt: skip
+def test_the_last_word_ends_where_the_voice_falls_silent(server, text):
+    with TTSClient(server.grpc_url) as client:
+        audio = client.synthesize(text, word_timestamps=True, **EXACT)
+    frame = 256 / audio.sample_rate
+    end, silent = audio.words[-1].end, voiced_end(audio)
+    # Measured: within one frame for most endings; a question's rising tail sounds on for 2
+    # frames the voice gave the "?" (not a word), and a soft last sound ("am", "go") decays
+    # for 3-4 frames the voice gave that phoneme. Never more than that either way.
+    assert silent - 3 * frame - 1e-6 <= end <= silent + 5 * frame
+    # The rest is the trailing silence: a whole number of frames.
+    rest = (audio.duration - end) / frame
+    assert rest >= 1 and abs(rest - round(rest)) < 1e-3
+
+
+def test_mixed_speeds_in_one_batch_time_each_item_as_alone(server):
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [(SENTENCE, s) for s in (0.75, 1.0, 1.5)] * 3
+    with TTSClient(server.grpc_url) as client:
+        alone = {s: client.synthesize(t, speed=s, word_timestamps=True, **EXACT) for t, s in jobs}
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            together = list(
+                pool.map(
+                    lambda job: client.synthesize(
+                        job[0], speed=job[1], word_timestamps=True, **EXACT
+                    ),
+                    jobs,
+                )
+            )
+    for (_, speed), audio in zip(jobs, together):
+        assert audio.words == alone[speed].words
+    slow, fast = alone[0.75].words[-1].end, alone[1.5].words[-1].end
+    assert 1.5 < slow / fast < 2.3  # 2x slower, less the ceil of each id's frames (fast: more)
+
+
+def test_a_stream_times_its_words_from_its_start(server):
+    from tts_tools.texts import PARAGRAPH
+
+    text = "At 10:05 am. it cost $5.50, I think. " + PARAGRAPH
+    with TTSClient(server.grpc_url) as client:
+        short = "Hello there, how are you?"
+        (one,) = list(client.stream(short, word_timestamps=True, **EXACT))
+        assert one.words == client.synthesize(short, word_timestamps=True, **EXACT).words
+        chunks = list(client.stream(text, word_timestamps=True, **EXACT))
+        plain = list(client.stream(text, **EXACT))
+    assert len(chunks) > 3 and all(c.words == () for c in plain)
+    offset = 0.0
+    for chunk, same in zip(chunks, plain):
+        # Asking changes nothing else (the same frames; batched with other chunks, the float
+        # sums may differ in the last bits).
+        assert chunk.samples.shape == same.samples.shape
+        assert np.allclose(chunk.samples, same.samples, atol=1e-5)
+        for w in chunk.words:  # within this chunk's audio, counted from the stream's start
+            assert offset - 1e-4 <= w.start < w.end <= offset + chunk.duration + 1e-4
+            assert text[w.char_start : w.char_end] == w.text
+        offset += chunk.duration
+    from tts_client.audio import join_chunks
+
+    words = join_chunks(chunks, chunks[0].sample_rate).words
+    assert [w.text for w in words] == text.split()  # every word sent, once, in order
+    starts = [w.start for w in words]
+    assert starts == sorted(starts)
 
 
 @pytest.mark.slow

@@ -124,9 +124,11 @@ def test_batched_stages_batch_ragged_inputs(name):
 def test_tts_stream_is_decoupled_and_speaks_the_tts_contract():
     stream, tts = load("tts_stream"), load("tts")
     assert stream.model_transaction_policy.decoupled
-    # Word timings are served by tts only so far (issue 16 keeps streams as open work).
-    plain = {i.name: i.data_type for i in tts.input if i.name != "word_timestamps"}
-    assert {i.name: i.data_type for i in stream.input} == plain
+    assert {i.name: i.data_type for i in stream.input} == {i.name: i.data_type for i in tts.input}
+    outputs = {o.name: (o.data_type, list(o.dims)) for o in tts.output}
+    assert {
+        o.name: (o.data_type, list(o.dims)) for o in stream.output if o.name != "chunk_text"
+    } == {k: v for k, v in outputs.items() if k != "audio"} | {"audio": (outputs["audio"][0], [-1])}
     assert {i.name for i in tts.input if i.optional} == {
         "speed",
         "noise_scale",

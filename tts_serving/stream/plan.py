@@ -8,6 +8,8 @@ Each chunk carries its phoneme ids, so the text is phonemized once on its way to
 
 from __future__ import annotations
 
+import bisect
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -19,6 +21,7 @@ from ..errors import InvalidInputError, PhonemizerCrashError
 from ..settings import StreamSettings
 from ..text import normalize as normalize_english, split_text
 from ..text.split import Chunk
+from ..text.words import original_spans, unspoken_tokens
 
 # Raw text is normalized in blocks of about this many characters, cut at whitespace.
 BLOCK_CHARACTERS = 2000
@@ -32,17 +35,20 @@ class PlannedChunk:
     text: str
     ids: list[int]
     sentence_end: bool  # a sentence (or the text) ends here: a pause follows unless last
+    # Word timestamps asked for: rows (first id, end id, first char, end char) of each word,
+    # the characters counted in the text the client sent (not this chunk's normalized text).
+    words: np.ndarray | None = None
 
 
-def text_blocks(text: str, size: int = BLOCK_CHARACTERS) -> Iterator[str]:
-    """``text`` in consecutive blocks of about ``size`` characters, cut after a sentence end
-    where one is near the cut, else at whitespace; never inside a word."""
+def text_blocks(text: str, size: int = BLOCK_CHARACTERS) -> Iterator[tuple[int, str]]:
+    """``text`` in consecutive blocks of about ``size`` characters (with where each starts),
+    cut after a sentence end where one is near the cut, else at whitespace; never in a word."""
     start = 0
     n = len(text)
     while start < n:
         end = start + size
         if end >= n:
-            yield text[start:]
+            yield start, text[start:]
             return
         # Prefer the last sentence end in the second half of the block, then any space.
         cut = max(text.rfind(p, start + size // 2, end) for p in (". ", "? ", "! "))
@@ -50,18 +56,23 @@ def text_blocks(text: str, size: int = BLOCK_CHARACTERS) -> Iterator[str]:
         if cut <= start:  # one enormous word: cut at the next whitespace after it
             nxt = text.find(" ", end)
             cut = n if nxt < 0 else nxt
-        yield text[start:cut]
+        yield start, text[start:cut]
         start = cut
 
 
 def plan_chunks(
-    text: str, settings: StreamSettings, phonemizer: Phonemizer, normalize: bool
+    text: str,
+    settings: StreamSettings,
+    phonemizer: Phonemizer,
+    normalize: bool,
+    words: bool = False,
 ) -> Iterator[PlannedChunk]:
     """Chunks of ``text`` in order, each within ``settings.max_phoneme_ids`` phoneme ids.
 
     Packing uses a cheap estimate; each chunk is then phonemized for real and split further
     (clauses, then words) where the estimate was optimistic. Chunks with nothing speakable
     (a lone symbol) are skipped; a text with nothing speakable at all is an InvalidInputError.
+    ``words``: each chunk also locates its words (``PlannedChunk.words``).
     """
     if len(text) > settings.max_characters:
         raise InvalidInputError(
@@ -70,47 +81,116 @@ def plan_chunks(
         )
     max_ids = settings.max_phoneme_ids
     index = 0
-    for block_number, block in enumerate(text_blocks(text)):
+    for block_number, (offset, block) in enumerate(text_blocks(text)):
         spoken = normalize_english(block) if normalize else " ".join(block.split())
         if not spoken:
             continue
         first = settings.first_chunk_ids if index == 0 and block_number == 0 else None
-        for chunk in split_text(spoken, max_ids, target_len=settings.chunk_target_ids,
-                                first_len=first):  # fmt: skip
-            for piece, ids in _fit(chunk, max_ids, phonemizer):
-                yield PlannedChunk(index, piece.text, ids, piece.sentence_end)
-                index += 1
+        chunks = split_text(spoken, max_ids, target_len=settings.chunk_target_ids, first_len=first)
+        pieces = (pair for chunk in chunks for pair in _fit(chunk, max_ids, phonemizer, words))
+        if words:
+            pieces = BlockWords(block, offset, spoken).place(pieces)
+        for piece, (ids, rows) in pieces:
+            yield PlannedChunk(index, piece.text, ids, piece.sentence_end, rows)
+            index += 1
     if index == 0:
         raise InvalidInputError("text has nothing speakable after normalization")
 
 
-def _ids(phonemizer: Phonemizer, text: str) -> list[int]:
-    """The phoneme ids of ``text``; empty when it has nothing speakable (a lone symbol). A text
-    that crashes espeak-ng is an error, never a silently skipped chunk."""
+Found = tuple[list[int], "np.ndarray | None"]  # a piece's ids and (asked for) its word rows
+
+
+def _ids(phonemizer: Phonemizer, text: str, words: bool = False) -> Found:
+    """The phoneme ids of ``text`` (and with ``words`` its word rows, in ``text``'s own
+    characters); no ids when it has nothing speakable (a lone symbol). A text that crashes
+    espeak-ng is an error, never a silently skipped chunk."""
     try:
-        return phonemizer.ids(text)
+        if words:
+            ids, rows = phonemizer.ids_and_words(text, text)
+            return ids, np.array(rows, np.int32).reshape(-1, 4)
+        return phonemizer.ids(text), None
     except PhonemizerCrashError:
         raise
     except InvalidInputError:
-        return []
+        return [], None
 
 
-def _fit(chunk: Chunk, max_ids: int, phonemizer: Phonemizer) -> Iterator[tuple[Chunk, list[int]]]:
+def _fit(
+    chunk: Chunk, max_ids: int, phonemizer: Phonemizer, words: bool = False
+) -> Iterator[tuple[Chunk, Found]]:
     """``chunk`` with its ids, phonemized once; where the real count passes ``max_ids``, its
     pieces (clauses, then words) with theirs. Pieces with nothing speakable are left out."""
-    ids = _ids(phonemizer, chunk.text)
-    if len(ids) <= max_ids:
-        if ids:
-            yield chunk, ids
+    found = _ids(phonemizer, chunk.text, words)
+    if len(found[0]) <= max_ids:
+        if found[0]:
+            yield chunk, found
         return
     try:
-        pieces = split_text(chunk.text, max_ids, measure=lambda t: len(_ids(phonemizer, t)))
+        pieces = split_text(chunk.text, max_ids, measure=lambda t: len(_ids(phonemizer, t)[0]))
     except ValueError as e:  # one word longer than a whole request
         raise InvalidInputError(str(e)) from None
     for piece in pieces:
-        ids = _ids(phonemizer, piece.text)
-        if ids:
-            yield Chunk(piece.text, piece.sentence_end and chunk.sentence_end), ids
+        found = _ids(phonemizer, piece.text, words)
+        if found[0]:
+            yield Chunk(piece.text, piece.sentence_end and chunk.sentence_end), found
+
+
+class BlockWords:
+    """Moves a block's word rows from each piece's normalized text to the text sent.
+
+    A piece speaks a stretch of the block's normalized text; each of its words is found there
+    (its place) and takes the span of the sent text that normalized word speaks. A word the
+    normalizer dropped goes with the piece that speaks the next word (an instant at that
+    word's start), or with the block's last piece, so none is missing.
+    """
+
+    def __init__(self, block: str, offset: int, spoken: str) -> None:
+        self.offset = offset
+        self.spoken = spoken
+        self.starts = [m.start() for m in re.finditer(r"\S+", spoken)]
+        self.spans = original_spans(block, spoken)
+        self.dropped = unspoken_tokens(block, self.spans)
+        self.cursor = 0
+
+    def rows(self, text: str, rows: np.ndarray) -> np.ndarray:
+        """``rows`` of the piece ``text`` with their characters in the text sent."""
+        at = self.spoken.find(text, self.cursor)
+        if at < 0:  # (pieces are cut from the normalized text; a safe fallback all the same)
+            at = self.cursor
+        self.cursor = at + len(text)
+        out = rows.copy()
+        for row in out:
+            word = max(0, bisect.bisect_right(self.starts, at + int(row[2])) - 1)
+            start, end = self.spans[min(word, len(self.spans) - 1)]
+            row[2], row[3] = start + self.offset, end + self.offset
+        return out
+
+    def take_dropped(self, rows: np.ndarray, last: bool) -> np.ndarray:
+        """``rows`` plus the dropped words before its last word (all that remain if ``last``)."""
+        limit = int(rows[:, 3].max()) - self.offset if len(rows) else 0
+        taken = [d for d in self.dropped if last or d[1] <= limit]
+        if not taken:
+            return rows
+        self.dropped = [d for d in self.dropped if d not in taken]
+        extra = []
+        for start, end in taken:
+            later = rows[rows[:, 2] >= end + self.offset]
+            at = int(later[0, 0]) if len(later) else int(rows[-1, 1]) if len(rows) else 0
+            extra.append([at, at, start + self.offset, end + self.offset])
+        merged = np.concatenate([rows, np.array(extra, np.int32)])
+        return merged[np.lexsort((merged[:, 0], merged[:, 2]))]
+
+    def place(self, pieces: Iterator[tuple[Chunk, Found]]) -> Iterator[tuple[Chunk, Found]]:
+        """Each piece with its rows moved; one piece of look-ahead, so the block's last piece
+        (known only when the next is asked for) can take the dropped words at its end."""
+        held = None
+        for piece, (ids, rows) in pieces:
+            rows = self.rows(piece.text, rows)
+            if held is not None:
+                yield held[0], (held[1], self.take_dropped(held[2], last=False))
+            held = (piece, ids, rows)
+        if held is not None:
+            yield held[0], (held[1], self.take_dropped(held[2], last=True))
 
 
 def finish_chunk(

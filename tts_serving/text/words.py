@@ -71,6 +71,14 @@ def original_spans(text: str, normalized: str) -> list[tuple[int, int]]:
         if op == "equal":
             for k in range(b1 - b0):
                 spans[b0 + k] = original[a0 + k][1:]
+        elif op == "replace" and b1 - b0 >= a1 - a0 > 1:
+            # Several tokens rewritten together ("& 2" -> "and two", "10:05 am." -> "ten oh
+            # five a m"): each token keeps its own span, with a share of the spoken words in
+            # proportion to its letters and digits (at least one each).
+            cuts = _share([max(1, len(_key(t))) for t, _, _ in original[a0:a1]], b1 - b0)
+            for t in range(a1 - a0):
+                for k in range(b0 + cuts[t], b0 + cuts[t + 1]):
+                    spans[k] = original[a0 + t][1:]
         elif op in ("replace", "insert") and b1 > b0:
             if a1 > a0:  # a rewritten group: every spoken word shares the group's span
                 group = (original[a0][1], original[a1 - 1][2])
@@ -81,6 +89,32 @@ def original_spans(text: str, normalized: str) -> list[tuple[int, int]]:
             for k in range(b0, b1):
                 spans[k] = group
     return [s if s is not None else (0, 0) for s in spans]
+
+
+def _share(weights: Sequence[int], n: int) -> list[int]:
+    """Cut points 0 = c0 < c1 < ... < ck = n giving each of k weights a share of ``n`` items in
+    proportion to it, at least one each (needs n >= k)."""
+    total, k = sum(weights), len(weights)
+    cuts, running = [0], 0
+    for i, w in enumerate(weights[:-1]):
+        running += w
+        cut = round(running * n / total)
+        cuts.append(min(max(cut, cuts[-1] + 1), n - (k - 1 - i)))
+    cuts.append(n)
+    return cuts
+
+
+def unspoken_tokens(text: str, spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Spans of the words of ``text`` (tokens with a letter or digit) that no spoken word
+    speaks: the normalizer dropped them. Captions still list every word the client sent."""
+    covered = sorted(set(spans))
+    missing = []
+    for token, start, end in tokens(text):
+        if not _key(token):
+            continue  # punctuation alone ("--") is no word
+        if not any(a <= start and end <= b for a, b in covered):
+            missing.append((start, end))
+    return missing
 
 
 def _is_punctuation(phoneme: str) -> bool:
@@ -252,7 +286,14 @@ def word_spans(
     chars = original_spans(text, normalized)
     located = phoneme_words(phonemes, words, lambda w: _solo(phonemize, w, english))
     positions = id_positions(phonemes, id_map)
-    return [
+    spans = [
         WordSpan(positions[first], positions[end], start, stop)
         for (first, end), (start, stop) in zip(located, chars)
     ]
+    # A word the normalizer dropped gets an instant (no frames of its own) where it would be
+    # spoken: at the next spoken word, or after the last one.
+    for start, stop in unspoken_tokens(text, chars):
+        later = [s for s in spans if s.char_start >= stop]
+        at = later[0].first_id if later else (spans[-1].end_id if spans else 0)
+        spans.append(WordSpan(at, at, start, stop))
+    return sorted(spans, key=lambda s: (s.char_start, s.first_id))

@@ -30,6 +30,9 @@ from tts_wire import (
     TEXT,
     UNAVAILABLE,
     VOICE,
+    WORD_SPANS,
+    WORD_TIMESTAMPS,
+    WORDS,
     SynthesisOptions,
     stream_error_message,
 )
@@ -49,6 +52,18 @@ ACOUSTIC_OPTIONS = (SPEED, NOISE_SCALE, NOISE_W)
 FINALIZE_WAIT_S = 20.0  # inside Triton's default 30 s exit timeout, so unloading ends
 
 
+NO_WORDS = np.zeros((0, 4), np.float32)
+
+
+@dataclass(frozen=True)
+class ChunkAudio:
+    """What one chunk's stage calls gave: its samples and (asked for) its words' rows
+    (start s, end s, first char, end char), timed from the chunk's own start."""
+
+    samples: np.ndarray
+    words: np.ndarray
+
+
 @dataclass(frozen=True)
 class StreamRequest:
     """One stream's plan and what every chunk's stage calls carry besides its ids."""
@@ -64,7 +79,8 @@ class TtsStream:
     def initialize(self, args):
         self.ctx = ModelContext.from_args(args, StreamSettings)
         self.ctx.require_io(
-            [TEXT, SPEED, NOISE_SCALE, NOISE_W, NORMALIZE, VOICE], [AUDIO, CHUNK_TEXT]
+            [TEXT, SPEED, NOISE_SCALE, NOISE_W, NORMALIZE, VOICE, WORD_TIMESTAMPS],
+            [AUDIO, CHUNK_TEXT, WORDS],
         )
         if not pb_utils.using_decoupled_model_transaction_policy(self.ctx.config):
             raise ModelConfigError("tts_stream needs model_transaction_policy { decoupled: true }")
@@ -114,6 +130,7 @@ class TtsStream:
                 noise_scale=stream_option(request, NOISE_SCALE, None),
                 noise_w=stream_option(request, NOISE_W, None),
                 normalize=stream_option(request, NORMALIZE, self.settings.normalize_text),
+                word_timestamps=bool(stream_option(request, WORD_TIMESTAMPS, False)),
             )
         except ValueError as e:
             raise InvalidInputError(str(e)) from None
@@ -122,28 +139,36 @@ class TtsStream:
         scalars = [(k, v) for k, v in options.inputs().items() if k in ACOUSTIC_OPTIONS]
         tensors = [pb_utils.Tensor(k, np.array([[v]], np.float32)) for k, v in scalars]
         name = pb_utils.Tensor(VOICE, np.array([[voice.encode()]], dtype=np.object_))
-        plan = plan_chunks(text, self.settings, phonemizer, bool(options.normalize))
+        plan = plan_chunks(
+            text, self.settings, phonemizer, bool(options.normalize), options.word_timestamps
+        )
         return StreamRequest(plan, name, tensors)
 
-    async def bls(self, model, inputs, output):
+    async def bls(self, model, inputs, outputs: list[str]) -> list:
         request = pb_utils.InferenceRequest(
-            model_name=model, requested_output_names=[output], inputs=inputs
+            model_name=model, requested_output_names=outputs, inputs=inputs
         )
         response = await request.async_exec()
         if response.has_error():
             raise stage_error(model, response.error())
-        return pb_utils.get_output_tensor_by_name(response, output)
+        return [pb_utils.get_output_tensor_by_name(response, name) for name in outputs]
 
-    async def synthesize(self, chunk: PlannedChunk, stream: StreamRequest) -> np.ndarray:
-        ids = pb_utils.Tensor(PHONEME_IDS, np.array([chunk.ids], dtype=np.int64))
-        latent = await self.bls("acoustic", [ids, stream.voice, *stream.options], LATENT)
-        audio = await self.bls("vocoder", [latent, stream.voice], AUDIO)
-        return audio.as_numpy().reshape(-1)
+    async def synthesize(self, chunk: PlannedChunk, stream: StreamRequest) -> ChunkAudio:
+        inputs = [pb_utils.Tensor(PHONEME_IDS, np.array([chunk.ids], dtype=np.int64))]
+        outputs = [LATENT]
+        if chunk.words is not None:  # asked for: acoustic times them from its frames
+            inputs.append(pb_utils.Tensor(WORD_SPANS, chunk.words[None]))
+            outputs.append(WORDS)
+        found = await self.bls("acoustic", [*inputs, stream.voice, *stream.options], outputs)
+        (audio,) = await self.bls("vocoder", [found[0], stream.voice], [AUDIO])
+        times = found[1].as_numpy().reshape(-1, 4) if len(found) > 1 else NO_WORDS
+        return ChunkAudio(audio.as_numpy().reshape(-1), times)
 
     def sender(self, request):
         response_sender = request.get_response_sender()
         rate = self.sample_rate
         closed = False
+        sent_samples = 0  # words are timed from the stream's start
 
         def is_closed() -> bool:
             return closed
@@ -154,7 +179,7 @@ class TtsStream:
             # tritonclients refuse to send). An error is followed by a flag-only final: an
             # error response sent with the final flag crashed Triton 2.51 (segfault in
             # TRITONBACKEND_ResponseFactoryIsCancelled); a client sees the stream end instead.
-            nonlocal closed
+            nonlocal closed, sent_samples
             if closed:
                 return
             if response.final:
@@ -167,13 +192,17 @@ class TtsStream:
             else:
                 chunk = response.chunk
                 pause = chunk.sentence_end and not response.last
-                audio = finish_chunk(response.audio, rate, self.settings, pause)
+                audio = finish_chunk(response.audio.samples, rate, self.settings, pause)
                 caption = np.array([chunk.text.encode()], dtype=np.object_)
+                words = response.audio.words.copy()
+                words[:, :2] += sent_samples / rate
+                sent_samples += audio.size
                 response_sender.send(
                     pb_utils.InferenceResponse(
                         output_tensors=[
                             pb_utils.Tensor(AUDIO, audio),
                             pb_utils.Tensor(CHUNK_TEXT, caption),
+                            pb_utils.Tensor(WORDS, words),
                         ]
                     ),
                     flags=FINAL if response.last else 0,
