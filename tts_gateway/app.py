@@ -58,6 +58,10 @@ class SpeechRequest(BaseModel):
     instructions: str | None = Field(
         None, description="accepted for compatibility and ignored: Piper voices take no prompt"
     )
+    # Ours, not OpenAI's: each SSE speech.audio.delta also carries the words its audio holds.
+    word_timestamps: bool = Field(
+        False, strict=True, description="with stream_format sse: timed words in each delta"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -82,7 +86,22 @@ class SpeechRequest(BaseModel):
         return text
 
 
-_OPTIONAL = {"speed", "response_format", "stream_format", "instructions"}
+class CaptionedSpeechRequest(SpeechRequest):
+    """Kokoro-FastAPI's ``/dev/captioned_speech`` body: OpenAI's, plus whether to stream (one
+    JSON object per line) and whether to time the words."""
+
+    model: str = Field("tts-1", description=f"one of {', '.join(MODELS)}, or kokoro")
+    stream: bool = Field(True, strict=True)
+    return_timestamps: bool = Field(True, strict=True)
+    # Kokoro's own knobs, accepted so its clients work unchanged; they change nothing here.
+    lang_code: str | None = Field(None, description="ignored: the voice sets the language")
+    return_download_link: bool = Field(False, strict=True, description="must be false")
+    normalization_options: dict | None = Field(None, description="ignored")
+
+
+_OPTIONAL = {"speed", "response_format", "stream_format", "instructions", "word_timestamps",
+             "stream", "return_timestamps", "lang_code", "return_download_link",
+             "normalization_options"}  # fmt: skip
 
 
 def _validation_error(exc: RequestValidationError) -> APIError:
@@ -166,7 +185,7 @@ class Access:
         self.key = api_key.encode()
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+        if scope["type"] != "http" or not scope["path"].startswith(("/v1/", "/dev/")):
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or ())
         if self.key:
@@ -324,17 +343,13 @@ def _info_routes(app: FastAPI, settings: GatewaySettings, service: SpeechService
 
 
 def _speech_route(app: FastAPI, settings: GatewaySettings, service: SpeechService) -> None:
-    """``POST /v1/audio/speech``: validate, then hand the request to the speech service."""
+    """``POST /v1/audio/speech`` and ``/dev/captioned_speech``: validate, then hand the
+    request to the speech service."""
     pcm = dataclasses.replace(FORMATS["pcm"], sample_rate=settings.pcm_sample_rate or None)
     formats = {**FORMATS, "pcm": pcm}
     voice_names = settings.voice_names()
 
-    @app.post(
-        "/v1/audio/speech",
-        response_class=StreamingResponse,
-        responses={200: {"content": {f.media_type: {} for f in FORMATS.values()}}},
-    )
-    async def speech(request: SpeechRequest):
+    def job_for(request: SpeechRequest, word_timestamps: bool) -> SpeechJob:
         fmt = formats[request.response_format]
 
         def refuse(error: APIError) -> APIError:
@@ -378,6 +393,7 @@ def _speech_route(app: FastAPI, settings: GatewaySettings, service: SpeechServic
                 noise_scale=voice.noise_scale,
                 noise_w=voice.noise_w,
                 voice=voice.model_voice,
+                word_timestamps=word_timestamps,
             )
         except ValueError as e:
             raise refuse(
@@ -387,8 +403,44 @@ def _speech_route(app: FastAPI, settings: GatewaySettings, service: SpeechServic
                 )
             ) from None
         streamed = len(text) > settings.direct_max_chars
-        speech = await service.open(SpeechJob(text, options, fmt, streamed))
-        return service.response(speech, sse=request.stream_format == "sse")
+        return SpeechJob(text, options, fmt, streamed)
+
+    @app.post(
+        "/v1/audio/speech",
+        response_class=StreamingResponse,
+        responses={200: {"content": {f.media_type: {} for f in FORMATS.values()}}},
+    )
+    async def speech(request: SpeechRequest):
+        sse = request.stream_format == "sse"
+        if request.word_timestamps and not sse:
+            raise service.refused(
+                bad_request(
+                    "word_timestamps needs stream_format 'sse' (audio bytes have no room for "
+                    "them), or POST /dev/captioned_speech",
+                    param="word_timestamps",
+                ),
+                request.response_format,
+            )
+        job = job_for(request, request.word_timestamps)
+        return service.response(await service.open(job), sse=sse)
+
+    @app.post("/dev/captioned_speech", response_model=None)
+    async def captioned_speech(request: CaptionedSpeechRequest):
+        """Kokoro-FastAPI's captioned speech: base64 audio with ``timestamps`` of
+        ``{word, start_time, end_time}`` (and where each word is in the input); with
+        ``stream`` (its default) one such JSON object per line as the audio comes."""
+        if request.return_download_link:
+            raise service.refused(
+                bad_request(
+                    "return_download_link is not supported: the audio is in the response",
+                    param="return_download_link",
+                ),
+                request.response_format,
+            )
+        speech = await service.open(job_for(request, request.return_timestamps))
+        if request.stream:
+            return service.captioned_lines(speech)
+        return JSONResponse(await service.captioned(speech), headers=speech.headers)
 
 
 def _middleware(app: FastAPI, settings: GatewaySettings) -> None:

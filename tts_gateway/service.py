@@ -152,6 +152,13 @@ class SpeechJob:
     streamed: bool  # tts_stream (long text) rather than one tts request
 
 
+class Spoken(Protocol):
+    """A piece of audio from the backend: ``tts_client``'s Audio or AudioChunk."""
+
+    samples: np.ndarray
+    words: tuple  # tts_client.Word, timed from the request's start; () unless asked
+
+
 class Speech:
     """One admitted request with its first audio in hand; ``body()`` encodes the rest."""
 
@@ -160,8 +167,8 @@ class Speech:
         service: SpeechService,
         job: SpeechJob,
         release: Callable[[], None],
-        chunks: AsyncIterator[np.ndarray],
-        first: np.ndarray,
+        chunks: AsyncIterator[Spoken],
+        first: Spoken,
         rate: int,
         started: float,
         deadline: float,
@@ -179,6 +186,12 @@ class Speech:
         self.samples = 0
         self.status = "cancelled"  # until the body says otherwise
         self._closed = False
+        self._words: list = []  # timed words whose audio the body has encoded, not yet taken
+
+    def take_words(self) -> list:
+        """The words of the audio encoded since the last call (word timestamps asked for)."""
+        words, self._words = self._words, []
+        return words
 
     @property
     def headers(self) -> dict[str, str]:
@@ -196,10 +209,11 @@ class Speech:
         metrics = self.service.metrics
         first_sent = False
         try:
-            pending: np.ndarray | None = self._first
+            pending: Spoken | None = self._first
             while pending is not None:
-                self.samples += pending.size
-                data = await asyncio.to_thread(self.encoder.encode, pending)
+                self.samples += pending.samples.size
+                data = await asyncio.to_thread(self.encoder.encode, pending.samples)
+                self._words += pending.words
                 if data:
                     if not first_sent:
                         first_sent = True
@@ -310,12 +324,12 @@ class SpeechService:
         # One deadline for the whole request, on the loop's clock (asyncio.timeout_at).
         deadline = asyncio.get_running_loop().time() + settings.request_timeout_s
 
-        async def audio() -> AsyncIterator[np.ndarray]:
+        async def audio() -> AsyncIterator[Spoken]:
             if job.streamed:
                 async for chunk in backend.stream(job.text, options=job.options):
-                    yield chunk.samples
+                    yield chunk
             else:  # (the client streams by itself if the text is too long for one request)
-                yield (await backend.synthesize(job.text, options=job.options)).samples
+                yield await backend.synthesize(job.text, options=job.options)
 
         chunks = audio()
         try:
@@ -344,39 +358,102 @@ class SpeechService:
     def response(self, speech: Speech, sse: bool) -> SpeechResponse:
         """The HTTP response for ``speech``: raw audio bytes, or OpenAI's SSE events."""
         if sse:
-            events = _sse(speech.body(), len(speech.job.text), lambda: speech.audio_seconds)
-            return SpeechResponse(speech, events, "text/event-stream")
+            return SpeechResponse(speech, _sse(speech), "text/event-stream")
         return SpeechResponse(speech, speech.body(), speech.job.format.media_type)
 
+    def captioned_lines(self, speech: Speech) -> SpeechResponse:
+        """Kokoro-FastAPI's streamed captioned speech: one JSON object per line, each with a
+        piece of the encoded audio (base64) and the words whose audio it holds."""
+        return SpeechResponse(speech, _captioned_lines(speech), "application/x-ndjson")
 
-async def _sse(
-    encoded: AsyncIterator[bytes], characters: int, audio_seconds: Callable[[], float]
-) -> AsyncIterator[bytes]:
-    """OpenAI's ``speech.audio.delta`` / ``speech.audio.done`` events (``data:`` lines)."""
+    async def captioned(self, speech: Speech) -> dict:
+        """Kokoro-FastAPI's captioned speech as one JSON body: the whole audio (base64) and
+        every word's times. Nothing is sent before the end, so a failure is an error status."""
+        parts = []
+        try:
+            async for data in speech.body():
+                parts.append(data)
+        except (asyncio.TimeoutError, TTSError, DrainCut) as exc:
+            if isinstance(exc, TTSError):
+                raise from_tts_error(exc, self.settings.retry_after_s) from None
+            raise APIError(503 if isinstance(exc, DrainCut) else 504, cut_message(exc)) from None
+        finally:
+            await speech.close()
+        return {
+            "audio": base64.b64encode(b"".join(parts)).decode(),
+            "audio_format": speech.job.format.name,
+            "timestamps": [word_json(w) for w in speech.take_words()],
+        }
+
+
+def word_json(word) -> dict:
+    """A timed word as Kokoro-FastAPI writes it (word, start_time, end_time in seconds), with
+    where it is in the text sent (char_start, char_end)."""
+    return {
+        "word": word.text,
+        "start_time": round(word.start, 3),
+        "end_time": round(word.end, 3),
+        "char_start": word.char_start,
+        "char_end": word.char_end,
+    }
+
+
+def cut_message(exc: BaseException) -> str:
+    """Why a response that had begun was cut, for its last event."""
+    if isinstance(exc, DrainCut):
+        return "the gateway is shutting down and its drain time ran out; retry"
+    if isinstance(exc, TTSError):
+        return str(exc)
+    return "the gateway's deadline passed"
+
+
+CUT = (asyncio.TimeoutError, TTSError, DrainCut)
+
+
+async def _sse(speech: Speech) -> AsyncIterator[bytes]:
+    """OpenAI's ``speech.audio.delta`` / ``speech.audio.done`` events (``data:`` lines); with
+    word timestamps asked for, each delta also carries the words its audio completes."""
 
     def event(payload: dict) -> bytes:
         return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
+    encoded = speech.body()
+    words = speech.job.options.word_timestamps
     try:
         async for data in encoded:
             if data:
-                yield event(
-                    {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
-                )
-    except (asyncio.TimeoutError, TTSError, DrainCut) as exc:
-        if isinstance(exc, DrainCut):
-            message = "the gateway is shutting down and its drain time ran out; retry"
-        elif isinstance(exc, TTSError):
-            message = str(exc)
-        else:
-            message = "the gateway's deadline passed"
-        yield event({"type": "error", "error": {"message": message, "type": "server_error"}})
+                delta = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
+                if words:
+                    delta["words"] = [word_json(w) for w in speech.take_words()]
+                yield event(delta)
+    except CUT as exc:
+        error = {"message": cut_message(exc), "type": "server_error"}
+        yield event({"type": "error", "error": error})
         return
     finally:
         await encoded.aclose()
-    yield event(
-        {
-            "type": "speech.audio.done",
-            "usage": {"input_characters": characters, "audio_seconds": round(audio_seconds(), 3)},
-        }
-    )
+    characters, seconds = len(speech.job.text), round(speech.audio_seconds, 3)
+    done: dict = {
+        "type": "speech.audio.done",
+        "usage": {"input_characters": characters, "audio_seconds": seconds},
+    }
+    if words:
+        done["words"] = [word_json(w) for w in speech.take_words()]  # (none, normally)
+    yield event(done)
+
+
+async def _captioned_lines(speech: Speech) -> AsyncIterator[bytes]:
+    encoded = speech.body()
+    name = speech.job.format.name
+    try:
+        async for data in encoded:
+            if data:
+                timestamps = [word_json(w) for w in speech.take_words()]
+                line = {"audio": base64.b64encode(data).decode(), "audio_format": name,
+                        "timestamps": timestamps}  # fmt: skip
+                yield json.dumps(line).encode() + b"\n"
+    except CUT as exc:
+        yield json.dumps({"error": {"message": cut_message(exc), "type": "server_error"}}).encode()
+        yield b"\n"
+    finally:
+        await encoded.aclose()

@@ -16,7 +16,8 @@ from tts_wire import SynthesisOptions
 # OpenAI's model names, all served by the same Triton pipeline (there is one engine).
 MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 # Their dated snapshots ("tts-1-1106", "gpt-4o-mini-tts-2025-03-20") name the same engine too.
-_SNAPSHOT = re.compile(r"^(tts-1-hd|tts-1|gpt-4o-mini-tts)(-\d{4}(-\d{2}-\d{2})?)?$")
+# "kokoro" too: Kokoro-FastAPI's clients send it, and they work here unchanged.
+_SNAPSHOT = re.compile(r"^(tts-1-hd|tts-1|gpt-4o-mini-tts)(-\d{4}(-\d{2}-\d{2})?)?$|^kokoro$")
 
 
 def known_model(name: str) -> bool:

@@ -105,6 +105,60 @@ def test_sse_events_carry_the_audio(sdk):
     assert done["usage"]["input_characters"] == len(text)
 
 
+def test_sse_deltas_carry_the_words_when_asked(gateway):
+    text = "It costs $5.50 today. " + " ".join(SENTENCES[:4])
+    body = {"model": "tts-1", "voice": "alloy", "input": text, "response_format": "pcm",
+            "stream_format": "sse", "word_timestamps": True}  # fmt: skip
+    response = httpx.post(f"{gateway.url}/v1/audio/speech", json=body, timeout=120)
+    assert response.status_code == 200
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line]
+    *deltas, done = events
+    words = [w for e in deltas for w in e["words"]] + done.get("words", [])
+    assert [w["word"] for w in words] == text.split()
+    assert all(text[w["char_start"] : w["char_end"]] == w["word"] for w in words)
+    seconds = sum(len(base64.b64decode(e["audio"])) for e in deltas) / 2 / 24000
+    assert 0 <= words[0]["start_time"] and words[-1]["end_time"] <= seconds + 0.02
+    # Plain audio bytes have no room for them: a clear 400, not words silently dropped.
+    body.pop("stream_format")
+    refused = httpx.post(f"{gateway.url}/v1/audio/speech", json=body, timeout=60)
+    assert refused.status_code == 400 and "stream_format" in refused.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_captioned_speech_as_kokoro_fastapi_answers_it(gateway, stream):
+    """Kokoro-FastAPI's body (its model name, lang_code) and its answer: base64 audio and
+    timestamps of {word, start_time, end_time}; streamed, one JSON object per line."""
+    text = "Meet me at 10:05 am. on the corner, please."
+    body = {"model": "kokoro", "input": text, "voice": "alloy", "response_format": "wav",
+            "lang_code": "a", "stream": stream}  # fmt: skip
+    response = httpx.post(f"{gateway.url}/dev/captioned_speech", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    if stream:
+        assert response.headers["content-type"].startswith("application/x-ndjson")
+        parts = [json.loads(line) for line in response.text.splitlines() if line]
+    else:
+        parts = [response.json()]
+    audio = b"".join(base64.b64decode(p["audio"]) for p in parts)
+    assert audio[:4] == b"RIFF" and all(p["audio_format"] == "wav" for p in parts)
+    words = [w for p in parts for w in p["timestamps"]]
+    assert [w["word"] for w in words] == text.split()
+    assert {"word", "start_time", "end_time"} <= set(words[0])
+    starts = [w["start_time"] for w in words]
+    assert starts == sorted(starts) and all(w["end_time"] > w["start_time"] for w in words)
+    samples, rate = decode(audio, "wav")
+    assert words[-1]["end_time"] <= len(samples) / rate + 0.02
+
+
+def test_captioned_speech_refuses_what_it_cannot_do(gateway):
+    body = {"input": "Hello.", "voice": "alloy", "return_download_link": True}
+    refused = httpx.post(f"{gateway.url}/dev/captioned_speech", json=body, timeout=60)
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "return_download_link"
+    body = {"input": "Hello.", "voice": "nobody", "stream": False}
+    refused = httpx.post(f"{gateway.url}/dev/captioned_speech", json=body, timeout=60)
+    assert refused.status_code == 400 and "unknown voice" in refused.json()["error"]["message"]
+
+
 def test_a_10000_character_input_starts_early(gateway):
     text = (PARAGRAPH + " ") * (10_000 // len(PARAGRAPH) + 1)
     text = text[:10_000]

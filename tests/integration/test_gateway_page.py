@@ -81,6 +81,16 @@ def test_the_page_plays_streamed_speech(gateway, browser):
         "return {duration: a.duration, ready: a.readyState, error: a.error && a.error.message,"
         " buffered: a.buffered.length ? a.buffered.end(0) : 0};"
     )
+    # Read-along: one span per word sent, and the words light up as the audio plays.
+    spans = browser.find_elements(By.CSS_SELECTOR, "#words span")
+    assert [
+        s.text for s in spans
+    ] == "The page asks the gateway, and the gateway asks Triton.".split()
+    assert browser.find_element(By.ID, "words").text.startswith("The page asks")
+    wait_for(
+        lambda: int(audio.get_attribute("data-words-highlighted") or 0) >= 5,
+        what="words to light up while the audio plays",
+    )
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "gateway-page.png"))
     print(f"\npage: first audio after {first_audio_ms} ms, {state}")
