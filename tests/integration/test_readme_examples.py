@@ -4,6 +4,7 @@ an article.txt to read."""
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
@@ -59,6 +60,18 @@ def test_the_curl_examples_run_as_written(gateway, tmp_path):
     assert (tmp_path / "hello.mp3").read_bytes()[:3] in (b"ID3", b"\xff\xfb", b"\xff\xf3")
     pcm_bytes = int((tmp_path / "pcm.bytes").read_text())
     assert pcm_bytes > 2 * 24000 * 1.0  # over a second of 24 kHz 16-bit speech
+
+
+def test_the_captioned_speech_example_runs_as_written(gateway, tmp_path):
+    port = gateway.url.rsplit(":", 1)[1]
+    (script,) = [b for b in blocks("bash") if "/dev/captioned_speech" in b]
+    script = script.replace("localhost:8080", f"localhost:{port}")
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    word = ast.literal_eval(result.stdout)  # the dict the example prints
+    assert word["word"] == "$5.50" and word["end_time"] > word["start_time"] > 0
 
 
 def test_the_sdk_example_runs_as_written(gateway, tmp_path):
