@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The project's install steps, one script for the image (docker/Dockerfile runs it at build
+# time) and for a GPU machine without Docker (python -m tts_tools.gpu_bundle install runs it
+# offline from the bundle's wheels): a venv with the hashed lock for the profile, the project
+# on its path, and the voice exported into the model repository.
+#
+#   docker/install.sh [--profile cpu|gpu|gpu-host-torch] [--venv DIR] [--python PY]
+#                     [--wheels DIR] [--no-export]
+#
+# cpu: requirements/image-cpu.lock (ONNX Runtime); gpu: image-gpu.lock (the same plus torch,
+# the one pin of requirements/torch.txt); gpu-host-torch: the cpu lock, torch being the
+# machine's own. --wheels: install offline from that folder. The locks are for Python 3.12 on
+# x86-64 glibc (the NGC Triton image's); `make lock` writes them.
+set -euo pipefail
+project="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+profile=cpu venv=/opt/tts/venv python=python3 wheels="" export_voice=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --profile) profile="$2"; shift 2 ;;
+    --venv) venv="$2"; shift 2 ;;
+    --python) python="$2"; shift 2 ;;
+    --wheels) wheels="$2"; shift 2 ;;
+    --no-export) export_voice=0; shift ;;
+    *) echo "install.sh: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
+case "$profile" in
+  cpu | gpu-host-torch) lock="$project/requirements/image-cpu.lock" ;;
+  gpu) lock="$project/requirements/image-gpu.lock" ;;
+  *) echo "install.sh: --profile must be cpu, gpu or gpu-host-torch, not '$profile'" >&2; exit 2 ;;
+esac
+
+echo "install.sh: $profile profile into $venv from $(basename "$lock")${wheels:+ (offline: $wheels)}"
+if [ ! -x "$venv/bin/python" ]; then
+  # Without ensurepip (a distribution's python3 lacking its venv package) the venv gets no pip
+  # of its own and the outer pip installs into it.
+  "$python" -m venv "$venv" 2>/dev/null || { rm -rf "$venv"; "$python" -m venv --without-pip "$venv"; }
+fi
+if "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+  pip=("$venv/bin/python" -m pip)
+else
+  pip=("$python" -m pip --python "$venv/bin/python")
+fi
+# Every package pinned with its hashes, wheels only: nothing is built and nothing else comes in.
+install=("${pip[@]}" install --no-cache-dir --disable-pip-version-check --require-hashes
+         --only-binary=:all: --no-deps)
+if [ -n "$wheels" ]; then install+=(--no-index --find-links "$wheels"); fi
+"${install[@]}" -r "$lock"
+
+# The project runs from its folder (no build step, so offline works too): its three import
+# roots go on the venv's path.
+site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+printf '%s\n' "$project" "$project/client" "$project/wire" > "$site/tts_project.pth"
+
+if [ "$export_voice" = 1 ]; then
+  (cd "$project" && "$venv/bin/python" -m export --repository model_repository)
+fi
+echo "install.sh: done"
