@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 
 .PHONY: help setup serve-setup check-system-deps client-venv system-deps test-system-deps \
   apt-install export serve test test-reliability unit lint format clean perf perf-smoke bench \
-  soak flops profiles gpu-bundle
+  soak flops profiles gpu-bundle deploy-venv lock image-cpu image-gpu simulate
 
 help:  # the default goal: what each target does
 	@echo "make system-deps     install the system packages (sudo apt-get: libb64-0d gcc libc6-dev)"
@@ -28,6 +28,9 @@ help:  # the default goal: what each target does
 	@echo "make perf-smoke      perf_analyzer on every model (PERF_ARGS=\"--grpc-port 8001 ...\")"
 	@echo "make bench | soak    benchmarks (docs/performance.md, docs/reliability.md)"
 	@echo "make gpu-bundle      an offline folder for a GPU machine (docs/gpu.md)"
+	@echo "make image-cpu|gpu   the container image (docker/Dockerfile; needs a Docker engine)"
+	@echo "make lock            regenerate the image's hashed locks (requirements/image-*.lock)"
+	@echo "make simulate        the autoscaler simulation and its plots (docs/scaling.md)"
 	@echo "make clean           remove the exported voice and caches"
 
 # System packages: libb64 for perf_analyzer (the rest ships in the Python wheels); a C compiler
@@ -37,8 +40,11 @@ SYSTEM_PACKAGES := libb64-0d gcc libc6-dev
 TEST_SYSTEM_PACKAGES := chromium chromium-driver curl
 system-deps:
 	@$(MAKE) --no-print-directory apt-install PACKAGES="$(SYSTEM_PACKAGES)"
+# kubectl renders deploy/ (its built-in kustomize): a machine without one gets Debian's
+# (kubernetes-client); one that has kubectl already keeps it.
 test-system-deps:
-	@$(MAKE) --no-print-directory apt-install PACKAGES="$(TEST_SYSTEM_PACKAGES)"
+	@$(MAKE) --no-print-directory apt-install PACKAGES="$(TEST_SYSTEM_PACKAGES) \
+	  $$(command -v kubectl >/dev/null || echo kubernetes-client)"
 apt-install:
 	@missing=$$(for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -113,7 +119,7 @@ unit: $(VENV)/.installed
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
 # --durations: the slowest tests in every run, to keep the suite's time in view.
-test: setup test-system-deps export lint client-venv
+test: setup test-system-deps export lint client-venv deploy-venv
 	$(PY) -m pytest -rs --durations=15 $(PYTEST_ARGS)
 
 # The client alone, as a user installs it (./wire + ./client, the newest tritonclient in the
@@ -125,6 +131,32 @@ $(CLIENT_VENV)/.installed: client/pyproject.toml wire/pyproject.toml
 	$(PYTHON) -m venv $(CLIENT_VENV)
 	$(CLIENT_VENV)/bin/pip install -q --disable-pip-version-check ./wire ./client
 	touch $@
+
+# The tools that check the deployment files (hadolint, kubernetes-validate, checkov), in a venv
+# of their own: checkov's pins would clash with the project's. tests/unit/test_deploy.py uses it.
+DEPLOY_VENV ?= .venv-deploy
+deploy-venv: $(DEPLOY_VENV)/.installed
+$(DEPLOY_VENV)/.installed: requirements/deploy.txt
+	rm -rf $(DEPLOY_VENV)
+	$(PYTHON) -m venv $(DEPLOY_VENV)
+	$(DEPLOY_VENV)/bin/pip install -q --disable-pip-version-check -r requirements/deploy.txt
+	touch $@
+
+# The image's hashed locks, for its Python (3.12) and platform, from requirements/image*.in
+# with the versions of requirements/serve.txt and torch.txt (one pin each).
+LOCK_TARGET := --python-version 3.12 --python-platform x86_64-manylinux_2_28 --generate-hashes \
+  --no-header --quiet -c requirements/serve.txt -c requirements/torch.txt
+lock: $(VENV)/.installed
+	$(VENV)/bin/uv pip compile requirements/image.in $(LOCK_TARGET) -o requirements/image-cpu.lock
+	$(VENV)/bin/uv pip compile requirements/image-gpu.in $(LOCK_TARGET) -o requirements/image-gpu.lock
+
+# Where a Docker engine is (not on this project's machines: docs/deployment.md).
+image-cpu image-gpu: image-%:
+	docker build -f docker/Dockerfile --target $* -t tts-triton:$* .
+
+simulate: $(VENV)/.installed
+	$(PY) -m bench.autoscale --device cpu --out docs/scaling
+	$(PY) -m bench.autoscale --device h100 --out docs/scaling
 
 # The reliability tier with its long tests (sustained overload, memory growth per bad input).
 test-reliability: setup export

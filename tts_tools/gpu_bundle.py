@@ -5,18 +5,20 @@ On a machine with network (this one):
     python -m tts_tools.gpu_bundle build out/gpu-bundle [--python 3.12] [--host-torch]
 
 downloads every wheel the GPU server and its benchmark need for the target Python on x86-64
-Linux (docker/requirements-gpu-bundle.txt: Triton 2.51 from nvidia-pytriton, numpy 1.26,
-torch with its CUDA 12 runtime unless ``--host-torch``), copies the project (``git archive``)
-and the exported voice, and writes the commands below into the bundle's README. Copy the folder
-over, then on the GPU machine:
+Linux: the image's hashed lock (requirements/image-gpu.lock: numpy 1.26, torch with its CUDA
+runtime; image-cpu.lock with ``--host-torch``) and Triton 2.51 from nvidia-pytriton (the
+image has its own Triton), copies the project (``git archive``) and the exported voice. Copy
+the folder over, then on the GPU machine:
 
     python3 project/tts_tools/gpu_bundle.py install .    # offline venv in ./venv
     venv/bin/python -m tts_tools.gpu_bundle bench .      # bench.gpu + bench.compare --profile gpu
 
-Needs there: an NVIDIA driver for CUDA 12 or newer, Python of the version it was built for,
-``libpython`` (any CPython install has it). ``--host-torch`` leaves torch out and uses the one
-the machine already has (a CUDA image); numpy 1.26 then shadows its numpy for this venv alone,
-since Triton 2.51's Python-backend stub returns empty outputs under numpy 2 (docs/gpu.md).
+``install`` runs docker/install.sh, the image's own install steps (docs/deployment.md), offline
+from the bundle's wheels. Needs there: an NVIDIA driver for the lock's CUDA (13 for torch
+2.13), Python 3.12 (the locks' Python), ``libpython`` (any CPython install has it).
+``--host-torch`` leaves torch out and uses the one the machine already has (a CUDA image);
+numpy 1.26 then shadows its numpy for this venv alone, since Triton 2.51's Python-backend stub
+returns empty outputs under numpy 2 (docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -27,12 +29,11 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-REQUIREMENTS = "docker/requirements-gpu-bundle.txt"
-TORCH = "torch==2.5.1"  # CUDA 12.4 runtime inside its wheels (nvidia-* packages)
+INSTALL = "docker/install.sh"
+LOCKS = {False: "requirements/image-gpu.lock", True: "requirements/image-cpu.lock"}  # host torch?
 # Installed without its dependencies: the server needs only the binary it ships, and its Python
 # API's pins (geventhttpclient<=2.0.2) have no wheel for newer Pythons.
 NO_DEPS = ("nvidia-pytriton==0.7.0",)
@@ -52,13 +53,9 @@ def build(out: Path, python: str, host_torch: bool) -> None:
     target = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp"]
     for platform in PLATFORMS:
         target += ["--platform", platform]
-    reqs = [str(ROOT / REQUIREMENTS)]
     download = [sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), *target]
-    run([*download, "-r", *reqs])
+    run([*download, "--require-hashes", "--no-deps", "-r", str(ROOT / LOCKS[host_torch])])
     run([*download, "--no-deps", *NO_DEPS])
-    if not host_torch:
-        run([*download, TORCH])
-    shutil.copy(ROOT / REQUIREMENTS, out / "requirements.txt")
     (out / "host-torch").write_text("yes\n" if host_torch else "no\n")
     project = out / "project"
     shutil.rmtree(project, ignore_errors=True)
@@ -93,44 +90,38 @@ def host_site_packages(python: str = "python3") -> str | None:
 
 
 def install(bundle: Path, wheels: list[Path] | None = None, no_deps: bool = False) -> Path:
-    """A venv in ``bundle/venv`` from the bundle's wheels (offline), the project and the voice."""
+    """A venv in ``bundle/venv`` by the image's install steps (docker/install.sh), offline from
+    the bundle's wheels; then Triton 2.51 (nvidia-pytriton) and the exported voice."""
     env_dir = bundle / "venv"
+    project = (bundle / "project").resolve()
+    host_torch = (bundle / "host-torch").exists() and (
+        bundle / "host-torch"
+    ).read_text().strip() == "yes"
+    found = bundle / "wheels"
+    if no_deps:  # just these wheels into the venv already there
+        py = str(env_dir / "bin" / "python")
+        run([py, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+             *map(str, wheels or sorted(found.glob("*.whl")))])  # fmt: skip
+        return env_dir
+    profile = "gpu-host-torch" if host_torch else "gpu"
+    run(["bash", str(project / INSTALL), "--profile", profile, "--venv", str(env_dir),
+         "--python", sys.executable, "--wheels", str(found), "--no-export"])  # fmt: skip
     py = str(env_dir / "bin" / "python")
-    if not (env_dir / "bin" / "python").exists():
-        try:
-            venv.EnvBuilder(with_pip=True).create(env_dir)
-        except subprocess.CalledProcessError:  # no ensurepip (Debian without python3-venv)
-            shutil.rmtree(env_dir)
-            venv.EnvBuilder(with_pip=False).create(env_dir)
     has_pip = subprocess.run([py, "-m", "pip", "--version"], capture_output=True).returncode == 0
     pip = [py, "-m", "pip"] if has_pip else [sys.executable, "-m", "pip", "--python", py]
-    site = Path(
-        subprocess.run(
+    run([*pip, "install", "-q", "--no-index", "--find-links", str(found), "--no-deps", *NO_DEPS])
+    if host_torch:
+        host = host_site_packages()
+        if not host:
+            raise SystemExit("the bundle was built with --host-torch but python3 has no torch")
+        site = subprocess.run(
             [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
             check=True,
             capture_output=True,
             text=True,
         ).stdout.strip()
-    )
-    project = (bundle / "project").resolve()
-    # The project and its client import from the bundle's copy (no build step offline).
-    (site / "tts_project.pth").write_text(f"{project}\n{project / 'client'}\n{project / 'wire'}\n")
-    host_torch = (bundle / "host-torch").exists() and (
-        bundle / "host-torch"
-    ).read_text().strip() == "yes"
-    if host_torch:
-        host = host_site_packages()
-        if not host:
-            raise SystemExit("the bundle was built with --host-torch but python3 has no torch")
         # Appended after this venv's own packages, so its numpy 1.26 wins over the host's.
-        (site / "zz_host_torch.pth").write_text(host + "\n")
-    cmd = [*pip, "install", "-q", "--no-index", "--find-links", str(bundle / "wheels")]
-    if no_deps:
-        cmd += ["--no-deps", *map(str, wheels or sorted((bundle / "wheels").glob("*.whl")))]
-    else:
-        run([*cmd, "--no-deps", *NO_DEPS])
-        cmd += ["-r", str(bundle / "requirements.txt")] + ([] if host_torch else ["torch"])
-    run(cmd)
+        (Path(site) / "zz_host_torch.pth").write_text(host + "\n")
     voice = bundle / "voice.tar"
     if voice.exists():
         with tarfile.open(voice) as tar:

@@ -43,9 +43,6 @@ def test_the_server_set_is_lean_and_every_file_pins_the_same_versions():
     assert not SERVE.keys() & TORCH.keys()
     assert "torch" in TORCH and "torch" not in SERVE
     assert not TEST_TOOLS & SERVE.keys(), TEST_TOOLS & SERVE.keys()
-    for name in ("docker/requirements-gateway.txt", "docker/requirements-gpu-bundle.txt"):
-        for dist, version in pins(ROOT / name).items():
-            assert ALL.get(dist) == version, (name, dist, version, ALL.get(dist))
 
 
 # What `make serve` runs, imported as it runs them (the stages under the tests' fake pb_utils),

@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import pytest
-import yaml
 from tritonclient.grpc import model_config_pb2
 
 from tts_serving.errors import ModelConfigError
@@ -148,26 +147,6 @@ def test_every_stage_takes_the_voice_and_the_ensemble_passes_it_on():
     assert [dict(s.input_map).get("voice") for s in steps] == ["voice"] * 3
 
 
-def test_compose_runs_the_matching_ngc_image():
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    service = compose["services"]["triton"]
-    assert service["image"] == "nvcr.io/nvidia/tritonserver:24.10-py3"  # Triton 2.51
-    assert (ROOT / service["entrypoint"][0].replace("/workspace/", "")).exists()
-
-
-def test_compose_runs_the_gateway_with_the_project_pins():
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    gateway = compose["services"]["gateway"]
-    assert gateway["environment"]["TTS_GATEWAY_TRITON_URL"] == "grpc://triton:8001"
-    assert gateway["depends_on"]["triton"]["condition"] == "service_healthy"
-    assert (ROOT / gateway["entrypoint"][0].replace("/workspace/", "")).exists()
-    assert all(port.startswith("127.0.0.1:") for port in gateway["ports"])
-    from tests.unit.test_install import ALL, pins
-
-    gateway_pins = pins(ROOT / "docker/requirements-gateway.txt")
-    assert gateway_pins and all(ALL.get(d) == v for d, v in gateway_pins.items())
-
-
 def test_stages_have_the_priority_levels_the_client_knows():
     from tts_client.protocol import PRIORITY_LEVELS
 
@@ -204,26 +183,6 @@ def test_a_profile_keeps_the_model_contract_and_valid_parameters(path):
         assert settings.graph_batches[-1] <= profile.max_batch_size
     if path.stem == "torch-cpu":
         assert settings.engine == "torch" and settings.device == "cpu"
-
-
-def test_compose_serves_the_gpu_profile_with_torch_installed():
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    assert compose["services"]["triton"]["environment"]["TTS_PROFILE"] == "${TTS_PROFILE:-gpu}"
-    entrypoint = (ROOT / "docker/entrypoint.sh").read_text()
-    assert '--model-config-name="$profile"' in entrypoint
-    gpu_pins = (ROOT / "docker/requirements-gpu.txt").read_text().splitlines()
-    assert any(p.startswith("torch==") for p in gpu_pins) and "safetensors==0.8.0" in gpu_pins
-    assert "numpy==1.26.4" in gpu_pins  # Triton 2.51's stub returns empty outputs under numpy 2
-    # One launcher: the container runs `python -m tts_tools.server` (supervision, admin key,
-    # front door, drain), never a bare tritonserver.
-    assert "exec python3 -m tts_tools.server" in entrypoint
-    commands = [line for line in entrypoint.splitlines() if not line.lstrip().startswith("#")]
-    assert [line for line in commands if "tritonserver " in line] == []
-    from tests.unit.test_install import ALL, norm
-
-    for module in ("aiohttp", "prometheus_client"):  # the front door, the supervisor
-        pin = next(p for p in gpu_pins if p.startswith(f"{module}=="))
-        assert ALL[norm(module)] == pin.split("==")[1], pin
 
 
 def test_model_adapters_import_the_wire_contract_not_the_client():
