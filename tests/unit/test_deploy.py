@@ -303,3 +303,27 @@ def test_the_manifests_do_what_the_issue_asks(rendered):
         inside = {p["port"] for r in rules if "from" in r for p in r["ports"]}
         assert inside == {8000, 8001, 8002, 8003}
         assert docs["Service/tts-gateway"]["spec"]["ports"][0]["targetPort"] == "gateway"
+
+
+def test_the_gpu_bundle_installs_by_the_images_own_script(tmp_path, monkeypatch):
+    """A GPU machine without Docker gets the image's install steps: docker/install.sh, offline
+    from the bundle's wheels, with the gpu lock (or the cpu one beside the machine's torch)."""
+    from tts_tools import gpu_bundle
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(gpu_bundle, "run", lambda cmd, **kw: calls.append(list(cmd)))
+    bundle = tmp_path / "bundle"
+    (bundle / "project").mkdir(parents=True)
+    (bundle / "host-torch").write_text("no\n")
+    python = bundle / "venv" / "bin" / "python"  # what install.sh leaves (it is not run here)
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\nexit 0\n")
+    python.chmod(0o755)
+    gpu_bundle.install(bundle)
+    script, pytriton = calls
+    assert script[:2] == ["bash", str((bundle / "project" / "docker/install.sh").resolve())]
+    assert script[script.index("--profile") + 1] == "gpu" and "--no-export" in script
+    assert script[script.index("--wheels") + 1] == str(bundle / "wheels")
+    assert pytriton[-1] == "nvidia-pytriton==0.7.0" and "--no-index" in pytriton
+    assert gpu_bundle.LOCKS == {False: "requirements/image-gpu.lock",
+                                True: "requirements/image-cpu.lock"}  # fmt: skip
