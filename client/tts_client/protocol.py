@@ -164,14 +164,19 @@ def audio_from_result(result, sample_rate: int, text: str | None = None) -> Audi
     samples = result.as_numpy(AUDIO)
     if samples is None:
         raise InferenceFailed("the server's response has no 'audio' output")
-    words: tuple[Word, ...] = ()
-    if text is not None:
-        rows = result.as_numpy(WORDS)
-        if rows is None:
-            raise InferenceFailed("word timestamps were asked for; the response has no 'words'")
-        words = words_from_rows(rows.reshape(-1, 4), text)
     audio = np.ascontiguousarray(samples.reshape(-1), dtype=np.float32)
-    return Audio(audio, sample_rate, words)
+    return Audio(audio, sample_rate, result_words(result, text))
+
+
+def result_words(result, sent: str | None) -> tuple[Word, ...]:
+    """The words of one response (tts, or a tts_stream chunk) as spans of ``sent``; none when
+    ``sent`` is None (word timestamps were not asked for)."""
+    if sent is None:
+        return ()
+    rows = result.as_numpy(WORDS)
+    if rows is None:
+        raise InferenceFailed("word timestamps were asked for; the response has no 'words'")
+    return words_from_rows(rows.reshape(-1, 4), sent)
 
 
 def words_from_rows(rows: np.ndarray, text: str) -> tuple[Word, ...]:
@@ -258,14 +263,8 @@ def chunk_from_result(
         return None
     text = result.as_numpy(CHUNK_TEXT)
     caption = text.reshape(-1)[0].decode("utf-8") if text is not None else ""
-    words: tuple[Word, ...] = ()
-    if sent is not None:
-        rows = result.as_numpy(WORDS)
-        if rows is None:
-            raise InferenceFailed("word timestamps were asked for; the chunk has no 'words'")
-        words = words_from_rows(rows.reshape(-1, 4), sent)
     audio = np.ascontiguousarray(samples.reshape(-1), dtype=np.float32)
-    return AudioChunk(audio, sample_rate, caption, index, words)
+    return AudioChunk(audio, sample_rate, caption, index, result_words(result, sent))
 
 
 def is_final(result) -> bool:
