@@ -37,9 +37,8 @@ LOCKS = {False: "requirements/image-gpu.lock", True: "requirements/image-cpu.loc
 # Installed without its dependencies: the server needs only the binary it ships, and its Python
 # API's pins (geventhttpclient<=2.0.2) have no wheel for newer Pythons.
 NO_DEPS = ("nvidia-pytriton==0.7.0",)
-PLATFORMS = ("manylinux_2_35_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
-             "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-             "manylinux1_x86_64")  # fmt: skip
+# Every glibc tag up to the machine's (the CUDA wheels use 2_25 and 2_27, not only 2_17/2_28).
+PLATFORMS = (*(f"manylinux_2_{n}_x86_64" for n in range(39, 16, -1)), "manylinux2014_x86_64")
 
 
 def run(cmd: list[str], **kw) -> None:

@@ -177,12 +177,13 @@ def test_the_locks_pin_the_projects_versions_and_one_torch():
 def test_the_lock_resolves_for_the_images_python_and_platform(profile, tmp_path):
     """pip resolves the whole lock for CPython 3.12 on x86-64 glibc, wheels only, every hash
     and every dependency in the lock (it downloads metadata, not the wheels)."""
-    platforms = [f"manylinux_2_{n}_x86_64" for n in range(17, 40)] + ["manylinux2014_x86_64"]
+    from tts_tools.gpu_bundle import PLATFORMS  # the bundle downloads for the same ones
+
     command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
                "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
                "--target", str(tmp_path / "t"), "--require-hashes", "-r", str(LOCKS[profile]),
                "--quiet", "--report", str(tmp_path / "report.json")]  # fmt: skip
-    for platform in platforms:
+    for platform in PLATFORMS:
         command += ["--platform", platform]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
