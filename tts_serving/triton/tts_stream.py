@@ -52,16 +52,13 @@ ACOUSTIC_OPTIONS = (SPEED, NOISE_SCALE, NOISE_W)
 FINALIZE_WAIT_S = 20.0  # inside Triton's default 30 s exit timeout, so unloading ends
 
 
-NO_WORDS = np.zeros((0, 4), np.float32)
-
-
 @dataclass(frozen=True)
 class ChunkAudio:
-    """What one chunk's stage calls gave: its samples and (asked for) its words' rows
+    """What one chunk's stage calls gave: its samples and (asked for; else None) its words' rows
     (start s, end s, first char, end char), timed from the chunk's own start."""
 
     samples: np.ndarray
-    words: np.ndarray
+    words: np.ndarray | None
 
 
 @dataclass(frozen=True)
@@ -161,7 +158,7 @@ class TtsStream:
             outputs.append(WORDS)
         found = await self.bls("acoustic", [*inputs, stream.voice, *stream.options], outputs)
         (audio,) = await self.bls("vocoder", [found[0], stream.voice], [AUDIO])
-        times = found[1].as_numpy().reshape(-1, 4) if len(found) > 1 else NO_WORDS
+        times = found[1].as_numpy().reshape(-1, 4) if len(found) > 1 else None
         return ChunkAudio(audio.as_numpy().reshape(-1), times)
 
     def sender(self, request):
@@ -194,17 +191,17 @@ class TtsStream:
                 pause = chunk.sentence_end and not response.last
                 audio = finish_chunk(response.audio.samples, rate, self.settings, pause)
                 caption = np.array([chunk.text.encode()], dtype=np.object_)
-                words = response.audio.words.copy()
-                words[:, :2] += sent_samples / rate
+                outputs = [pb_utils.Tensor(AUDIO, audio), pb_utils.Tensor(CHUNK_TEXT, caption)]
+                if response.audio.words is not None:
+                    # Only when asked: a plain stream's responses stay as they were (each
+                    # tensor more is more time in the stub's shared-memory locks, and a stub
+                    # killed inside one aborts Triton 2.51: tests/reliability/test_front.py).
+                    words = response.audio.words.copy()
+                    words[:, :2] += sent_samples / rate
+                    outputs.append(pb_utils.Tensor(WORDS, words))
                 sent_samples += audio.size
                 response_sender.send(
-                    pb_utils.InferenceResponse(
-                        output_tensors=[
-                            pb_utils.Tensor(AUDIO, audio),
-                            pb_utils.Tensor(CHUNK_TEXT, caption),
-                            pb_utils.Tensor(WORDS, words),
-                        ]
-                    ),
+                    pb_utils.InferenceResponse(output_tensors=outputs),
                     flags=FINAL if response.last else 0,
                 )
                 closed = response.last
