@@ -110,9 +110,17 @@ def test_a_gateway_that_keeps_dying_is_restarted_with_backoff_then_given_up():
 def test_stubs_left_by_a_dead_server_are_ended():
     # A child that stands for tritonserver starts a process named like a stub and dies; as
     # subreaper, this process inherits the orphan, and end_orphans kills and reaps it.
+    # The stub's pid is printed once `exec -a` has run (its cmdline then starts with the
+    # stub's name): before that, under a loaded machine, the scan could read bash mid-exec.
+    # Its output goes nowhere, so a stub left alive cannot hold the test's pipe open.
     code = (
-        "import os, subprocess, sys\n"
-        f"p = subprocess.Popen(['bash', '-c', 'exec -a {STUB} sleep 600'])\n"
+        "import os, subprocess, sys, time\n"
+        f"p = subprocess.Popen(['bash', '-c', 'exec -a {STUB} sleep 600'],\n"
+        "                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "deadline = time.monotonic() + 30\n"
+        f"while not open(f'/proc/{{p.pid}}/cmdline', 'rb').read().startswith(b'{STUB}'):\n"
+        "    assert time.monotonic() < deadline\n"
+        "    time.sleep(0.01)\n"
         "print(p.pid, flush=True)\n"
         "os._exit(0)\n"
     )
@@ -125,7 +133,10 @@ def test_stubs_left_by_a_dead_server_are_ended():
         "server.wait()\n"
         "stat = open(f'/proc/{stub}/stat').read()\n"
         "assert int(stat.rsplit(')', 1)[1].split()[1]) == os.getpid(), stat\n"
-        "print('ended', end_orphans(keep=set()) == [stub], os.path.exists(f'/proc/{stub}'))\n"
+        "seen = open(f'/proc/{stub}/stat').read(), open(f'/proc/{stub}/cmdline', 'rb').read()\n"
+        "killed = end_orphans(keep=set())\n"
+        "print('ended', killed == [stub], os.path.exists(f'/proc/{stub}'))\n"
+        "print(stub, killed, seen, file=sys.stderr)  # what the scan saw, when this fails\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT
