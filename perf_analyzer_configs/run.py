@@ -26,6 +26,7 @@ import numpy as np
 
 from tts_tools.launcher.processes import ServerProcess
 from tts_tools.launcher.security import admin_headers, admin_key
+from tts_tools.launcher.supervisor import cpu_seconds, stubs_by_model
 from tts_tools.statistics import model_statistics
 
 HERE = Path(__file__).resolve().parent
@@ -134,6 +135,9 @@ class Row:
     client_ms: float  # client send + receive, as perf_analyzer reports it
     stable: bool  # False: perf_analyzer found no stable window (see perf_analyzer.log)
     breakdown: str  # JSON: per stage queue/compute ms per request and average batch size
+    # JSON: CPU ms per request of tritonserver, each stage's stubs and perf_analyzer itself
+    # (empty when the server is not this run's own)
+    cpu_ms: str = "{}"
 
 
 def run_perf_analyzer(
@@ -176,6 +180,7 @@ def run_perf_analyzer(
                 "--measurement-request-count", str(request_count)]  # fmt: skip
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
+    started = os.times()
     result = subprocess.run(
         cmd, stdout=log, stderr=subprocess.STDOUT, env=perf_analyzer_env(), timeout=600
     )
@@ -195,11 +200,53 @@ def run_perf_analyzer(
     with open(csv_path) as f:
         row = next(csv.DictReader(f))
     row["stable"] = str(stable).lower()
+    ended = os.times()  # perf_analyzer's own CPU: is the load generator the limit?
+    row["load_cpu_s"] = str(
+        ended.children_user + ended.children_system
+        - started.children_user - started.children_system
+    )  # fmt: skip
     return row
 
 
+def children(pids: set[int]) -> set[int]:
+    """The direct children of ``pids`` (a stub's phonemizer workers), from /proc."""
+    found = set()
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*/children"):
+            try:
+                found.update(int(c) for c in task.read_text().split())
+            except OSError:
+                continue
+    return found
+
+
+class CpuMeter:
+    """CPU seconds of a server's processes over a run: tritonserver, each model's stubs and
+    their children (the phonemizer's espeak-ng workers, as ``<model> workers``)."""
+
+    def __init__(self, server_pid: int | None, models: list[str]) -> None:
+        self.server_pid, self.models = server_pid, models
+
+    def read(self) -> dict[str, float]:
+        if self.server_pid is None:
+            return {}
+        cpu = {"tritonserver": cpu_seconds({self.server_pid})}
+        for model, pids in stubs_by_model(self.server_pid, self.models).items():
+            cpu[model] = cpu_seconds(pids)
+            workers = children(pids)
+            if workers:
+                cpu[f"{model} workers"] = cpu_seconds(workers)
+        return cpu
+
+
 def sweep(
-    args, grpc_port: int, http_port: int, metrics_port: int, out_dir: Path, headers: dict | None
+    args,
+    grpc_port: int,
+    http_port: int,
+    metrics_port: int,
+    out_dir: Path,
+    headers: dict | None,
+    server_pid: int | None = None,
 ) -> list[Row]:
     texts = load_texts(args.texts)
     work = out_dir / "inputs"
@@ -213,13 +260,14 @@ def sweep(
         inputs["tts_stream"].write_text(json.dumps({"data": short}))
     # tts, acoustic and vocoder are loaded with the same texts: one mean duration serves all.
     per_text = mean_audio_seconds(grpc_port, texts)
-    seconds = {"tts": per_text, "acoustic": per_text, "vocoder": per_text}
+    seconds = dict.fromkeys(("tts", *STAGES), per_text)
     if "tts_stream" in args.models:
         seconds["tts_stream"] = mean_stream_seconds(grpc_port, load_texts(inputs["tts_stream"]))
     print(
         f"{len(texts)} texts from {args.texts.name}, mean audio {seconds['tts']:.2f} s", flush=True
     )
     rows: list[Row] = []
+    meter = CpuMeter(server_pid, [*STAGES, "tts_stream"])
     with open(out_dir / "perf_analyzer.log", "w") as log:
         for model in args.models:
             # Triton streams (decoupled models) over gRPC only.
@@ -227,6 +275,7 @@ def sweep(
                 port = grpc_port if protocol == "grpc" else http_port
                 for c in args.concurrency:
                     before = model_statistics(f"localhost:{grpc_port}", STAGES, headers)
+                    cpu_before = meter.read()
                     csv_path = work / f"{model}_{protocol}_{c}.csv"
                     count = args.request_count
                     if args.smoke and model == "tts_stream":
@@ -238,8 +287,10 @@ def sweep(
                         csv_path, log, count,
                     )  # fmt: skip
                     after = model_statistics(f"localhost:{grpc_port}", STAGES, headers)
+                    cpu = {k: v - cpu_before.get(k, 0.0) for k, v in meter.read().items()}
+                    cpu["perf_analyzer"] = float(r["load_cpu_s"])
                     rows.append(
-                        make_row(model, protocol, c, r, before, after, seconds.get(model, 0.0))
+                        make_row(model, protocol, c, r, before, after, seconds.get(model, 0.0), cpu)
                     )
                     row = rows[-1]
                     print(
@@ -251,7 +302,9 @@ def sweep(
     return rows
 
 
-def make_row(model, protocol, c, r, before, after, seconds) -> Row:
+def make_row(model, protocol, c, r, before, after, seconds, cpu=None) -> Row:
+    """One point; ``cpu``: CPU seconds per process over the run, shared out per request (the
+    requests the model under load completed, from Triton's statistics)."""
     breakdown = {}
     for stage in STAGES:
         d = after[stage] - before[stage]
@@ -263,6 +316,9 @@ def make_row(model, protocol, c, r, before, after, seconds) -> Row:
                 "avg_batch": d.average_batch,
             }
     rps = float(r["Inferences/Second"])
+    loaded = model if model in STAGES else STAGES[-1]  # tts: each request ends in the vocoder
+    done = (after[loaded] - before[loaded]).requests if loaded in after else 0
+    cpu_ms = {k: round(1000 * v / done, 3) for k, v in (cpu or {}).items() if done}
     return Row(
         model=model,
         protocol=protocol,
@@ -276,6 +332,7 @@ def make_row(model, protocol, c, r, before, after, seconds) -> Row:
         client_ms=(float(r["Client Send"]) + float(r["Client Recv"])) / 1000,
         stable=r["stable"] == "true",
         breakdown=json.dumps(breakdown),
+        cpu_ms=json.dumps(cpu_ms),
     )
 
 
@@ -358,6 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grpc-port", type=int, help="use a running server (with --http-port)")
     parser.add_argument("--http-port", type=int)
     parser.add_argument("--metrics-port", type=int, default=8002)
+    parser.add_argument(
+        "--profile",
+        help="start the server with --model-config-name=PROFILE (e.g. gpu, host-ceiling)",
+    )
     parser.add_argument("--plot", type=Path, help="also copy the plot here (e.g. docs/perf.png)")
     parser.add_argument("--stability-percentage", type=int, default=25)
     parser.add_argument(
@@ -385,9 +446,12 @@ def main(argv: list[str] | None = None) -> int:
         rows = sweep(args, args.grpc_port, http_port, args.metrics_port, args.out, headers)
     else:
         log = Path(tempfile.mkdtemp(prefix="perf-")) / "triton.log"
-        with ServerProcess(ROOT / "model_repository", log, cache_dir=ROOT / ".cache/triton") as srv:
+        extra = [f"--model-config-name={args.profile}"] if args.profile else []
+        repository = ROOT / "model_repository"
+        cache = ROOT / ".cache/triton"
+        with ServerProcess(repository, log, cache_dir=cache, extra_args=extra) as srv:
             ports = (srv.grpc_port, srv.http_port, srv.metrics_port)
-            rows = sweep(args, *ports, args.out, srv.admin_headers)
+            rows = sweep(args, *ports, args.out, srv.admin_headers, srv.process.pid)
     write_csv(rows, args.out / "results.csv")
     plot(rows, args.out / "perf.png", f"perf_analyzer, {args.texts.name}, {os.cpu_count()} CPUs")
     if args.plot:

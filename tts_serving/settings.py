@@ -17,7 +17,7 @@ from tts_serving.triton.model_config import defaults, doc, parse_settings, pbtxt
 
 ONNX_GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
 DEVICES = ("auto", "cpu", "cuda")
-ENGINES = ("onnxruntime", "torch")
+ENGINES = ("onnxruntime", "torch", "null")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
@@ -41,7 +41,10 @@ class EngineSettings:
 
     engine: str = field(
         default="onnxruntime",
-        metadata=doc("`onnxruntime` (CPU default) or `torch` (the GPU engine; CPU too)"),
+        metadata=doc(
+            "`onnxruntime` (CPU default) or `torch` (the GPU engine; CPU too); `null` is "
+            "benchmark only (silence of the real lengths, profile host-ceiling)"
+        ),
     )
     dtype: str = field(
         default="auto",
@@ -110,7 +113,7 @@ class EngineSettings:
             )
         if self.device not in DEVICES:
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if self.engine == "onnxruntime" and (self.graph_batches or self.dtype != "auto"):
+        if self.engine != "torch" and (self.graph_batches or self.dtype != "auto"):
             raise ValueError("dtype and cuda_graph_* apply to engine torch only")
         if self.bucket_max_waste <= 0:
             raise ValueError("bucket_max_waste must be > 0")

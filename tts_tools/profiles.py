@@ -11,6 +11,8 @@ few overrides below, so a change to a model's inputs or defaults reaches every p
   phonemizer (espeak-ng, CPU) gets several instances to keep up.
 - ``torch-cpu``: the torch engine on the CPU, everything else as config.pbtxt (what CI uses to
   test the torch engine end to end).
+- ``host-ceiling``, ``gpu-host-ceiling``: BENCHMARK ONLY, the default's and the gpu profile's
+  batching with the null engine (silence, no network): the host path's own ceiling.
 """
 
 from __future__ import annotations
@@ -77,6 +79,44 @@ PROFILES: dict[str, dict[str, Override]] = {
 }
 
 
+# Benchmark only: the gpu profile's and the default's batching with the null engine (no
+# network; silence of the real lengths), so perf_analyzer measures what Triton, the stubs, the
+# ensemble and the phonemizer carry at all (perf_analyzer_configs.host_ceiling). No other
+# profile may select that engine, and the launcher refuses to serve these.
+BENCHMARK_PROFILES = ("host-ceiling", "gpu-host-ceiling")
+_NULL_WHY = "BENCHMARK ONLY: the null engine serves silence (perf_analyzer_configs.host_ceiling)"
+PROFILES["host-ceiling"] = {
+    model: Override(parameters={"engine": "null"}, why=_NULL_WHY)
+    for model in ("acoustic", "vocoder")
+}
+PROFILES["gpu-host-ceiling"] = {
+    "phonemizer": PROFILES["gpu"]["phonemizer"],
+    **{
+        model: Override(
+            max_batch_size=o.max_batch_size,
+            preferred_batch_size=o.preferred_batch_size,
+            # KIND_CPU: the null engine touches no GPU, so this profile loads on any machine.
+            instance_group=o.instance_group.replace("KIND_GPU", "KIND_CPU"),
+            parameters={"engine": "null", "max_padded_length": o.parameters["max_padded_length"]},
+            why=_NULL_WHY,
+        )
+        for model, o in PROFILES["gpu"].items()
+        if model != "phonemizer"
+    },
+}
+
+
+def check_engines(profiles: dict[str, dict[str, Override]] = PROFILES) -> None:
+    """Refuse the null engine in any profile but a benchmark one (it serves silence)."""
+    for profile, models in profiles.items():
+        for model, o in models.items():
+            if o.parameters.get("engine") == "null" and profile not in BENCHMARK_PROFILES:
+                raise ValueError(
+                    f"profile {profile!r} selects engine null for {model}: that engine serves "
+                    f"silence and is for {', '.join(BENCHMARK_PROFILES)} only"
+                )
+
+
 def _sub(text: str, pattern: str, replacement: str, what: str) -> str:
     new, n = re.subn(pattern, replacement, text, count=1, flags=re.MULTILINE)
     if n != 1:
@@ -117,6 +157,7 @@ def render(base: str, model: str, profile: str, o: Override) -> str:
 
 
 def expected(repository: Path = REPOSITORY) -> dict[Path, str]:
+    check_engines()
     files = {}
     for profile, models in PROFILES.items():
         for model, override in models.items():

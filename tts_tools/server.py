@@ -39,6 +39,7 @@ from .launcher.supervisor import (
     SupervisorMetrics,
     new_shm_prefix,
 )
+from .profiles import BENCHMARK_PROFILES
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
@@ -88,8 +89,26 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     return parser.parse_known_args(argv)
 
 
+def benchmark_profile(extra: list[str]) -> str | None:
+    """The BENCHMARK_PROFILES name among tritonserver's flags, if one is asked for."""
+    for i, arg in enumerate(extra):
+        name = arg.partition("=")[2] if "=" in arg else (extra[i + 1 : i + 2] or [""])[0]
+        if arg.split("=")[0] == "--model-config-name" and name in BENCHMARK_PROFILES:
+            return name
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     args, extra = parse_args(argv)
+    profile = benchmark_profile(extra)
+    if profile:
+        print(
+            f"launcher: profile {profile} runs the null engine, which serves silence; it is for "
+            "python -m perf_analyzer_configs.host_ceiling only",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(2)
     shm_prefix = new_shm_prefix()
     taken = taken_port(
         args.bind,

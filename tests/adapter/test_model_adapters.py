@@ -315,3 +315,34 @@ def test_huge_latents_are_refused_and_non_finite_audio_is_an_error(exported_repo
     assert not responses[0].has_error() and not responses[2].has_error()
     assert responses[1].error().code() == pb.TritonError.INTERNAL  # never a 200 with NaN audio
     assert "see the server log" in responses[1].error().message()
+
+
+def test_the_null_engine_gives_the_real_voices_lengths_in_silence(exported_repository):
+    # The host-ceiling benchmark's audio seconds come from these lengths: the null engine's
+    # frames per id must stay the real voice's (within 3 % over the perf_analyzer texts).
+    from perf_analyzer_configs.run import HERE, load_texts
+    from tts_serving.engines.null import FRAMES_PER_ID
+
+    phonemizer = load_model(exported_repository, "phonemizer")
+    real = load_model(exported_repository, "acoustic")
+    null = load_model(exported_repository, "acoustic", {"engine": "null"})
+    vocoder = load_model(exported_repository, "vocoder", {"engine": "null"})
+    texts = load_texts(HERE / "tts_mixed.json")[:8]
+    ids = [phonemizer.execute([text_request(t.encode())])[0].output("phoneme_ids") for t in texts]
+    speed = np.array([[1.0]], np.float32)
+    requests = [pb.InferenceRequest(phoneme_ids=x, speed=speed) for x in ids]
+    frames = {
+        name: [r.output("latent").shape[-1] for r in model.execute(requests)]
+        for name, model in (("real", real), ("null", null))
+    }
+    n_ids = sum(x.shape[-1] for x in ids)
+    assert abs(sum(frames["real"]) / n_ids / FRAMES_PER_ID - 1) < 0.03, frames
+    assert frames["null"] == [round(x.shape[-1] * FRAMES_PER_ID) for x in ids]
+    latents = [r.output("latent") for r in null.execute(requests)]
+    assert not any(lat.any() for lat in latents)
+    audio = [
+        r.output("audio")
+        for r in vocoder.execute([pb.InferenceRequest(latent=lat) for lat in latents])
+    ]
+    assert [a.shape[-1] for a in audio] == [f * 256 for f in frames["null"]]
+    assert not any(a.any() for a in audio)

@@ -54,3 +54,20 @@ def test_the_documented_perf_analyzer_command_runs(server):
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=run.ROOT)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "Throughput:" in result.stdout and "libcudart" not in result.stderr
+
+
+def test_the_host_ceiling_benchmark_runs_on_the_null_engine(exported_repository, tmp_path):
+    # Its own server with --model-config-name=host-ceiling: the whole host path, no network.
+    from perf_analyzer_configs import host_ceiling
+
+    argv = ["--models", "tts", "vocoder", "--concurrency", "2", "--request-count", "6"]
+    assert host_ceiling.main([*argv, "--out", str(tmp_path)]) == 0
+    rows = list(csv.DictReader(open(tmp_path / "host-ceiling" / "results.csv")))
+    assert [r["model"] for r in rows] == ["tts", "vocoder"]
+    tts = json.loads(rows[0]["cpu_ms"])
+    # CPU per request of every process on the path, the espeak-ng workers and the load's own.
+    expected = {"tritonserver", "phonemizer", "phonemizer workers", "acoustic", "vocoder"}
+    assert expected | {"perf_analyzer"} <= set(tts), tts
+    assert all(tts[k] > 0 for k in expected), tts
+    assert float(rows[0]["audio_s_per_s"]) > 0
+    assert "ceiling (best req/s" in (tmp_path / "summary.txt").read_text()

@@ -18,6 +18,7 @@ from tts_serving.engines.batching import halve_on_error, pad_stack, run_in_bucke
 
 from ..settings import EngineSettings
 from . import WEIGHTS_FILE
+from .null import NullAcousticNet, NullVocoderNet
 from .onnx import OrtAcousticNet, OrtVocoderNet, create_session
 
 
@@ -25,7 +26,7 @@ def model_file(options: EngineSettings) -> str:
     """The file of a voice half the configured engine loads (both are written by export)."""
     if options.engine == "torch":
         return WEIGHTS_FILE
-    return "model.onnx"
+    return "model.onnx"  # the null engine reads none, but names the voice's network by it
 
 
 def torch_options(options: EngineSettings, device_id: int = 0, graph_budget: int = 0):
@@ -48,6 +49,8 @@ def load_acoustic(path: str | Path, options: EngineSettings, device_id: int = 0)
         from tts_serving.engines.torch_engine import TorchAcousticNet
 
         return AcousticModel(TorchAcousticNet(path, torch_options(options, device_id)), options)
+    if options.engine == "null":
+        return AcousticModel(NullAcousticNet(), options)
     return AcousticModel(OrtAcousticNet(create_session(path, options)), options)
 
 
@@ -61,6 +64,8 @@ def load_vocoder(
         # The vocoder's lengths are latent frames, its graphs' frames axis.
         net = TorchVocoderNet(path, torch_options(options, device_id, options.max_padded_length))
         return Vocoder(net, hop_length, options)
+    if options.engine == "null":
+        return Vocoder(NullVocoderNet(hop_length), hop_length, options)
     return Vocoder(OrtVocoderNet(create_session(path, options)), hop_length, options)
 
 

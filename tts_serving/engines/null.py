@@ -1,0 +1,64 @@
+"""The null engine: BENCHMARK ONLY. No network runs; every output has the real shape and length.
+
+It stands in for ONNX Runtime or torch when ``perf_analyzer_configs.host_ceiling`` measures what
+Triton, the Python stubs, the ensemble and the phonemizer can carry at all (issue 18): the
+acoustic half gives each item ``FRAMES_PER_ID`` latent frames per phoneme id (scaled by the
+item's length scale, as the real duration predictor is), the vocoder ``hop_length`` samples per
+frame. The latents and the audio are zeros: what it serves is silence, so only the profiles named
+in ``tts_tools.profiles.BENCHMARK_PROFILES`` may select it and the launcher refuses those.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Latent frames per phoneme id (pads included) of en_US-joe-medium at length scale 1: 2.17 over
+# the 48 perf_analyzer texts (tts_mixed, short, medium, long; 6,620 ids, 14,392 frames).
+FRAMES_PER_ID = 2.17
+LATENT_CHANNELS = 192
+DESCRIPTION = "the null engine (BENCHMARK ONLY: no network, silent outputs of the real shapes)"
+
+
+def null_durations(lengths: np.ndarray, length_scales: np.ndarray, width: int) -> np.ndarray:
+    """Frames per id [B, width] (int64): ``FRAMES_PER_ID * length_scale`` per id, rounded along
+    the item so its total is the rounded product, at least one frame; zero past its length."""
+    lengths = np.asarray(lengths, np.int64).reshape(-1)
+    rate = FRAMES_PER_ID * np.asarray(length_scales, np.float64).reshape(-1, 1)
+    steps = np.arange(width + 1)[None, :]
+    ends = np.round(np.minimum(steps, lengths[:, None]) * rate).astype(np.int64)
+    durations = np.diff(ends, axis=1)
+    # An item too short for one frame gets it on its first id (the vocoder needs >= 1 frame).
+    durations[:, 0] = np.maximum(durations[:, 0], (ends[:, -1] == 0) & (lengths > 0))
+    return durations
+
+
+class _NullNet:
+    description = DESCRIPTION
+
+    @staticmethod
+    def is_out_of_memory(error: BaseException) -> bool:
+        return False
+
+
+class NullAcousticNet(_NullNet):
+    """Padded ids [B, L], lengths [B], scales [B, 3] -> zero latent [B, 192, T], frames [B],
+    frames per id [B, L]; the same call as ``OrtAcousticNet``."""
+
+    def __call__(
+        self, ids: np.ndarray, lengths: np.ndarray, scales: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        durations = null_durations(lengths, scales[:, 1], ids.shape[1])
+        frames = durations.sum(axis=1)
+        latent = np.zeros((ids.shape[0], LATENT_CHANNELS, int(frames.max())), np.float32)
+        return latent, frames, durations
+
+
+class NullVocoderNet(_NullNet):
+    """Padded latents [B, 192, T] -> zero audio [B, T * hop]; the same call as
+    ``OrtVocoderNet``."""
+
+    def __init__(self, hop_length: int) -> None:
+        self.hop_length = hop_length
+
+    def __call__(self, latent: np.ndarray) -> np.ndarray:
+        return np.zeros((latent.shape[0], latent.shape[-1] * self.hop_length), np.float32)
