@@ -133,7 +133,7 @@ class Probe:
 
     def survives(self, text: str) -> bool:
         try:
-            self.worker.call("voice", text)
+            self.worker.call(("voice", text, None))
         except InvalidInputError:
             pass
         except WorkerDied:

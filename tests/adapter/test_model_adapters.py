@@ -346,3 +346,19 @@ def test_the_null_engine_gives_the_real_voices_lengths_in_silence(exported_repos
     ]
     assert [a.shape[-1] for a in audio] == [f * 256 for f in frames["null"]]
     assert not any(a.any() for a in audio)
+
+
+def test_the_finite_check_counts_only_when_the_sum_is_not_finite():
+    # One sum decides (no temporary array); huge finite values overflow the sum but are
+    # still finite: they pass, and NaN or infinity anywhere is an error naming how many.
+    from tts_serving.triton.adapter import NonFiniteOutput, all_finite, output_or_error
+
+    huge = np.full(8, 3e38, np.float32)
+    assert not all_finite(huge)
+    assert not isinstance(output_or_error("audio", huge), NonFiniteOutput)
+    for bad in (np.nan, np.inf, -np.inf):
+        audio = np.zeros(1000, np.float32)
+        audio[[3, 700]] = bad
+        error = output_or_error("audio", audio)
+        assert isinstance(error, NonFiniteOutput) and "2 non-finite" in str(error)
+    assert isinstance(output_or_error("audio", np.zeros(5, np.float32)), list)

@@ -53,6 +53,30 @@ def test_a_crasher_is_refused_and_the_next_text_served(raw_pool):
     assert raw_pool.deaths == 2
 
 
+def test_a_batch_is_pipelined_and_a_crasher_in_it_costs_only_itself(raw_pool, monkeypatch):
+    # One exchange per window of jobs; the worker dies on the crasher mid-window: the texts
+    # answered before it stand, it is retried alone (and refused), the rest are sent again.
+    from tts_serving.text import isolation
+
+    monkeypatch.setattr(isolation, "PIPELINE_BYTES", 120)  # several windows of a few texts
+    local = Phonemizer(load_voice_config(VOICES["joe"]), 400)
+    texts = [f"Sentence number {n}, spoken in turn." for n in range(12)]
+    texts[5] = RAW_CRASHER
+    texts[8] = "مرحبا"  # no Latin letters: refused for itself, in the worker
+    jobs = [("joe", t, None) for t in texts]
+    jobs[2] = ("joe", texts[2], texts[2])  # with its words
+    answers = raw_pool.phonemize_many(jobs)
+    assert isinstance(answers[5], PhonemizerCrashError) and raw_pool.deaths == 2
+    assert isinstance(answers[8], InvalidInputError)
+    assert not isinstance(answers[8], PhonemizerCrashError)
+    for n in set(range(12)) - {5, 8}:
+        assert answers[n]["ids"] == local.ids(texts[n]), n
+    assert answers[2]["words"] == local.ids_and_words(texts[2], texts[2])[1]
+    again = raw_pool.phonemize_many(jobs[4:7])  # remembered: no worker dies for it again
+    assert isinstance(again[1], PhonemizerCrashError) and raw_pool.deaths == 2
+    assert again[0]["ids"] == answers[4]["ids"] and again[2]["ids"] == answers[6]["ids"]
+
+
 def test_a_worker_that_died_of_something_else_costs_nothing(raw_pool):
     expected = raw_pool.ids("joe", "Hello world.")
     worker = raw_pool.idle.get()

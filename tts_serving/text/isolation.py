@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,13 +80,36 @@ class WorkerSpec:
     shape: bool = True  # False: espeak-ng sees texts unshaped (fuzzing espeak-ng itself)
 
 
+# (voice, text to phonemize, original text for word rows or None)
+Job = tuple[str, str, str | None]
+# Jobs written to a worker before its answers are read: their bytes stay under a pipe's 64 KiB,
+# so the write never blocks while the worker blocks on answers nobody reads yet.
+PIPELINE_BYTES = 48 * 1024
+
+
+def encode(job: Job) -> bytes:
+    voice, text, original = job
+    message = [voice, text] if original is None else [voice, text, original]
+    return json.dumps(message).encode() + b"\n"
+
+
+def result(answer: dict) -> dict:
+    """A worker's answer as the caller's result: ``ids`` (and ``words``), or the error raised."""
+    if "ids" in answer:
+        return answer
+    if "invalid" in answer:
+        raise InvalidInputError(answer["invalid"])
+    raise RuntimeError(answer.get("error", "phonemizer worker answered nothing"))
+
+
 class Worker:
-    """One child process; ``call`` sends a text and returns its ids, or raises."""
+    """One child process; jobs go in as JSON lines, answers come back in order."""
 
     def __init__(self, spec: WorkerSpec, python: str) -> None:
         self.spec = spec
         self.python = python
         self.ready = False
+        self.unread = b""  # bytes read from the worker past the last answer returned
         self.proc = subprocess.Popen(
             [python, "-m", __name__, json.dumps(spec.__dict__)],
             stdin=subprocess.PIPE,
@@ -95,12 +119,19 @@ class Worker:
         )
 
     def _read(self, timeout: float) -> dict:
+        # Raw reads into our own buffer: several answers can arrive in one read, and a line
+        # left in a file object's buffer would be invisible to select().
         assert self.proc.stdout is not None
-        readable, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if readable else b""
-        if not line:
-            self.kill()
-            raise WorkerDied("timed out" if not readable else f"exit {self.proc.returncode}")
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.unread:
+            remaining = deadline - time.monotonic()
+            readable = remaining > 0 and select.select([self.proc.stdout], [], [], remaining)[0]
+            chunk = os.read(self.proc.stdout.fileno(), 1 << 16) if readable else b""
+            if not chunk:
+                self.kill()
+                raise WorkerDied("timed out" if not readable else f"exit {self.proc.returncode}")
+            self.unread += chunk
+        line, _, self.unread = self.unread.partition(b"\n")
         return json.loads(line)
 
     def wait_ready(self) -> None:
@@ -111,23 +142,25 @@ class Worker:
                 raise ModelConfigError(f"phonemizer worker failed to start: {answer.get('error')}")
             self.ready = True
 
-    def call(self, voice: str, text: str, original: str | None = None) -> dict:
-        """The worker's answer: ``ids``, and ``words`` when ``original`` is given."""
+    def send(self, messages: list[bytes]) -> None:
+        """Write encoded jobs (``encode``) in one go; their answers come back in order."""
         self.wait_ready()
         assert self.proc.stdin is not None
-        message = [voice, text] if original is None else [voice, text, original]
         try:
-            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+            self.proc.stdin.write(b"".join(messages))
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             self.kill()
             raise WorkerDied(f"exit {self.proc.returncode}") from None
-        answer = self._read(self.spec.timeout_s)
-        if "ids" in answer:
-            return answer
-        if "invalid" in answer:
-            raise InvalidInputError(answer["invalid"])
-        raise RuntimeError(answer.get("error", "phonemizer worker answered nothing"))
+
+    def receive(self) -> dict:
+        """The next answer, within the time one text may take."""
+        return self._read(self.spec.timeout_s)
+
+    def call(self, job: Job) -> dict:
+        """The worker's answer to one job: ``ids``, and ``words`` when it has an original."""
+        self.send([encode(job)])
+        return result(self.receive())
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -186,27 +219,73 @@ class PhonemizerPool:
     def phonemize(self, voice: str, text: str, original: str | None = None) -> dict:
         """The worker's answer for ``text``: ``ids``, and ``words`` (see
         ``Phonemizer.ids_and_words``) when ``original`` is given; errors as ``ids``."""
-        key = self._key(voice, text)
+        (answer,) = self.phonemize_many([(voice, text, original)])
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def _known_crasher(self, job: Job) -> bool:
+        key = self._key(job[0], job[1])
         with self.lock:
             if key in self.crashers:
                 self.crashers.move_to_end(key)
-                raise PhonemizerCrashError(crash_message(text))
+                return True
+        return False
+
+    def _retry_alone(self, worker: Worker, job: Job) -> tuple[Worker, dict | Exception]:
+        """A job its worker died on, once more on the fresh ``worker``: dying again makes it
+        a remembered crasher (the text's fault, not the OOM killer's)."""
+        try:
+            return worker, _answer_or_error(lambda: worker.call(job))
+        except WorkerDied as e:
+            worker = self._replace(worker, str(e), job[1])
+            with self.lock:
+                self.crashers[self._key(job[0], job[1])] = None
+                while len(self.crashers) > REMEMBERED_CRASHERS:
+                    self.crashers.popitem(last=False)
+            return worker, PhonemizerCrashError(crash_message(job[1]))
+
+    def phonemize_many(self, jobs: list[Job]) -> list[dict | Exception]:
+        """Each job's answer (as ``phonemize``) or the exception it raised, in order.
+
+        The jobs go through one worker pipelined, a window of ``PIPELINE_BYTES`` written at
+        once and the answers read after: one wake-up per window instead of a round trip per
+        text. The worker answers in order, so when it dies the first unanswered job is the one
+        it died on: that job is retried alone as ``phonemize`` does, the rest are sent again.
+        """
+        results: list[dict | Exception | None] = [None] * len(jobs)
+        pending = []
+        for i, job in enumerate(jobs):
+            if self._known_crasher(job):
+                results[i] = PhonemizerCrashError(crash_message(job[1]))
+            else:
+                pending.append(i)
         worker = self.idle.get()
         try:
-            for attempt in (1, 2):
+            while pending:
+                window, size = [], 0
+                for i in pending:
+                    message = encode(jobs[i])
+                    if window and size + len(message) > PIPELINE_BYTES:
+                        break
+                    window.append((i, message))
+                    size += len(message)
+                pending = pending[len(window) :]
+                answered = 0
                 try:
-                    return worker.call(voice, text, original)
+                    worker.send([message for _, message in window])
+                    for i, _ in window:
+                        results[i] = _answer_or_error(lambda w=worker: result(w.receive()))
+                        answered += 1
                 except WorkerDied as e:
-                    worker = self._replace(worker, str(e), text)
-                    if attempt == 2:
-                        with self.lock:
-                            self.crashers[key] = None
-                            while len(self.crashers) > REMEMBERED_CRASHERS:
-                                self.crashers.popitem(last=False)
-                        raise PhonemizerCrashError(crash_message(text)) from None
-            raise AssertionError("unreachable")
+                    first = window[answered][0]
+                    worker = self._replace(worker, str(e), jobs[first][1])
+                    worker, results[first] = self._retry_alone(worker, jobs[first])
+                    rest = [i for i, _ in window if results[i] is None]
+                    pending = rest + pending
         finally:
             self.idle.put(worker)
+        return results  # type: ignore[return-value]
 
     def close(self) -> None:
         while True:
@@ -214,6 +293,15 @@ class PhonemizerPool:
                 self.idle.get_nowait().close()
             except queue.Empty:
                 return
+
+
+def _answer_or_error(call: Callable[[], dict]) -> dict | Exception:
+    """``call()``'s answer, or the InvalidInputError or RuntimeError it raised (a worker that
+    died still raises)."""
+    try:
+        return call()
+    except (InvalidInputError, RuntimeError) as e:
+        return e
 
 
 class IsolatedPhonemizer:
@@ -239,6 +327,27 @@ class IsolatedPhonemizer:
     def ids_and_words(self, text: str, original: str) -> tuple[list[int], list[list[int]]]:
         answer = self.pool.phonemize(self.name, text, original)
         return answer["ids"], answer["words"]
+
+
+def local_answer(phonemizer: Phonemizer, text: str, original: str | None) -> dict:
+    """A worker's answer, computed in this process: ``ids``, and ``words`` for an original."""
+    if original is None:
+        return {"ids": phonemizer.ids(text)}
+    ids, words = phonemizer.ids_and_words(text, original)
+    return {"ids": ids, "words": words}
+
+
+def phonemize_jobs(
+    voices: VoiceTable, pool: PhonemizerPool | None, jobs: list[Job]
+) -> list[dict | Exception]:
+    """Each job's answer or the error it raised: pipelined through ``pool``'s workers, or in
+    this process where there is no pool (``espeak_workers`` 0)."""
+    if pool is not None:
+        return pool.phonemize_many(jobs)
+    return [
+        _answer_or_error(lambda job=job: local_answer(voices.pick(job[0])[1], job[1], job[2]))
+        for job in jobs
+    ]
 
 
 def voice_phonemizers(
@@ -280,11 +389,7 @@ def serve(spec: WorkerSpec, stdin, stdout) -> None:
     for line in stdin:
         voice, text, *original = json.loads(line)
         try:
-            if original:
-                ids, words = phonemizers[voice].ids_and_words(text, original[0])
-                answer: dict = {"ids": ids, "words": words}
-            else:
-                answer = {"ids": phonemizers[voice].ids(text)}
+            answer = local_answer(phonemizers[voice], text, original[0] if original else None)
         except InvalidInputError as e:
             answer = {"invalid": str(e)}
         except Exception as e:

@@ -13,15 +13,14 @@ from ..errors import InvalidInputError
 from ..inputs import check_characters, check_encoded_size, decode_text
 from ..settings import PhonemizerSettings
 from ..text import normalize
-from ..text.isolation import voice_phonemizers
+from ..text.isolation import Job, phonemize_jobs, voice_phonemizers
 from .adapter import ModelContext, check_normalizer, execute_batched, flag, single_item, voice_name
 
 
 @dataclass(frozen=True)
 class PhonemizerItem:
-    ids: list[int]
-    # Rows (first id, end id, first char, end char) of each spoken word; empty unless asked.
-    words: list[list[int]]
+    # (voice, text to phonemize, the text sent when its words are asked for, else None)
+    job: Job
 
 
 class Phonemizer:
@@ -49,7 +48,7 @@ class Phonemizer:
         raw = single_item(request, TEXT).reshape(-1)
         if raw.size != 1:
             raise InvalidInputError("text must hold one string per request")
-        _, phonemizer = self.voices.pick(voice_name(request))
+        name, phonemizer = self.voices.pick(voice_name(request))
         limit = self.settings.max_characters
         sent = check_characters(decode_text(check_encoded_size(raw[0], limit)), limit)
         text = sent
@@ -57,17 +56,23 @@ class Phonemizer:
             if not phonemizer.is_english:
                 raise InvalidInputError("normalize=true needs an English voice; send false")
             text = normalize(text)
-        if flag(request, WORD_TIMESTAMPS, False):
-            return PhonemizerItem(*phonemizer.ids_and_words(text, sent))
-        return PhonemizerItem(phonemizer.ids(text), [])
+        words = flag(request, WORD_TIMESTAMPS, False)
+        return PhonemizerItem((name, text, sent if words else None))
 
-    def run(self, items: list[PhonemizerItem]) -> list[list]:
+    def run(self, items: list[PhonemizerItem]) -> list:
+        # The whole batch in one pipelined exchange with a worker, not a round trip per text.
+        answers = phonemize_jobs(self.voices, self.pool, [it.job for it in items])
         return [
-            [
-                pb_utils.Tensor(PHONEME_IDS, np.array([it.ids], dtype=np.int64)),
-                pb_utils.Tensor(WORD_SPANS, np.array(it.words, dtype=np.int32).reshape(1, -1, 4)),
+            answer
+            if isinstance(answer, Exception)
+            else [
+                pb_utils.Tensor(PHONEME_IDS, np.array([answer["ids"]], dtype=np.int64)),
+                pb_utils.Tensor(
+                    WORD_SPANS,
+                    np.array(answer.get("words", []), dtype=np.int32).reshape(1, -1, 4),
+                ),
             ]
-            for it in items
+            for answer in answers
         ]
 
     def execute(self, requests: list) -> list:

@@ -77,9 +77,10 @@ class Vocoder:
             )
         if not 1 <= latent.shape[1] <= self.settings.max_frames:
             raise InvalidInputError(f"latent must have 1..{self.settings.max_frames} frames")
-        if not np.isfinite(latent).all():
-            raise InvalidInputError("latent holds NaN or infinite values")
-        if np.abs(latent).max() > MAX_LATENT:
+        # Two reductions, no temporary: NaN makes both comparisons false, infinity the bound.
+        if not (-MAX_LATENT <= latent.min() and latent.max() <= MAX_LATENT):
+            if not np.isfinite(latent).all():
+                raise InvalidInputError("latent holds NaN or infinite values")
             raise InvalidInputError(f"latent values must lie within +-{MAX_LATENT:g}")
         return VocoderItem(model, loudness, latent)
 
