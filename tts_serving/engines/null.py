@@ -49,7 +49,8 @@ class NullAcousticNet(_NullNet):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         durations = null_durations(lengths, scales[:, 1], ids.shape[1])
         frames = durations.sum(axis=1)
-        latent = np.zeros((ids.shape[0], LATENT_CHANNELS, int(frames.max())), np.float32)
+        # Written, not np.zeros' untouched pages: a real engine writes its whole output.
+        latent = np.full((ids.shape[0], LATENT_CHANNELS, int(frames.max())), 0.0, np.float32)
         return latent, frames, durations
 
 
@@ -61,4 +62,4 @@ class NullVocoderNet(_NullNet):
         self.hop_length = hop_length
 
     def __call__(self, latent: np.ndarray) -> np.ndarray:
-        return np.zeros((latent.shape[0], latent.shape[-1] * self.hop_length), np.float32)
+        return np.full((latent.shape[0], latent.shape[-1] * self.hop_length), 0.0, np.float32)

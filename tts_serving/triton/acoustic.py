@@ -35,9 +35,9 @@ class AcousticItem:
 def word_times(words: np.ndarray, durations: np.ndarray, seconds_per_frame: float) -> np.ndarray:
     """Rows (start s, end s, first char, end char): a word starts after the frames of the ids
     before it and ends with the frames of its own (the frames the vocoder turns into audio)."""
-    at = np.concatenate([[0], np.cumsum(durations, dtype=np.int64)]) * seconds_per_frame
     out = np.zeros((len(words), 4), np.float32)
-    if len(words):
+    if len(words):  # most requests ask for none
+        at = np.concatenate([[0], np.cumsum(durations, dtype=np.int64)]) * seconds_per_frame
         out[:, 0], out[:, 1] = at[words[:, 0]], at[words[:, 1]]
         out[:, 2:] = words[:, 2:]
     return out

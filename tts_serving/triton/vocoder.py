@@ -87,7 +87,8 @@ class Vocoder:
     def level(self, audio: np.ndarray, loudness: VoiceLoudness) -> np.ndarray:
         if self.settings.loudness == "peak":
             return peak_normalize(audio)
-        return apply_gain(audio, loudness.gain)
+        # In place: ``audio`` is this item's part of the engine's output, used once.
+        return apply_gain(audio, loudness.gain, out=audio if audio.dtype == np.float32 else None)
 
     def run(self, items: list[VocoderItem]) -> list:
         audios = run_grouped(
