@@ -29,19 +29,43 @@ class TritonError(Exception):
 class Tensor:
     def __init__(self, name: str, array: np.ndarray) -> None:
         self._name, self._array = name, np.asarray(array)
+        self._torch = None  # set by from_dlpack: the tensor, on its device
+
+    @classmethod
+    def from_dlpack(cls, name: str, capsule) -> Tensor:
+        import torch
+
+        tensor = torch.from_dlpack(capsule)
+        made = cls(name, np.zeros(0))
+        made._torch, made._array = tensor, None
+        return made
 
     def name(self) -> str:
         return self._name
 
+    def is_cpu(self) -> bool:
+        return self._torch is None or self._torch.device.type == "cpu"
+
+    def to_dlpack(self):
+        import torch
+
+        source = self._torch if self._torch is not None else torch.from_numpy(self._array)
+        return torch.utils.dlpack.to_dlpack(source)
+
     def as_numpy(self) -> np.ndarray:
+        if self._torch is not None:
+            if not self.is_cpu():  # as the real stub: a GPU tensor has no numpy view
+                raise RuntimeError("as_numpy() of a GPU tensor")
+            return self._torch.numpy()
         return self._array
 
 
 class InferenceRequest:
-    """Fake request: a dict of input name -> numpy array (with the batch dimension)."""
+    """Fake request: a dict of input name -> numpy array (with the batch dimension), or a
+    Tensor as another model's response holds it (a DLPack one included)."""
 
     def __init__(self, **inputs: np.ndarray) -> None:
-        self.inputs = {k: Tensor(k, v) for k, v in inputs.items()}
+        self.inputs = {k: v if isinstance(v, Tensor) else Tensor(k, v) for k, v in inputs.items()}
 
 
 class InferenceResponse:

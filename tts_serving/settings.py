@@ -88,6 +88,14 @@ class EngineSettings:
         default=0.5,
         metadata=doc("new length bucket when padding would waste more than this (>= 1: never)"),
     )
+    device_tensors: bool = field(
+        default=False,
+        metadata=doc(
+            "torch only: latents stay on the engine's device between acoustic and vocoder "
+            "(DLPack through the Python backend; the vocoder then needs Triton's "
+            "`FORCE_CPU_ONLY_INPUT_TENSORS: no`; profile gpu-dlpack)"
+        ),
+    )
 
     @property
     def graph_batches(self) -> tuple[int, ...]:
@@ -115,6 +123,8 @@ class EngineSettings:
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
         if self.engine != "torch" and (self.graph_batches or self.dtype != "auto"):
             raise ValueError("dtype and cuda_graph_* apply to engine torch only")
+        if self.device_tensors and self.engine != "torch":
+            raise ValueError("device_tensors applies to engine torch only")
         if self.bucket_max_waste <= 0:
             raise ValueError("bucket_max_waste must be > 0")
         if self.max_padded_length < 0:

@@ -61,3 +61,13 @@ def test_torch_on_cuda_equals_the_cpu(exported_repository, dtype, tolerance, gra
     for cpu, cuda in zip(audio["cpu"], audio["cuda"]):
         assert cpu.shape == cuda.shape
         assert np.max(np.abs(cpu - cuda)) < tolerance
+
+
+def test_latents_stay_on_the_gpu_between_acoustic_and_vocoder(exported_repository):
+    # The gpu-dlpack profile's hand-off: the latent the vocoder reads is the acoustic model's
+    # CUDA tensor (no host copy), and the audio equals the hand-off through the host.
+    from tests.adapter.test_torch_engine import dlpack_handoff, max_diff
+    from tts_tools.texts import SENTENCES
+
+    out = dlpack_handoff(exported_repository, "cuda", [s.encode() for s in SENTENCES[:3]])
+    assert max_diff(out["dlpack"][:3], out["host"]) < 1e-5

@@ -167,3 +167,51 @@ def test_numpy_2_is_refused_at_initialize():
     check_numpy("1.26.4")
     with pytest.raises(ModelConfigError, match="returns every output empty"):
         check_numpy("2.0.2")
+
+
+def dlpack_handoff(repository, device: str, texts: list[bytes]) -> dict[str, list[np.ndarray]]:
+    """Audio of ``texts`` through acoustic and vocoder adapters with latents handed over as
+    numpy arrays ("host") and as DLPack tensors left where the engine made them ("dlpack")."""
+    phonemizer = load_model(repository, "phonemizer")
+    ids = [phonemizer.execute([text_request(t)])[0].output("phoneme_ids") for t in texts]
+    zero = np.zeros((1, 1), np.float32)
+    requests = [pb.InferenceRequest(phoneme_ids=x, noise_scale=zero, noise_w=zero) for x in ids]
+    engine = {"engine": "torch", "device": device}
+    dlpack = {**engine, "device_tensors": "true"}
+    out = {}
+    for name, a_params, v_params in (
+        ("host", engine, engine),
+        ("dlpack", dlpack, {**dlpack, "FORCE_CPU_ONLY_INPUT_TENSORS": "no"}),
+    ):
+        acoustic = load_model(repository, "acoustic", a_params)
+        vocoder = load_model(repository, "vocoder", v_params)
+        latents = [r.output_tensors[0] for r in acoustic.execute(requests)]
+        assert all(t.name() == "latent" for t in latents)
+        assert all((t._torch is not None) == (name == "dlpack") for t in latents)
+        if name == "dlpack":  # and one latent sent from the host, in the same batch
+            latents.append(pb.Tensor("latent", latents[0].as_numpy()))
+        audio = vocoder.execute([pb.InferenceRequest(latent=t) for t in latents])
+        out[name] = [r.output("audio") for r in audio]
+    return out
+
+
+def test_latents_handed_over_by_dlpack_give_the_same_audio(exported_repository):
+    texts = [s.encode() for s in SENTENCES[:3]]
+    out = dlpack_handoff(exported_repository, "cpu", texts)
+    assert max_diff(out["dlpack"][:3], out["host"]) < 1e-6
+    # Padded with other items (another bucket than the first's): equal up to the padding's
+    # reach into the edge, as batched vs alone everywhere.
+    assert max_diff(out["dlpack"][3:], out["host"][:1]) < 1e-3
+
+
+@pytest.mark.parametrize("device_tensors, force_cpu", [("true", None), ("false", "no")])
+def test_device_tensors_and_cpu_only_inputs_are_set_together(
+    exported_repository, device_tensors, force_cpu
+):
+    params = {"engine": "torch", "device": "cpu", "device_tensors": device_tensors}
+    if force_cpu:
+        params["FORCE_CPU_ONLY_INPUT_TENSORS"] = force_cpu
+    with pytest.raises(ModelConfigError, match="FORCE_CPU_ONLY_INPUT_TENSORS: no"):
+        load_model(exported_repository, "vocoder", params)
+    with pytest.raises(ModelConfigError, match="device_tensors applies to engine torch only"):
+        load_model(exported_repository, "acoustic", {"device_tensors": "true"})

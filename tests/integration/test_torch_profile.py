@@ -68,3 +68,29 @@ def test_torch_speech_is_as_intelligible_as_onnxruntime(
             wer[name] = jiwer.wer(references, heard)
     print(f"\nWER torch {wer['torch']:.3f}, ONNX Runtime {wer['onnxruntime']:.3f}")
     assert wer["torch"] <= wer["onnxruntime"] + 0.02 and wer["torch"] <= 0.10
+
+
+def test_latents_handed_over_by_dlpack_sound_the_same(exported_repository, torch_server, tmp_path):
+    # Profile torch-cpu-dlpack: acoustic returns its latent as a DLPack tensor and the vocoder
+    # (FORCE_CPU_ONLY_INPUT_TENSORS: no) takes it as one, in the ensemble and in a stream's BLS
+    # calls; on a GPU the same path (gpu-dlpack) keeps the latents in device memory.
+    texts = list(SENTENCES[:3])
+    paragraph = " ".join(SENTENCES[3:7])
+    heard = {}
+    with ServerProcess(
+        exported_repository,
+        tmp_path / "server.log",
+        cache_dir=ROOT / ".cache" / "triton",
+        extra_args=["--model-config-name=torch-cpu-dlpack"],
+        supervisor_options={"canary_interval": 0},
+    ) as dlpack_server:
+        assert "device_tensors=True" in dlpack_server.log_path.read_text()
+        for name, server in (("dlpack", dlpack_server), ("host", torch_server)):
+            with TTSClient(server.grpc_url) as client:
+                alone = [client.synthesize(t, **EXACT).samples for t in texts]
+                stream = [c.samples for c in client.stream(paragraph, **EXACT)]
+            heard[name] = alone, np.concatenate(stream)
+    for dlpack, host in zip(heard["dlpack"][0], heard["host"][0]):
+        assert dlpack.shape == host.shape and np.max(np.abs(dlpack - host)) < 1e-5
+    dlpack, host = heard["dlpack"][1], heard["host"][1]
+    assert dlpack.shape == host.shape and np.max(np.abs(dlpack - host)) < 1e-5

@@ -19,21 +19,28 @@ def sort_by_length(lengths: Sequence[int], descending: bool = True) -> list[int]
     return order
 
 
+def is_numpy(x) -> bool:
+    """numpy (or a list); anything else here is a torch tensor (the DLPack path, on its
+    device), which the helpers below handle without importing torch themselves."""
+    return isinstance(x, np.ndarray | list | tuple)
+
+
 def pad_stack(
     items: Sequence[np.ndarray], axis: int = -1, pad_value: float | int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """Stack arrays that differ only along ``axis`` into one zero-padded batch.
 
     Returns the batch (new leading batch dimension) and each item's length along ``axis``.
+    Torch tensors are stacked into a torch tensor on their own device.
     """
     if not items:
         raise ValueError("pad_stack needs at least one item")
-    first = np.asarray(items[0])
+    first = np.asarray(items[0]) if is_numpy(items[0]) else items[0]
     ndim = first.ndim
     ax = axis % ndim
-    lengths = np.array([np.asarray(it).shape[ax] for it in items], dtype=np.int64)
+    lengths = np.array([np.shape(it)[ax] for it in items], dtype=np.int64)  # torch's too
     for it in items:
-        shape = np.asarray(it).shape
+        shape = tuple(np.shape(it))
         if len(shape) != ndim or any(
             s != f for k, (s, f) in enumerate(zip(shape, first.shape)) if k != ax
         ):
@@ -43,7 +50,10 @@ def pad_stack(
     out_shape = (len(items),) + tuple(
         int(lengths.max()) if k == ax else s for k, s in enumerate(first.shape)
     )
-    out = np.full(out_shape, pad_value, dtype=first.dtype)
+    if is_numpy(first):
+        out = np.full(out_shape, pad_value, dtype=first.dtype)
+    else:
+        out = first.new_full(out_shape, pad_value)
     for i, it in enumerate(items):
         index = [i] + [slice(None)] * ndim
         index[1 + ax] = slice(0, int(lengths[i]))
@@ -66,7 +76,8 @@ def split_by_lengths(batch: np.ndarray, lengths: Sequence[int], axis: int = -1) 
             raise ValueError(f"length {n} outside 0..{batch.shape[1 + ax]}")
         index: list[slice | int] = [i] + [slice(None)] * item_ndim
         index[1 + ax] = slice(0, int(n))
-        out.append(np.ascontiguousarray(batch[tuple(index)]))
+        item = batch[tuple(index)]
+        out.append(np.ascontiguousarray(item) if is_numpy(item) else item.contiguous())
     return out
 
 

@@ -73,7 +73,7 @@ def load_vocoder(
 class AcousticResult:
     """One item of the acoustic half: its latent and the frames each of its ids got."""
 
-    latent: np.ndarray  # float32 [192, T]
+    latent: np.ndarray  # float32 [192, T] (a torch tensor on its device with device_tensors)
     durations: np.ndarray  # int32 [L]: frames per phoneme id; they sum to T (at least 1)
 
 
@@ -94,9 +94,13 @@ class AcousticModel:
         scales = np.asarray(scales, dtype=np.float32).reshape(len(ids), 3)
         items = [(np.asarray(x, dtype=np.int64), scales[i]) for i, x in enumerate(ids)]
 
+        # The torch engine can keep the latents on its device (the DLPack hand-off).
+        on_device = {"on_device": True} if self.options.device_tensors else {}
+
         def run(bucket: list[tuple[np.ndarray, np.ndarray]]) -> list[AcousticResult]:
             padded, lengths = pad_stack([b[0] for b in bucket])
-            latent, frames, durations = self.net(padded, lengths, np.stack([b[1] for b in bucket]))
+            scales = np.stack([b[1] for b in bucket])
+            latent, frames, durations = self.net(padded, lengths, scales, **on_device)
             latents = split_by_lengths(latent, frames)
             return [
                 AcousticResult(lat, durations[k, : lengths[k]].astype(np.int32))

@@ -95,6 +95,17 @@ def _no_tf32():
     return torch.backends.cudnn.flags(enabled=True, allow_tf32=False)
 
 
+def to_host(tensor: torch.Tensor) -> np.ndarray:
+    """``tensor`` as a numpy array: from a GPU in one copy into pinned memory (torch's caching
+    host allocator keeps the blocks), which the copy engine writes at full speed."""
+    if tensor.device.type != "cuda":
+        return tensor.numpy()
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    host.copy_(tensor, non_blocking=True)
+    torch.cuda.current_stream(tensor.device).synchronize()
+    return host.numpy()
+
+
 def is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, torch.OutOfMemoryError)
 
@@ -233,8 +244,10 @@ class TorchAcousticNet(_TorchNet):
 
     @torch.inference_mode()
     def __call__(
-        self, ids: np.ndarray, lengths: np.ndarray, scales: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        self, ids: np.ndarray, lengths: np.ndarray, scales: np.ndarray, on_device: bool = False
+    ) -> tuple[np.ndarray | torch.Tensor, np.ndarray, np.ndarray]:
+        """``on_device``: the latent stays a float32 tensor on the engine's device (for the
+        DLPack hand-off to the vocoder); frames and durations come to the host either way."""
         d = self.device
         with _no_tf32():
             z_p, y_mask, frames, durations = self.module.expand(
@@ -247,7 +260,8 @@ class TorchAcousticNet(_TorchNet):
         if z is None:
             with _no_tf32():
                 z = self.module.decode(z_p, y_mask)
-        return z.float().cpu().numpy(), frames.cpu().numpy(), durations.cpu().numpy()
+        latent = z.float() if on_device else z.float().cpu().numpy()
+        return latent, frames.cpu().numpy(), durations.cpu().numpy()
 
 
 class TorchVocoderNet(_TorchNet):
@@ -269,10 +283,13 @@ class TorchVocoderNet(_TorchNet):
         )
 
     @torch.inference_mode()
-    def __call__(self, latent: np.ndarray) -> np.ndarray:
-        x = torch.from_numpy(np.ascontiguousarray(latent)).to(self.device, self.dtype)
+    def __call__(self, latent: np.ndarray | torch.Tensor) -> np.ndarray:
+        """A numpy batch, or a tensor already on a device (the DLPack path)."""
+        if isinstance(latent, np.ndarray):
+            latent = torch.from_numpy(np.ascontiguousarray(latent))
+        x = latent.to(self.device, self.dtype)
         audio = self.graphs(x) if self.graphs else None
         if audio is None:
             with _no_tf32():
                 audio = self.module(x)
-        return audio.float().reshape(x.shape[0], -1).cpu().numpy()
+        return to_host(audio.float().reshape(x.shape[0], -1))

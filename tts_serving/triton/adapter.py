@@ -7,6 +7,7 @@ in the adapter tests), so ``pb_utils`` is imported here at module level.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from tts_serving.engines.batching import is_numpy
 from tts_serving.stream.scheduler import StageError
 from tts_serving.triton.model_config import config_parameters, parse_settings
 from tts_wire import UNAVAILABLE, VOICE
@@ -99,14 +101,23 @@ def check_numpy(version: str = np.__version__) -> None:
         )
 
 
-def single_item(request, name: str, optional: bool = False) -> np.ndarray | None:
-    """The one item of input ``name`` in ``request`` (batch dimension removed)."""
+def single_item(
+    request, name: str, optional: bool = False, device: bool = False
+) -> np.ndarray | None:
+    """The one item of input ``name`` in ``request`` (batch dimension removed). ``device``:
+    a tensor the backend left on a GPU (``FORCE_CPU_ONLY_INPUT_TENSORS: no``) comes as a
+    torch tensor there, by DLPack, with no copy."""
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     if tensor is None:
         if optional:
             return None
         raise InvalidInputError(f"input {name!r} is missing")
-    array = tensor.as_numpy()
+    if device and not tensor.is_cpu():
+        import torch
+
+        array = torch.from_dlpack(tensor.to_dlpack())
+    else:
+        array = tensor.as_numpy()
     if array.shape[0] != 1:
         raise InvalidInputError(
             f"input {name!r} has batch size {array.shape[0]}; send one item per request "
@@ -179,9 +190,28 @@ def stage_error(model: str, error) -> Exception:
 
 def all_finite(array: np.ndarray) -> bool:
     """No NaN or infinity in ``array`` when its sum is finite (one pass, no temporary array);
-    a sum that is not finite may also be an overflow of huge values: count them then."""
+    a sum that is not finite may also be an overflow of huge values: count them then. A torch
+    tensor (the DLPack path) is summed on its device."""
     with np.errstate(over="ignore", invalid="ignore"):
-        return bool(np.isfinite(array.sum()))
+        return math.isfinite(float(array.sum()))
+
+
+def count_non_finite(array) -> int:
+    if is_numpy(array):
+        return int(np.size(array) - np.count_nonzero(np.isfinite(array)))
+    import torch
+
+    return int((~torch.isfinite(array)).sum())
+
+
+def output_tensor(name: str, array) -> pb_utils.Tensor:
+    """An output tensor of one item (batch dimension added); a torch tensor is handed over by
+    DLPack where it lies (on a GPU: no copy to the host)."""
+    if is_numpy(array):
+        return pb_utils.Tensor(name, array[None])
+    import torch
+
+    return pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(array[None]))
 
 
 class NonFiniteOutput(Exception):
@@ -194,10 +224,10 @@ def output_or_error(
     """One item's output tensor list, or the error to send when it holds NaN or infinity
     (a non-finite result is an INTERNAL error, never a 200)."""
     if not all_finite(array):  # counted only then: a sum of huge values may overflow alone
-        bad = int(np.size(array) - np.count_nonzero(np.isfinite(array)))
+        bad = count_non_finite(array)
         if bad:
             return NonFiniteOutput(f"{name} holds {bad} non-finite values")
-    return [pb_utils.Tensor(name, (finish(array) if finish else array)[None])]
+    return [output_tensor(name, finish(array) if finish else array)]
 
 
 def execute_batched(

@@ -30,9 +30,22 @@ def parse_bool(raw: str, what: str = "value") -> bool:
     raise ValueError(f"{what}={raw!r} is not a boolean (true/false, 1/0)")
 
 
+# Parameters the Python backend reads itself, not this project's settings.
+TRITON_PARAMETERS = ("FORCE_CPU_ONLY_INPUT_TENSORS",)
+
+
 def config_parameters(model_config: dict) -> dict[str, str]:
-    """``parameters { key: "k" value { string_value: "v" } }`` of a JSON model config."""
-    return {k: v["string_value"] for k, v in model_config.get("parameters", {}).items()}
+    """``parameters { key: "k" value { string_value: "v" } }`` of a JSON model config, but
+    the Python backend's own (``TRITON_PARAMETERS``)."""
+    params = model_config.get("parameters", {})
+    return {k: v["string_value"] for k, v in params.items() if k not in TRITON_PARAMETERS}
+
+
+def cpu_only_inputs(model_config: dict) -> bool:
+    """Whether the Python backend hands this model its inputs in CPU memory (its default);
+    ``FORCE_CPU_ONLY_INPUT_TENSORS: no`` lets GPU tensors through as they are."""
+    raw = model_config.get("parameters", {}).get("FORCE_CPU_ONLY_INPUT_TENSORS", {})
+    return raw.get("string_value", "yes").lower() not in ("no", "false", "0")
 
 
 def read_model_config(path: str | Path):
@@ -49,8 +62,10 @@ def read_model_config(path: str | Path):
 
 
 def pbtxt_parameters(path: str | Path) -> dict[str, str]:
-    """The string ``parameters`` of a ``config.pbtxt`` (parsed with Triton's schema)."""
-    return {k: v.string_value for k, v in read_model_config(path).parameters.items()}
+    """The string ``parameters`` of a ``config.pbtxt`` (parsed with Triton's schema), but the
+    Python backend's own (``TRITON_PARAMETERS``)."""
+    params = read_model_config(path).parameters.items()
+    return {k: v.string_value for k, v in params if k not in TRITON_PARAMETERS}
 
 
 def _field_kind(f: Field) -> type:

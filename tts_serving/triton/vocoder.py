@@ -13,14 +13,22 @@ import triton_python_backend_utils as pb_utils
 
 from tts_wire import AUDIO, LATENT, VOICE
 
-from ..engines.batching import run_grouped
+from ..engines.batching import is_numpy, run_grouped
 from ..engines.loudness import LOUDNESS_FILE, VoiceLoudness, apply_gain, peak_normalize
 from ..engines.models import Vocoder as VocoderModel, load_vocoder, model_file
 from ..engines.onnx import LATENT_CHANNELS
 from ..errors import InvalidInputError, ModelConfigError
 from ..settings import VocoderSettings
 from ..voices import VoiceTable
-from .adapter import ModelContext, execute_batched, output_or_error, single_item, voice_name
+from .adapter import (
+    ModelContext,
+    count_non_finite,
+    execute_batched,
+    output_or_error,
+    single_item,
+    voice_name,
+)
+from .model_config import cpu_only_inputs
 
 # The acoustic model's latents stay within a few units; far larger values are not a latent
 # (3e38 gave all-NaN audio) and are refused before any work.
@@ -42,6 +50,11 @@ class Vocoder:
         self.ctx.require_io([LATENT, VOICE], [AUDIO])
         self.ctx.require_max_batch_size(16)
         self.settings = self.ctx.settings
+        if self.settings.device_tensors == cpu_only_inputs(self.ctx.config):
+            raise ModelConfigError(
+                "device_tensors true needs Triton's FORCE_CPU_ONLY_INPUT_TENSORS: no (and "
+                "that needs device_tensors true): set both, as profile gpu-dlpack does"
+            )
         models: dict = {}  # one session per ONNX file, shared by the voices that use it
 
         def load(voice):
@@ -70,16 +83,21 @@ class Vocoder:
 
     def parse(self, request) -> VocoderItem:
         _, (model, loudness) = self.voices.pick(voice_name(request))
-        latent = single_item(request, LATENT).astype(np.float32, copy=False)
+        latent = single_item(request, LATENT, device=self.settings.device_tensors)
+        if self.settings.device_tensors and is_numpy(latent):
+            import torch  # one kind per batch: a latent sent from the host joins as a tensor
+
+            latent = torch.tensor(latent)
+        latent = latent.astype(np.float32, copy=False) if is_numpy(latent) else latent.float()
         if latent.ndim != 2 or latent.shape[0] != LATENT_CHANNELS:
             raise InvalidInputError(
-                f"latent must be [{LATENT_CHANNELS}, frames], got {latent.shape}"
+                f"latent must be [{LATENT_CHANNELS}, frames], got {tuple(latent.shape)}"
             )
         if not 1 <= latent.shape[1] <= self.settings.max_frames:
             raise InvalidInputError(f"latent must have 1..{self.settings.max_frames} frames")
         # Two reductions, no temporary: NaN makes both comparisons false, infinity the bound.
-        if not (-MAX_LATENT <= latent.min() and latent.max() <= MAX_LATENT):
-            if not np.isfinite(latent).all():
+        if not (-MAX_LATENT <= float(latent.min()) and float(latent.max()) <= MAX_LATENT):
+            if count_non_finite(latent):
                 raise InvalidInputError("latent holds NaN or infinite values")
             raise InvalidInputError(f"latent values must lie within +-{MAX_LATENT:g}")
         return VocoderItem(model, loudness, latent)
