@@ -1,9 +1,11 @@
 """The torch engine alone: speed per batch and dtype, CUDA graphs on and off, and its error.
 
 Runs the serving code (TorchAcousticNet / TorchVocoderNet: numpy in, numpy out, host copies
-included) on the exported voice's weights, on CUDA when there is one, else on the CPU, with
-ONNX Runtime beside it where the ONNX files are present. Error is measured against torch on
-the CPU in float32, which equals ONNX Runtime within 1.2e-4 (`python -m export` checks it).
+included; the vocoder also with its latent on the device, as gpu-dlpack hands it over, with and
+without the copy of its audio to the host) on the exported voice's weights, on CUDA when there
+is one, else on the CPU, with ONNX Runtime beside it where the ONNX files are present. Error
+is measured against torch on the CPU in float32, which equals ONNX Runtime within 1.2e-4
+(`python -m export` checks it).
 
     python -m bench.gpu [--repository model_repository] [--ids ids.json] [--out result.json]
 
@@ -167,6 +169,23 @@ def main(argv: list[str] | None = None) -> int:
                     ms=round(t * 1e3, 2),
                     audio_s_per_s=round(secs / t),
                 )
+                if engine == "torch":
+                    # The latent already on the device (gpu-dlpack's hand-off): with the audio's
+                    # one copy to pinned host memory, and with no copy at all (the engine alone).
+                    x = torch.from_numpy(np.stack(lat)).to(device)
+                    for stage, fn in (
+                        ("vocoder_device_in", vocoder.net),
+                        ("vocoder_on_device", vocoder.net.on_device),
+                    ):
+                        t = timed(partial(fn, x), sync, args.repeat)
+                        row(
+                            **tag,
+                            stage=stage,
+                            batch=b,
+                            frames=frames,
+                            ms=round(t * 1e3, 2),
+                            audio_s_per_s=round(secs / t),
+                        )
         t = timed(partial(sentence, acoustic, vocoder, one, plain), sync, args.repeat)
         secs = acoustic(one, plain)[0].shape[-1] * HOP / SAMPLE_RATE
         row(**tag, stage="sentence", batch=1, audio_s=round(secs, 2), ms=round(t * 1e3, 2))

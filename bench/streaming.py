@@ -71,11 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--mixed-seconds", type=float, default=20.0)
+    parser.add_argument("--profile", help="serve configs/<profile>.pbtxt (gpu, torch-cpu)")
     args = parser.parse_args(argv)
     repo = ROOT / "model_repository"
     log = Path(tempfile.mkdtemp(prefix="bench-stream-")) / "triton.log"
+    extra = [f"--model-config-name={args.profile}"] if args.profile else None
     with (
-        ServerProcess(repo, log, cache_dir=ROOT / ".cache/triton") as server,
+        ServerProcess(repo, log, cache_dir=ROOT / ".cache/triton", extra_args=extra) as server,
         TTSClient(server.grpc_url, concurrency=64) as client,
     ):
         client.synthesize("Warm up.")

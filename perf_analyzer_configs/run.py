@@ -48,10 +48,25 @@ def perf_analyzer_env() -> dict[str, str]:
     """perf_analyzer links libcudart.so.12 even on a CPU machine: the pip CUDA runtime has it."""
     import nvidia.cuda_runtime
 
-    lib = Path(next(iter(nvidia.cuda_runtime.__path__))) / "lib"
+    # The folder that holds the .so.12 (beside a CUDA 13 torch, the namespace has others too).
+    folders = [Path(p) / "lib" for p in nvidia.cuda_runtime.__path__]
+    lib = next((f for f in folders if (f / "libcudart.so.12").exists()), folders[0])
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(lib), env.get("LD_LIBRARY_PATH")]))
     return env
+
+
+def gpu_memory_mib() -> float:
+    """GPU memory in use on this machine (nvidia-smi, every GPU), 0 without one."""
+    import shutil
+
+    if not shutil.which("nvidia-smi"):
+        return 0.0
+    query = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+    result = subprocess.run(query, capture_output=True, text=True)
+    if result.returncode:
+        return 0.0
+    return float(sum(float(x) for x in result.stdout.split()))
 
 
 def load_texts(path: Path) -> list[str]:
@@ -138,6 +153,7 @@ class Row:
     # JSON: CPU ms per request of tritonserver, each stage's stubs and perf_analyzer itself
     # (empty when the server is not this run's own)
     cpu_ms: str = "{}"
+    gpu_memory_mib: float = 0.0  # in use at the end of the run (the served profile's), 0: no GPU
 
 
 def run_perf_analyzer(
@@ -333,6 +349,7 @@ def make_row(model, protocol, c, r, before, after, seconds, cpu=None) -> Row:
         stable=r["stable"] == "true",
         breakdown=json.dumps(breakdown),
         cpu_ms=json.dumps(cpu_ms),
+        gpu_memory_mib=gpu_memory_mib(),
     )
 
 

@@ -11,7 +11,8 @@ image has its own Triton), copies the project (``git archive``) and the exported
 the folder over, then on the GPU machine:
 
     python3 project/tts_tools/gpu_bundle.py install .    # offline venv in ./venv
-    venv/bin/python -m tts_tools.gpu_bundle bench .      # bench.gpu + bench.compare --profile gpu
+    venv/bin/python -m tts_tools.gpu_bundle bench .      # every GPU measurement, in steps
+    venv/bin/python -m tts_tools.gpu_bundle bench . --only engine perf-gpu   # some of them
 
 ``install`` runs docker/install.sh, the image's own install steps (docs/deployment.md), offline
 from the bundle's wheels. Needs there: an NVIDIA driver for the lock's CUDA (13 for torch
@@ -34,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL = "docker/install.sh"
 LOCKS = {False: "requirements/image-gpu.lock", True: "requirements/image-cpu.lock"}  # host torch?
+BENCH_TOOLS = "requirements/gpu-bench.txt"  # pytest, matplotlib, perf_analyzer's libcudart.so.12
 # Installed without its dependencies: the server needs only the binary it ships, and its Python
 # API's pins (geventhttpclient<=2.0.2) have no wheel for newer Pythons.
 NO_DEPS = ("nvidia-pytriton==0.7.0",)
@@ -55,6 +57,7 @@ def build(out: Path, python: str, host_torch: bool) -> None:
     download = [sys.executable, "-m", "pip", "download", "-q", "-d", str(wheels), *target]
     run([*download, "--require-hashes", "--no-deps", "-r", str(ROOT / LOCKS[host_torch])])
     run([*download, "--no-deps", *NO_DEPS])
+    run([*download, "-r", str(ROOT / BENCH_TOOLS)])  # with their dependencies
     (out / "host-torch").write_text("yes\n" if host_torch else "no\n")
     project = out / "project"
     shutil.rmtree(project, ignore_errors=True)
@@ -109,6 +112,8 @@ def install(bundle: Path, wheels: list[Path] | None = None, no_deps: bool = Fals
     has_pip = subprocess.run([py, "-m", "pip", "--version"], capture_output=True).returncode == 0
     pip = [py, "-m", "pip"] if has_pip else [sys.executable, "-m", "pip", "--python", py]
     run([*pip, "install", "-q", "--no-index", "--find-links", str(found), "--no-deps", *NO_DEPS])
+    run([*pip, "install", "-q", "--no-index", "--find-links", str(found),
+         "-r", str(project / BENCH_TOOLS)])  # fmt: skip
     if host_torch:
         host = host_site_packages()
         if not host:
@@ -128,21 +133,122 @@ def install(bundle: Path, wheels: list[Path] | None = None, no_deps: bool = Fals
     return env_dir
 
 
-def bench(bundle: Path, out: Path, engine: bool = True) -> None:
-    """The engine alone, then end to end through Triton (gRPC) with the GPU profile."""
-    project = (bundle / "project").resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    py = sys.executable
+def bench_steps(project: Path, out: Path, py: str = sys.executable) -> dict[str, list[str]]:
+    """Every GPU measurement of issue 18, by name, in the order to run them; each one fits
+    the device's 10 minutes per call. Figures and logs land in ``out``."""
     repo = str(project / "model_repository")
-    if engine:
-        cmd = [py, "-m", "bench.gpu", "--repository", repo, "--out", str(out / "gpu_engine.json")]
-        run(cmd, cwd=project)
-    run(
-        [py, "-m", "bench.compare", "--profile", "gpu", "--systems", "ours-grpc",
-         "--repository", repo, "--concurrency", "1", "8", "32", "64", "128", "256",
-         "--rounds", "1", "--requests", "512", "--json", str(out / "gpu_e2e.json")],
-        cwd=project,
-    )  # fmt: skip
+    perf = ["--models", "tts", "--protocols", "grpc", "--request-count", "1000",
+            "--concurrency", "1", "16", "64", "128", "256"]  # fmt: skip
+    return {
+        # The equality tests where the GPU is: CUDA vs CPU, float16 error, the DLPack hand-off.
+        "tests": [py, "-m", "pytest", "-q", "-m", "gpu", "tests/adapter/test_gpu.py"],
+        # The engine alone: numpy in and out, the latent on the device, no copies at all.
+        "engine": [
+            py,
+            "-m",
+            "bench.gpu",
+            "--repository",
+            repo,
+            "--out",
+            str(out / "gpu_engine.json"),
+        ],
+        # What Triton, the stubs and espeak-ng carry on this machine's cores (null engine).
+        "host-ceiling": [
+            py,
+            "-m",
+            "perf_analyzer_configs.host_ceiling",
+            "--profiles",
+            "gpu-host-ceiling",
+            "--concurrency",
+            "16",
+            "64",
+            "256",
+            "--request-count",
+            "2000",
+            "--out",
+            str(out / "host-ceiling"),
+        ],
+        # End to end with perf_analyzer (C++; its CPU and Triton's per-stage statistics in the
+        # CSV): latents through the host (gpu) and on the device (gpu-dlpack).
+        "perf-gpu": [
+            py,
+            "-m",
+            "perf_analyzer_configs.run",
+            "--profile",
+            "gpu",
+            *perf,
+            "--out",
+            str(out / "perf-gpu"),
+        ],
+        "perf-gpu-dlpack": [
+            py,
+            "-m",
+            "perf_analyzer_configs.run",
+            "--profile",
+            "gpu-dlpack",
+            *perf,
+            "--out",
+            str(out / "perf-gpu-dlpack"),
+        ],
+        # The Python client's figure beside perf_analyzer's.
+        "client": [
+            py,
+            "-m",
+            "bench.compare",
+            "--profile",
+            "gpu",
+            "--systems",
+            "ours-grpc",
+            "--repository",
+            repo,
+            "--concurrency",
+            "1",
+            "64",
+            "256",
+            "--rounds",
+            "1",
+            "--requests",
+            "512",
+            "--json",
+            str(out / "gpu_e2e.json"),
+        ],
+        # A stream's first audio at concurrency 1.
+        "stream": [
+            py,
+            "-m",
+            "bench.streaming",
+            "--profile",
+            "gpu",
+            "--runs",
+            "5",
+            "--mixed-seconds",
+            "10",
+        ],
+    }
+
+
+def bench(bundle: Path, out: Path, only: list[str] | None = None) -> int:
+    """Run the steps of ``bench_steps`` (or ``only`` these), each to the end even when one
+    fails; their output in ``out/<step>.log``; the number of failed steps."""
+    project = (bundle / "project").resolve()
+    out = out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    steps = bench_steps(project, out)
+    unknown = sorted(set(only or []) - set(steps))
+    if unknown:
+        raise SystemExit(f"unknown step(s) {', '.join(unknown)}; steps: {', '.join(steps)}")
+    failed = []
+    for name, cmd in steps.items():
+        if only and name not in only:
+            continue
+        print(f"== {name}: {' '.join(cmd)}", flush=True)
+        with open(out / f"{name}.log", "w") as log:
+            code = subprocess.run(cmd, cwd=project, stdout=log, stderr=subprocess.STDOUT).returncode
+        print(f"   exit {code}; log {out / f'{name}.log'}", flush=True)
+        if code:
+            failed.append(name)
+    print(f"failed: {', '.join(failed)}" if failed else "every step ran", flush=True)
+    return len(failed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,14 +264,14 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("bench", help="run the GPU benchmarks from the bundle's venv")
     r.add_argument("bundle", type=Path)
     r.add_argument("--out", type=Path, default=Path("bench-results"))
-    r.add_argument("--no-engine", action="store_true", help="end to end only")
+    r.add_argument("--only", nargs="+", help="these steps (names: see bench_steps)")
     args = p.parse_args(argv)
     if args.command == "build":
         build(args.out, args.python, args.host_torch)
     elif args.command == "install":
         install(args.bundle, args.no_deps, no_deps=args.no_deps is not None)
     else:
-        bench(args.bundle, args.out, engine=not args.no_engine)
+        return 1 if bench(args.bundle, args.out, args.only) else 0
     return 0
 
 

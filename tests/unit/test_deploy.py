@@ -321,10 +321,45 @@ def test_the_gpu_bundle_installs_by_the_images_own_script(tmp_path, monkeypatch)
     python.write_text("#!/bin/sh\nexit 0\n")
     python.chmod(0o755)
     gpu_bundle.install(bundle)
-    script, pytriton = calls
+    script, pytriton, tools = calls
     assert script[:2] == ["bash", str((bundle / "project" / "docker/install.sh").resolve())]
     assert script[script.index("--profile") + 1] == "gpu" and "--no-export" in script
     assert script[script.index("--wheels") + 1] == str(bundle / "wheels")
     assert pytriton[-1] == "nvidia-pytriton==0.7.0" and "--no-index" in pytriton
+    assert tools[-2:] == ["-r", str((bundle / "project" / gpu_bundle.BENCH_TOOLS).resolve())]
+    assert "--no-index" in tools
     assert gpu_bundle.LOCKS == {False: "requirements/image-gpu.lock",
                                 True: "requirements/image-cpu.lock"}  # fmt: skip
+
+
+def test_the_gpu_measurements_are_one_command_each_and_their_flags_exist(tmp_path):
+    """gpu_bundle bench: every step names a module of this project with flags its parser
+    knows (read from its --help here; the steps themselves need a GPU), and the tools the
+    bundle adds are pinned as the project pins them."""
+    from tts_tools import gpu_bundle
+
+    steps = gpu_bundle.bench_steps(ROOT, tmp_path, py=sys.executable)
+    assert list(steps) == [
+        "tests", "engine", "host-ceiling", "perf-gpu", "perf-gpu-dlpack", "client", "stream"
+    ]  # fmt: skip
+    for name, cmd in steps.items():
+        assert cmd[:2] == [sys.executable, "-m"], name
+        helped = subprocess.run(
+            [*cmd[:3], "--help"], capture_output=True, text=True, cwd=ROOT, timeout=120
+        )
+        assert helped.returncode == 0, (name, helped.stderr[-500:])
+        for flag in (a for a in cmd[3:] if a.startswith("--")):
+            assert flag in helped.stdout, (name, flag)
+        profiles = [cmd[i + 1] for i, a in enumerate(cmd) if a in ("--profile", "--profiles")]
+        for profile in profiles:
+            assert (ROOT / "model_repository/vocoder/configs" / f"{profile}.pbtxt").exists()
+    pins = {}
+    for path in ("requirements.txt", "requirements/serve.txt"):
+        for line in (ROOT / path).read_text().splitlines():
+            if "==" in line and not line.startswith("#"):
+                name, version = line.split("==")
+                pins[name.strip().lower()] = version.split()[0]
+    tools = (ROOT / gpu_bundle.BENCH_TOOLS).read_text().splitlines()
+    for line in (t for t in tools if t and not t.startswith("#")):
+        name, version = line.split("==")
+        assert pins[name.lower()] == version, line
