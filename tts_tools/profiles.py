@@ -51,6 +51,8 @@ PROFILES: dict[str, dict[str, Override]] = {
         "acoustic": Override(
             max_batch_size=64,
             preferred_batch_size=(16, 32, 64),
+            # As measured on the H100 (docs/gpu.md); the CPU default waits for none.
+            max_queue_delay_microseconds=2000,
             instance_group="[ { count: 2, kind: KIND_GPU } ]",
             parameters={
                 **_GPU_ENGINE,
@@ -63,6 +65,8 @@ PROFILES: dict[str, dict[str, Override]] = {
         "vocoder": Override(
             max_batch_size=64,
             preferred_batch_size=(16, 32, 64),
+            # As measured on the H100 (docs/gpu.md); the CPU default waits for none.
+            max_queue_delay_microseconds=2000,
             instance_group="[ { count: 2, kind: KIND_GPU } ]",
             parameters={
                 **_GPU_ENGINE,
@@ -118,6 +122,7 @@ PROFILES["gpu-host-ceiling"] = {
         model: Override(
             max_batch_size=o.max_batch_size,
             preferred_batch_size=o.preferred_batch_size,
+            max_queue_delay_microseconds=o.max_queue_delay_microseconds,
             # KIND_CPU: the null engine touches no GPU, so this profile loads on any machine.
             instance_group=o.instance_group.replace("KIND_GPU", "KIND_CPU"),
             parameters={"engine": "null", "max_padded_length": o.parameters["max_padded_length"]},

@@ -114,7 +114,8 @@ def test_batched_stages_batch_ragged_inputs(name):
     config = load(name)
     assert config.max_batch_size >= 16
     assert list(config.dynamic_batching.preferred_batch_size)
-    assert 0 < config.dynamic_batching.max_queue_delay_microseconds <= 10_000
+    # 0: a lone request runs at once; batches form from what queues while the instance works.
+    assert 0 <= config.dynamic_batching.max_queue_delay_microseconds <= 10_000
     assert config.dynamic_batching.default_queue_policy.max_queue_size > 0
     ragged = [i for i in config.input if -1 in i.dims]
     assert ragged and all(i.allow_ragged_batch for i in ragged)
