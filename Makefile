@@ -22,7 +22,7 @@ PYTEST_ARGS ?=
 help:  # the default goal: what each target does
 	@echo "make system-deps     install the system packages (sudo apt-get: libb64-0d gcc libc6-dev)"
 	@echo "make serve           set up the lean venv, export the voice, serve on CPU (ports: README)"
-	@echo "                     PROFILE=gpu|torch-cpu adds torch; VOICES=voices.json more voices"
+	@echo "                     PROFILE=gpu|torch-cpu(-dlpack) adds torch; VOICES=voices.json more voices"
 	@echo "make test            set up everything (system packages too) and run every test"
 	@echo "make unit | lint     the fast unit tests | ruff and the import layers"
 	@echo "make perf-smoke      perf_analyzer on every model (PERF_ARGS=\"--grpc-port 8001 ...\")"
@@ -81,7 +81,7 @@ check-system-deps:
 	tts_tools/launcher/server_shim.c: run 'make system-deps' (sudo apt-get install gcc \
 	libc6-dev) or install one"; exit 2; }
 
-TORCH_PROFILES := gpu torch-cpu
+TORCH_PROFILES := gpu torch-cpu gpu-dlpack torch-cpu-dlpack
 serve-setup: check-system-deps $(VENV)/.installed-serve $(if $(filter $(TORCH_PROFILES),$(PROFILE)),$(VENV)/.installed-torch)
 
 # Generates model_repository/{acoustic,vocoder}/1/model.onnx (+ voice.json); no-op when current.

@@ -1,5 +1,6 @@
 """The committed model configs parse with Triton's own schema and keep the tensor contract."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -184,6 +185,10 @@ def test_a_profile_keeps_the_model_contract_and_valid_parameters(path):
         assert settings.graph_batches[-1] <= profile.max_batch_size
     if path.stem == "torch-cpu":
         assert settings.engine == "torch" and settings.device == "cpu"
+    if getattr(settings, "engine", None) == "torch":  # `make serve PROFILE=...` installs torch
+        makefile = (REPO.parent / "Makefile").read_text()
+        torch_profiles = re.search(r"^TORCH_PROFILES := (.*)$", makefile, re.M).group(1).split()
+        assert path.stem in torch_profiles, path
 
 
 def test_model_adapters_import_the_wire_contract_not_the_client():
