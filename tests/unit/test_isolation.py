@@ -53,28 +53,52 @@ def test_a_crasher_is_refused_and_the_next_text_served(raw_pool):
     assert raw_pool.deaths == 2
 
 
-def test_a_batch_is_pipelined_and_a_crasher_in_it_costs_only_itself(raw_pool, monkeypatch):
-    # One exchange per window of jobs; the worker dies on the crasher mid-window: the texts
-    # answered before it stand, it is retried alone (and refused), the rest are sent again.
+def test_a_batch_is_pipelined_and_a_death_mid_window_costs_only_that_job(monkeypatch):
+    # One exchange per window of jobs. The worker dies while on job 5 (made certain here: the
+    # test kills it as its answer is awaited): the answers before it stand, job 5 is retried
+    # alone on a fresh worker, the rest of its window is sent again; every answer is right.
     from tts_serving.text import isolation
 
     monkeypatch.setattr(isolation, "PIPELINE_BYTES", 120)  # several windows of a few texts
+    receive, received = isolation.Worker.receive, []
+
+    def dying(worker):
+        received.append(worker.proc.pid)
+        if len(received) == 6:  # the answer to job 5
+            worker.kill()
+            raise isolation.WorkerDied("killed by the test")
+        return receive(worker)
+
+    monkeypatch.setattr(isolation.Worker, "receive", dying)
+    pool = PhonemizerPool(WorkerSpec(VOICES, 400, timeout_s=30.0), size=1)
+    try:
+        local = Phonemizer(load_voice_config(VOICES["joe"]), 400)
+        texts = [f"Sentence number {n}, spoken in turn." for n in range(12)]
+        texts[8] = "مرحبا"  # no Latin letters: refused for itself, in the worker
+        jobs = [("joe", t, None) for t in texts]
+        jobs[2] = ("joe", texts[2], texts[2])  # with its words
+        answers = pool.phonemize_many(jobs)
+        assert pool.deaths == 1 and len(set(received)) == 2
+        assert isinstance(answers[8], InvalidInputError)
+        for n in set(range(12)) - {8}:
+            assert answers[n]["ids"] == local.ids(texts[n]), n
+        assert answers[2]["words"] == local.ids_and_words(texts[2], texts[2])[1]
+    finally:
+        pool.close()
+
+
+def test_a_crasher_in_a_window_is_refused_and_the_rest_served(raw_pool):
+    # The real crasher, in one window with texts before and after it (the order that killed a
+    # worker every time in test_a_crasher_is_refused_and_the_next_text_served).
     local = Phonemizer(load_voice_config(VOICES["joe"]), 400)
-    texts = [f"Sentence number {n}, spoken in turn." for n in range(12)]
-    texts[5] = RAW_CRASHER
-    texts[8] = "مرحبا"  # no Latin letters: refused for itself, in the worker
-    jobs = [("joe", t, None) for t in texts]
-    jobs[2] = ("joe", texts[2], texts[2])  # with its words
-    answers = raw_pool.phonemize_many(jobs)
-    assert isinstance(answers[5], PhonemizerCrashError) and raw_pool.deaths == 2
-    assert isinstance(answers[8], InvalidInputError)
-    assert not isinstance(answers[8], PhonemizerCrashError)
-    for n in set(range(12)) - {5, 8}:
+    texts = ["Hello world.", RAW_CRASHER, "Sentence number 2, spoken in turn.", "Ca va?"]
+    answers = raw_pool.phonemize_many([("joe", t, None) for t in texts])
+    assert isinstance(answers[1], PhonemizerCrashError) and raw_pool.deaths == 2
+    for n in (0, 2, 3):
         assert answers[n]["ids"] == local.ids(texts[n]), n
-    assert answers[2]["words"] == local.ids_and_words(texts[2], texts[2])[1]
-    again = raw_pool.phonemize_many(jobs[4:7])  # remembered: no worker dies for it again
-    assert isinstance(again[1], PhonemizerCrashError) and raw_pool.deaths == 2
-    assert again[0]["ids"] == answers[4]["ids"] and again[2]["ids"] == answers[6]["ids"]
+    again = raw_pool.phonemize_many([("joe", t, None) for t in texts[1:3]])
+    assert isinstance(again[0], PhonemizerCrashError) and raw_pool.deaths == 2  # remembered
+    assert again[1]["ids"] == answers[2]["ids"]
 
 
 def test_a_worker_that_died_of_something_else_costs_nothing(raw_pool):
