@@ -117,12 +117,10 @@ PROFILES["host-ceiling"] = {
     for model in ("acoustic", "vocoder")
 }
 PROFILES["gpu-host-ceiling"] = {
-    "phonemizer": PROFILES["gpu"]["phonemizer"],
+    **PROFILES["gpu"],
     **{
-        model: Override(
-            max_batch_size=o.max_batch_size,
-            preferred_batch_size=o.preferred_batch_size,
-            max_queue_delay_microseconds=o.max_queue_delay_microseconds,
+        model: dataclasses.replace(
+            o,
             # KIND_CPU: the null engine touches no GPU, so this profile loads on any machine.
             instance_group=o.instance_group.replace("KIND_GPU", "KIND_CPU"),
             parameters={"engine": "null", "max_padded_length": o.parameters["max_padded_length"]},

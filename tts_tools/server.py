@@ -91,11 +91,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
 
 def benchmark_profile(extra: list[str]) -> str | None:
     """The BENCHMARK_PROFILES name among tritonserver's flags, if one is asked for."""
-    for i, arg in enumerate(extra):
-        name = arg.partition("=")[2] if "=" in arg else (extra[i + 1 : i + 2] or [""])[0]
-        if arg.split("=")[0] == "--model-config-name" and name in BENCHMARK_PROFILES:
-            return name
-    return None
+    flags = argparse.ArgumentParser(add_help=False)
+    flags.add_argument("--model-config-name")
+    name = flags.parse_known_args(extra)[0].model_config_name
+    return name if name in BENCHMARK_PROFILES else None
 
 
 def main(argv: list[str] | None = None) -> None:

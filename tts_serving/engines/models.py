@@ -84,6 +84,8 @@ class AcousticModel:
         """``net``: an OrtAcousticNet, a TorchAcousticNet, or an ONNX Runtime session."""
         self.net = OrtAcousticNet(net) if isinstance(net, ort.InferenceSession) else net
         self.options = options
+        # The torch engine can keep the latents on its device (the DLPack hand-off).
+        self.net_options = {"on_device": True} if options.device_tensors else {}
 
     def __call__(self, ids: Sequence[np.ndarray], scales: np.ndarray) -> list[np.ndarray]:
         """``ids``: int64 arrays [L_i]; ``scales``: float32 [B, 3] = (noise, length, noise_w)."""
@@ -94,13 +96,10 @@ class AcousticModel:
         scales = np.asarray(scales, dtype=np.float32).reshape(len(ids), 3)
         items = [(np.asarray(x, dtype=np.int64), scales[i]) for i, x in enumerate(ids)]
 
-        # The torch engine can keep the latents on its device (the DLPack hand-off).
-        on_device = {"on_device": True} if self.options.device_tensors else {}
-
         def run(bucket: list[tuple[np.ndarray, np.ndarray]]) -> list[AcousticResult]:
             padded, lengths = pad_stack([b[0] for b in bucket])
             scales = np.stack([b[1] for b in bucket])
-            latent, frames, durations = self.net(padded, lengths, scales, **on_device)
+            latent, frames, durations = self.net(padded, lengths, scales, **self.net_options)
             latents = split_by_lengths(latent, frames)
             return [
                 AcousticResult(lat, durations[k, : lengths[k]].astype(np.int32))

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .onnx import LATENT_CHANNELS
+
 # Latent frames per phoneme id (pads included) of en_US-joe-medium at length scale 1: 2.17 over
 # the 48 perf_analyzer texts (tts_mixed, short, medium, long; 6,620 ids, 14,392 frames).
 FRAMES_PER_ID = 2.17
-LATENT_CHANNELS = 192
 DESCRIPTION = "the null engine (BENCHMARK ONLY: no network, silent outputs of the real shapes)"
 
 

@@ -34,11 +34,15 @@ def parse_bool(raw: str, what: str = "value") -> bool:
 TRITON_PARAMETERS = ("FORCE_CPU_ONLY_INPUT_TENSORS",)
 
 
+def _ours(params: dict[str, str]) -> dict[str, str]:
+    """``params`` but the Python backend's own (``TRITON_PARAMETERS``)."""
+    return {k: v for k, v in params.items() if k not in TRITON_PARAMETERS}
+
+
 def config_parameters(model_config: dict) -> dict[str, str]:
     """``parameters { key: "k" value { string_value: "v" } }`` of a JSON model config, but
-    the Python backend's own (``TRITON_PARAMETERS``)."""
-    params = model_config.get("parameters", {})
-    return {k: v["string_value"] for k, v in params.items() if k not in TRITON_PARAMETERS}
+    the Python backend's own."""
+    return _ours({k: v["string_value"] for k, v in model_config.get("parameters", {}).items()})
 
 
 def cpu_only_inputs(model_config: dict) -> bool:
@@ -63,9 +67,8 @@ def read_model_config(path: str | Path):
 
 def pbtxt_parameters(path: str | Path) -> dict[str, str]:
     """The string ``parameters`` of a ``config.pbtxt`` (parsed with Triton's schema), but the
-    Python backend's own (``TRITON_PARAMETERS``)."""
-    params = read_model_config(path).parameters.items()
-    return {k: v.string_value for k, v in params if k not in TRITON_PARAMETERS}
+    Python backend's own."""
+    return _ours({k: v.string_value for k, v in read_model_config(path).parameters.items()})
 
 
 def _field_kind(f: Field) -> type:
