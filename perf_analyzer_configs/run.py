@@ -329,6 +329,10 @@ def make_row(model, protocol, c, r, before, after, seconds, cpu=None) -> Row:
                 "requests": d.requests,
                 "queue_ms": d.queue_ns / d.requests / 1e6,
                 "compute_ms": d.compute_ns / d.requests / 1e6,
+                # Its parts: inputs in, the model's execute, outputs out.
+                "input_ms": d.input_ns / d.requests / 1e6,
+                "infer_ms": d.infer_ns / d.requests / 1e6,
+                "output_ms": d.output_ns / d.requests / 1e6,
                 "avg_batch": d.average_batch,
             }
     rps = float(r["Inferences/Second"])

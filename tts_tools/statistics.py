@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+PARTS = ("compute_input", "compute_infer", "compute_output")  # of Triton's compute time
+
 
 @dataclass(frozen=True)
 class ModelStatistics:
@@ -14,6 +16,10 @@ class ModelStatistics:
     queue_ns: int  # total time requests waited in the queue
     compute_ns: int  # total compute (input + infer + output), per request
     batch_sizes: dict[int, int] = field(default_factory=dict)  # batch size -> executions
+    # compute_ns in its three parts: inputs copied in, the model's execute, outputs copied out
+    input_ns: int = 0
+    infer_ns: int = 0
+    output_ns: int = 0
 
     def __sub__(self, before: ModelStatistics) -> ModelStatistics:
         """What happened between ``before`` and this reading."""
@@ -29,6 +35,9 @@ class ModelStatistics:
             self.queue_ns - before.queue_ns,
             self.compute_ns - before.compute_ns,
             dict(sorted(sizes.items())),
+            self.input_ns - before.input_ns,
+            self.infer_ns - before.infer_ns,
+            self.output_ns - before.output_ns,
         )
 
     @property
@@ -51,19 +60,20 @@ def model_statistics(
         stats = client.get_inference_statistics(model, headers=headers, as_json=True)
         s = stats["model_stats"][0]
         st = s.get("inference_stats", {})
+        parts = [int(st.get(k, {}).get("ns", 0)) for k in PARTS]
         out[model] = ModelStatistics(
             requests=int(st.get("success", {}).get("count", 0)),
             inferences=int(s.get("inference_count", 0)),
             executions=int(s.get("execution_count", 0)),
             queue_ns=int(st.get("queue", {}).get("ns", 0)),
-            compute_ns=sum(
-                int(st.get(k, {}).get("ns", 0))
-                for k in ("compute_input", "compute_infer", "compute_output")
-            ),
+            compute_ns=sum(parts),
             batch_sizes={
                 int(b["batch_size"]): int(b["compute_infer"]["count"])
                 for b in s.get("batch_stats", [])
             },
+            input_ns=parts[0],
+            infer_ns=parts[1],
+            output_ns=parts[2],
         )
     client.close()
     return out

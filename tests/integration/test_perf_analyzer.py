@@ -33,6 +33,8 @@ def test_perf_analyzer_smoke(server, tmp_path, monkeypatch):
         assert set(breakdown) == {"phonemizer", "acoustic", "vocoder"}
         for stage in breakdown.values():
             assert stage["requests"] >= run.SMOKE_REQUESTS and stage["avg_batch"] >= 1
+            parts = stage["input_ms"] + stage["infer_ms"] + stage["output_ms"]
+            assert stage["infer_ms"] > 0 and abs(parts - stage["compute_ms"]) < 1e-6, stage
     stream = next(r for r in rows if r["model"] == "tts_stream")
     assert float(stream["audio_s_per_s"]) > 0
     assert (tmp_path / "perf.png").stat().st_size > 10_000
