@@ -55,13 +55,13 @@ apt-install:
 
 # Three sets of pins: requirements/serve.txt (make serve), requirements/torch.txt (the torch
 # profiles), requirements.txt (everything: tests and benchmarks; includes the other two).
-PROJECT_FILES := pyproject.toml client/pyproject.toml wire/pyproject.toml
+PROJECT_FILES := pyproject.toml client/pyproject.toml
 define install
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 needed"'
 	@test -x $(PY) || { echo "creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade "pip==24.3.1"
 	$(PY) -m pip install -q --disable-pip-version-check -r $(1)
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e wire -e client -e .
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e client -e .
 	@touch $@
 endef
 $(VENV)/.installed-serve: requirements/serve.txt $(PROJECT_FILES)
@@ -122,14 +122,16 @@ unit: $(VENV)/.installed
 test: setup test-system-deps export lint client-venv deploy-venv
 	$(PY) -m pytest -rs --durations=15 $(PYTEST_ARGS)
 
-# The client alone, as a user installs it (./wire + ./client, the newest tritonclient in the
-# client's range), for tests/integration/test_client_alone.py. Built once per checkout.
+# A user's environment: the README's `pip install` lines and nothing else (./client, which
+# carries ./wire's tts_wire and resolves the newest tritonclient in its range; openai at the
+# project's pin), for tests/integration/test_client_alone.py and the README's Python blocks.
 CLIENT_VENV ?= .venv-client
 client-venv: $(CLIENT_VENV)/.installed
-$(CLIENT_VENV)/.installed: client/pyproject.toml wire/pyproject.toml
+$(CLIENT_VENV)/.installed: client/pyproject.toml $(wildcard wire/tts_wire/*.py) requirements.txt
 	rm -rf $(CLIENT_VENV)
 	$(PYTHON) -m venv $(CLIENT_VENV)
-	$(CLIENT_VENV)/bin/pip install -q --disable-pip-version-check ./wire ./client
+	$(CLIENT_VENV)/bin/pip install -q --disable-pip-version-check ./client
+	$(CLIENT_VENV)/bin/pip install -q --disable-pip-version-check $$(grep '^openai==' requirements.txt)
 	touch $@
 
 # The tools that check the deployment files (hadolint, kubernetes-validate, checkov), in a venv

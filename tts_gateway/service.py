@@ -23,7 +23,7 @@ import numpy as np
 from fastapi.responses import StreamingResponse
 
 from tts_client import protocol
-from tts_client.errors import InvalidInput, TTSError
+from tts_client.errors import InvalidInput, ServerUnavailable, TTSError
 from tts_wire import SynthesisOptions
 
 from .encoding import AudioFormat, Encoder
@@ -54,14 +54,23 @@ def default_backend(settings: GatewaySettings) -> SpeechBackend:
     )
 
 
-async def check_voices(backend: SpeechBackend, voices) -> None:
+async def check_voices(backend: SpeechBackend, voices, wait_s: float = 60.0) -> None:
     """Refuse to start on a voice Triton does not serve (one short request per Triton voice),
-    rather than answer every request for it with an error. Triton not reachable yet: a warning,
-    and /ready says so."""
+    rather than answer every request for it with an error. Triton not reachable for ``wait_s``
+    (the front door opens its ports after its warm-up): a warning, and /ready says so."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + wait_s
     for name in sorted({v.model_voice for v in voices if v.model_voice}):
         users = ", ".join(v.id for v in voices if v.model_voice == name)
         try:
-            await backend.synthesize("Ready.", options=SynthesisOptions(voice=name))
+            while True:
+                try:
+                    await backend.synthesize("Ready.", options=SynthesisOptions(voice=name))
+                    break
+                except ServerUnavailable:
+                    if loop.time() >= until:
+                        raise
+                    await asyncio.sleep(0.5)
         except InvalidInput as e:
             raise SystemExit(
                 f"gateway: voice(s) {users} speak with Triton voice {name!r}, which the server "

@@ -94,6 +94,18 @@ def load_voices(path: str | Path) -> tuple[Voice, ...]:
 DEFAULT_VOICES = (Voice("joe", "Piper en_US-joe-medium (US English, male)", OPENAI_VOICES),)
 
 
+def repository_voices(names: list[str]) -> tuple[Voice, ...]:
+    """The voice table for the voices a repository serves (``voices.json``, default first):
+    each offered under its own name, and OpenAI's voice names as aliases of the default (the
+    first), so an OpenAI client's ``alloy`` speaks with the repository's default voice."""
+    if not names:
+        return DEFAULT_VOICES
+    first = DEFAULT_VOICES[0] if names[0] == DEFAULT_VOICES[0].id else None
+    table = [first or Voice(names[0], f"{names[0]} (the repository's default)", OPENAI_VOICES)]
+    table += [Voice(n, f"{n} (from the model repository)", model_voice=n) for n in names[1:]]
+    return tuple(table)
+
+
 @dataclass(frozen=True)
 class GatewaySettings:
     triton_url: str = "grpc://127.0.0.1:8001"
@@ -113,8 +125,12 @@ class GatewaySettings:
     # an SSE error event (audio streams are cut), and the gateway exits.
     drain_s: float = 30.0
     retry_after_s: int = 1
-    # A JSON list of voices (see Voice); empty: the bundled voice with OpenAI's names as aliases.
+    # A JSON list of voices (see Voice); empty: the Triton voices below, else the bundled voice,
+    # with OpenAI's names as aliases of the first.
     voices_file: str = ""
+    # The voices the repository serves, comma-separated, default first (the launcher passes
+    # them from the repository's voices.json); each is offered under its own name.
+    triton_voices: str = ""
     # Required as `Authorization: Bearer <key>` on /v1/ when set (OpenAI clients send one);
     # give it as $TTS_GATEWAY_API_KEY rather than a flag (flags are visible in ps).
     api_key: str = ""
@@ -148,6 +164,9 @@ class GatewaySettings:
             )
         if self.voices_file and self.voices is DEFAULT_VOICES:
             object.__setattr__(self, "voices", load_voices(self.voices_file))
+        elif self.triton_voices and self.voices is DEFAULT_VOICES:
+            names = [n.strip() for n in self.triton_voices.split(",") if n.strip()]
+            object.__setattr__(self, "voices", repository_voices(names))
         if not self.voices:
             raise ValueError("at least one voice is needed")
 

@@ -37,10 +37,14 @@ from dataclasses import dataclass
 
 import aiohttp
 import grpc
+import numpy as np
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from tritonclient.grpc import InferInput, aio as grpc_aio
 
 from tts_tools.launcher.supervisor import is_ready, stubs_by_model
+from tts_tools.texts import SENTENCES
+from tts_wire import TEXT
 
 log = logging.getLogger("tts_front")
 
@@ -80,8 +84,13 @@ class FrontSettings:
     max_request_bytes: int = 64 * MIB
     deadline_s: float = 10.0
     admitted: tuple[str, ...] = ("tts",)
-    # Concurrency always admitted (a cold server has no throughput measured yet).
+    # Concurrency always admitted, whatever was measured.
     min_in_flight: int = 8
+    # Before its ports open, this many normal sentences go to Triton's `tts` at once: the
+    # throughput admission starts from (0: none; a cold server then admits min_in_flight).
+    warmup_requests: int = 8
+    # The throughput admission counts on is measured over this many seconds of busy time.
+    window_s: float = 30.0
     # How often open streams are checked against the stubs that serve them.
     stream_check_s: float = 1.0
     drain_s: float = 30.0
@@ -99,6 +108,10 @@ class FrontSettings:
             raise ValueError(f"deadline_s must be in (0, 3600], not {self.deadline_s}")
         if self.min_in_flight < 1:
             raise ValueError(f"min_in_flight must be at least 1, not {self.min_in_flight}")
+        if not 0 < self.window_s <= 3600:
+            raise ValueError(f"window_s must be in (0, 3600], not {self.window_s}")
+        if not 0 <= self.warmup_requests <= 256:
+            raise ValueError(f"warmup_requests must be in [0, 256], not {self.warmup_requests}")
 
 
 class Admission:
@@ -110,7 +123,11 @@ class Admission:
     pipeline serves in order at that rate; when admitted requests still overrun the deadline
     (batching reorders, clients share the CPU) the usable share of the throughput shrinks by
     10 % per late request and grows back by 2 % per timely one. Up to ``min_in_flight``
-    requests are always admitted (nothing measured yet, or a burst after idling).
+    requests are always admitted. When the window holds no busy time (an idle server), the
+    last throughput measured stands: idling does not make the server look unmeasured, so a
+    burst after a quiet minute is admitted as it was before (a server is no slower for having
+    rested). Before anything was measured only ``min_in_flight`` are admitted: the front door
+    measures a warm-up before it opens its ports (:meth:`Front.warm_up`).
     """
 
     def __init__(
@@ -128,6 +145,7 @@ class Admission:
         self._since = clock()  # start of the current accounting slice
         # (end time, busy seconds, completions) per slice, newest last.
         self._slices: deque[tuple[float, float, int]] = deque()
+        self._last_rate: float | None = None  # the newest throughput the window gave
 
     def _account(self, completions: int = 0) -> None:
         now = self.clock()
@@ -139,21 +157,29 @@ class Admission:
             self._slices.popleft()
 
     def throughput(self) -> float | None:
-        """Completions per busy second over the window; None before there is one."""
+        """Completions per busy second over the window, or the last one measured when the
+        window is empty (idle); None before anything was measured."""
         busy = sum(s[1] for s in self._slices)
         done = sum(s[2] for s in self._slices)
-        return done / busy if done and busy > 0 else None
+        if done and busy > 0:
+            self._last_rate = done / busy
+        return self._last_rate
 
     def estimated_wait(self) -> float | None:
         """Seconds a request admitted now would take; None before anything was measured."""
         rate = self.throughput()
         return (self.in_flight + 1) / (rate * self.share) if rate else None
 
-    def enter(self) -> bool:
-        """Admit one request (True; call ``leave`` when it ends) or refuse it (False)."""
+    def enter(self, always: bool = False) -> bool:
+        """Admit one request (True; call ``leave`` when it ends) or refuse it (False);
+        ``always``: admit it whatever the estimate (the warm-up's own requests)."""
         self._account()
         wait = self.estimated_wait()
-        if self.in_flight >= self.min_in_flight and (wait is None or wait > self.deadline_s):
+        if (
+            not always
+            and self.in_flight >= self.min_in_flight
+            and (wait is None or wait > self.deadline_s)
+        ):
             self.refused += 1
             return False
         self.in_flight += 1
@@ -294,7 +320,7 @@ class Front:
 
     def __init__(self, settings: FrontSettings, watch: StubWatch | None = None) -> None:
         self.settings = settings
-        self.admission = Admission(settings.deadline_s, settings.min_in_flight)
+        self.admission = Admission(settings.deadline_s, settings.min_in_flight, settings.window_s)
         self.metrics = FrontMetrics()
         self.watch = watch or StubWatch(settings.shm_prefix)
         self._grpc: grpc.aio.Server | None = None
@@ -327,6 +353,52 @@ class Front:
         self.metrics.requests.labels(ticket.model, outcome).inc()
         self.metrics.seconds.labels(ticket.model).observe(seconds)
         self.metrics.share.set(self.admission.share)
+
+    async def warm_up(self, timeout_s: float = 120.0) -> str:
+        """Measure the throughput admission starts from, before the ports open: the
+        ``warmup_requests`` medium sentences sent to Triton's ``tts`` at once, accounted as
+        admitted requests are (a cold server that counted on ``min_in_flight`` alone refused
+        the 9th request of the first burst). Also loads the engines' first-run costs before a
+        user pays them. Returns one line for the log; a failure leaves admission unmeasured."""
+        n = self.settings.warmup_requests
+        if not n or "tts" not in self.settings.admitted:
+            return "admission warm-up: off"
+        texts = [SENTENCES[3 + i % 12] for i in range(n)]
+        client = grpc_aio.InferenceServerClient(self.settings.triton_grpc)
+
+        async def one(text: str, measured: bool) -> None:
+            text_input = InferInput(TEXT, [1, 1], "BYTES")
+            text_input.set_data_from_numpy(np.array([[text.encode()]], dtype=object))
+            if measured:
+                self.admission.enter(always=True)
+            start = time.monotonic()
+            try:
+                await client.infer("tts", [text_input], client_timeout=timeout_s)
+            finally:
+                if measured:
+                    self.admission.leave(time.monotonic() - start)
+
+        try:
+            # The first round pays the engines' first-run costs (ONNX Runtime's took a round
+            # 2x slower than the next here): only the second is measured.
+            await asyncio.gather(*(one(t, measured=False) for t in texts))
+            start = time.monotonic()
+            await asyncio.gather(*(one(t, measured=True) for t in texts))
+        except Exception as e:
+            s = self.settings
+            self.admission = Admission(s.deadline_s, s.min_in_flight, s.window_s)
+            return (
+                f"admission warm-up failed ({type(e).__name__}: {e}); until requests are "
+                f"measured, {self.settings.min_in_flight} at a time are admitted"
+            )
+        finally:
+            await client.close()
+        rate = self.admission.throughput() or 0.0
+        return (
+            f"admission warm-up: {n} sentences in {time.monotonic() - start:.2f} s, "
+            f"{rate:.1f} requests/s; up to about {rate * self.settings.deadline_s:.0f} in flight "
+            f"fit the {self.settings.deadline_s:g} s deadline"
+        )
 
     # ----- gRPC -----
 
@@ -502,6 +574,10 @@ class Front:
         if s.http_port:
             self._session = aiohttp.ClientSession(
                 auto_decompress=False,  # responses pass through as Triton encoded them
+                # aiohttp would ask Triton for gzip on every request, and the gzip reply would
+                # reach clients that never asked for it (curl, perf_analyzer): only the
+                # client's own Accept-Encoding goes upstream.
+                skip_auto_headers=("Accept-Encoding",),
                 timeout=aiohttp.ClientTimeout(total=None),
                 connector=aiohttp.TCPConnector(limit=0),
             )
@@ -578,7 +654,19 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
     p.add_argument("--deadline-s", type=float, default=d.deadline_s)
     p.add_argument("--admit", default=",".join(d.admitted), help="models under admission control")
     p.add_argument("--min-in-flight", type=int, default=d.min_in_flight)
+    p.add_argument(
+        "--warmup-requests",
+        type=int,
+        default=d.warmup_requests,
+        help="sentences sent to tts at start to measure the throughput (0: none)",
+    )
     p.add_argument("--drain-s", type=float, default=d.drain_s)
+    p.add_argument(
+        "--window-s",
+        type=float,
+        default=d.window_s,
+        help="seconds over which admission measures the throughput",
+    )
     a = p.parse_args(argv)
     try:
         settings = FrontSettings(
@@ -591,6 +679,8 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
             deadline_s=a.deadline_s,
             admitted=tuple(m for m in a.admit.split(",") if m),
             min_in_flight=a.min_in_flight,
+            warmup_requests=a.warmup_requests,
+            window_s=a.window_s,
             drain_s=a.drain_s,
             shm_prefix=a.shm_prefix,
             notify_parent=a.notify_parent,
@@ -602,6 +692,7 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
 
 async def serve(settings: FrontSettings) -> None:
     front = Front(settings)
+    print(f"front: {await front.warm_up()}", flush=True)
     await front.start()
     print(
         f"front: {', '.join(f'{k} on {settings.bind}:{v}' for k, v in front.ports.items())} -> "

@@ -12,6 +12,9 @@ import argparse
 import os
 import shlex
 import sys
+import threading
+import time
+import urllib.request
 from pathlib import Path
 
 from prometheus_client import start_http_server
@@ -24,7 +27,8 @@ from .launcher.commands import (
     server_command,
     taken_port,
 )
-from .launcher.environment import server_env
+from .launcher.environment import has_gpu, server_env
+from .launcher.repository import repository_voices
 from .launcher.security import (
     ADMIN_HEADER,
     ADMIN_KEY_ENV,
@@ -95,6 +99,53 @@ def benchmark_profile(extra: list[str]) -> str | None:
     flags.add_argument("--model-config-name")
     name = flags.parse_known_args(extra)[0].model_config_name
     return name if name in BENCHMARK_PROFILES else None
+
+
+def banner(args: argparse.Namespace, gpu: bool) -> str:
+    """What ``make serve`` prints once the service answers: where to reach each interface."""
+    host = "127.0.0.1" if args.bind in ("0.0.0.0", "::") else args.bind
+    lines = ["", "=" * 72, "ready:"]
+    if args.gateway_port:
+        lines += [
+            f"  page             http://{host}:{args.gateway_port}/",
+            f"  OpenAI base URL  http://{host}:{args.gateway_port}/v1",
+        ]
+    lines += [
+        f"  Triton gRPC      {host}:{args.grpc_port}   (tritonclient, perf_analyzer -i grpc)",
+        f"  Triton HTTP      http://{host}:{args.http_port}   (curl, perf_analyzer -i http)",
+    ]
+    if not gpu:
+        lines.append(
+            "  (no GPU here: tritonserver's 'CudaDriverHelper has not been initialized' and "
+            "'unable to create stream ... CUDA driver version is insufficient' above are "
+            "harmless; the models run on the CPU)"
+        )
+    lines += ["Ctrl-C stops (requests in flight finish first).", "=" * 72]
+    return "\n".join(lines)
+
+
+def announce_when_ready(args: argparse.Namespace, gpu: bool, timeout_s: float = 600.0) -> None:
+    """Print the banner once, when the gateway (or, without one, the front door) answers
+    ready; from a thread, so the launcher's own start is not held up."""
+    host = "127.0.0.1" if args.bind in ("0.0.0.0", "::") else args.bind
+    if args.gateway_port:
+        url = f"http://{host}:{args.gateway_port}/ready"
+    else:
+        url = f"http://{host}:{args.http_port}/v2/health/ready"
+
+    def wait() -> None:
+        until = time.monotonic() + timeout_s
+        while time.monotonic() < until:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as answer:
+                    if answer.status == 200:
+                        print(banner(args, gpu), flush=True)
+                        return
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.5)
+
+    threading.Thread(target=wait, name="banner", daemon=True).start()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -170,7 +221,15 @@ def main(argv: list[str] | None = None) -> None:
     gateway = None
     if args.gateway_port:
         local = "127.0.0.1" if args.bind in ("0.0.0.0", "::") else args.bind
-        gateway = gateway_command(f"grpc://{local}:{args.grpc_port}", args.bind, args.gateway_port)
+        # The repository's voices (voices.json), each under its own name: a voice added with
+        # `make serve VOICES=...` reaches the page and /v1/audio/voices. A voices file or
+        # $TTS_GATEWAY_VOICES_FILE (the gateway's own settings: docs/configuration.md) wins.
+        gateway = gateway_command(
+            f"grpc://{local}:{args.grpc_port}",
+            args.bind,
+            args.gateway_port,
+            [f"--triton-voices={','.join(repository_voices(args.model_repository))}"],
+        )
         print(
             f"gateway: OpenAI-compatible API on http://{args.bind}:{args.gateway_port}/v1",
             flush=True,
@@ -184,6 +243,7 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
     env = server_env(key=key, cache_dir=args.cache_dir)
+    announce_when_ready(args, gpu=has_gpu())
     sys.exit(
         supervise(
             cmd,

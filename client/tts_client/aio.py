@@ -80,7 +80,7 @@ class AsyncTTSClient(ClientCore):
                 alive = bool(await self._client.is_server_live())
             except Exception:
                 alive = False
-        return protocol.map_exception(exc, server_alive=alive)
+        return protocol.map_exception(exc, server_alive=alive, url=self.url)
 
     async def sample_rate(self) -> int:
         if self._sample_rate is None:

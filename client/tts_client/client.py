@@ -61,7 +61,7 @@ class TTSClient(ClientCore):
                     network_timeout=timeout,
                 )
         except Exception as e:
-            raise protocol.map_exception(e, server_alive=False) from None
+            raise protocol.map_exception(e, server_alive=False, url=self.url) from None
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
@@ -90,7 +90,7 @@ class TTSClient(ClientCore):
         """The client's exception for ``exc``; UNAVAILABLE is told apart by asking the server."""
         code = protocol.error_code(exc)
         alive = code not in (protocol.UNAVAILABLE, protocol.RESOURCE_EXHAUSTED) or self._is_live()
-        return protocol.map_exception(exc, server_alive=alive)
+        return protocol.map_exception(exc, server_alive=alive, url=self.url)
 
     @property
     def sample_rate(self) -> int:

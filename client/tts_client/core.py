@@ -107,5 +107,9 @@ class ClientCore:
             raise InvalidInput(f"{error}; over HTTP, split the text yourself")
         return True
 
+    @property
+    def url(self) -> str:
+        return f"{self.endpoint.protocol}://{self.endpoint.address}"
+
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.endpoint.protocol}://{self.endpoint.address})"
+        return f"{type(self).__name__}({self.url})"

@@ -8,6 +8,7 @@ contract's names are re-exported here for the client's users.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import re
 import time
@@ -201,7 +202,33 @@ def error_code(exc: BaseException) -> str | None:
 def error_message(exc: BaseException) -> str:
     message_fn = getattr(exc, "message", None)
     message = (message_fn() if callable(message_fn) else None) or str(exc)
+    if not isinstance(message, str):  # a JSON error body that is not Triton's ({"error": "..."})
+        message = json.dumps(message)[:300]
     return _ENSEMBLE_PREFIX.sub("", message.strip())
+
+
+# What tritonclient's HTTP client says when a reply is not Triton's JSON.
+_UNDECODED = "an exception occurred in the client while decoding the response"
+
+
+def not_triton(exc: BaseException, url: str) -> TTSError | None:
+    """The error for an HTTP reply that is not Triton's API (another server on that port, e.g.
+    the OpenAI gateway), naming what was reached; None for Triton's own errors."""
+    message_fn = getattr(exc, "message", None)
+    message = message_fn() if callable(message_fn) else None
+    if isinstance(message, str) and not message.startswith(_UNDECODED):
+        return None
+    if message is None:
+        return None
+    status_fn = getattr(exc, "status", None)
+    status = status_fn() if callable(status_fn) else None
+    details_fn = getattr(exc, "debug_details", None)
+    body = (details_fn() if callable(details_fn) else None) or error_message(exc)
+    return ServerUnavailable(
+        f"{url} answered HTTP {status} with {str(body)[:200]!r}, which is not Triton's "
+        "inference API: is the URL the right server and port? (make serve: Triton's HTTP on "
+        "8000, gRPC on 8001; 8080 is the OpenAI-compatible gateway, for OpenAI clients)"
+    )
 
 
 def map_error(code: str | None, message: str, server_alive: bool = True) -> TTSError:
@@ -223,10 +250,14 @@ def map_error(code: str | None, message: str, server_alive: bool = True) -> TTSE
     return InferenceFailed(message)
 
 
-def map_exception(exc: BaseException, server_alive: bool = True) -> TTSError:
-    """Translate a tritonclient / transport exception into the client's family."""
+def map_exception(exc: BaseException, server_alive: bool = True, url: str = "") -> TTSError:
+    """Translate a tritonclient / transport exception into the client's family; ``url``: the
+    server asked (named when its answer is not Triton's)."""
     if isinstance(exc, TTSError):
         return exc
+    foreign = not_triton(exc, url or "the server")
+    if foreign is not None:
+        return foreign
     if isinstance(exc, (ConnectionError, OSError, TimeoutError)):
         return ServerUnavailable(f"cannot reach the server: {exc}")
     message = error_message(exc)

@@ -1,5 +1,6 @@
-"""Run by tests/integration/test_client_alone.py in a venv holding only ./wire, ./client and
-the newest tritonclient: ``python check.py GRPC_URL HTTP_URL`` prints one line per check."""
+"""Run by tests/integration/test_client_alone.py in a venv holding only ./client (its tts_wire
+included) and the newest tritonclient: ``python check.py GRPC_URL HTTP_URL`` prints one line
+per check."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The client as a user installs it: ``pip install ./wire ./client`` into a venv of its own,
+"""The client as a user installs it: ``pip install ./client`` into a venv of its own,
 which resolves the newest tritonclient (``make test`` builds ``.venv-client``). It runs
 tests/client_alone/check.py against the test server: sync and async, gRPC and HTTP, streams,
 a long text and a stream error."""

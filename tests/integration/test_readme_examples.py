@@ -22,10 +22,10 @@ def blocks(language: str, section: str = "HTTP API: the OpenAI-compatible gatewa
     return re.findall(rf"```{language}\n(.*?)```", text, re.S)
 
 
-def run_python(code: str, cwd) -> subprocess.CompletedProcess:
+def run_python(code: str, cwd, python: str = sys.executable) -> subprocess.CompletedProcess:
     """A README Python block in a fresh interpreter; its output and errors captured."""
     return subprocess.run(
-        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300
+        [python, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=300
     )
 
 
@@ -38,13 +38,41 @@ def test_the_quickstart_runs_as_written(server, gateway, tmp_path):
     result = subprocess.run(["bash", "-euo", "pipefail", "-c", curl], cwd=tmp_path)
     assert result.returncode == 0
     assert (tmp_path / "hello.mp3").read_bytes()[:3] in (b"ID3", b"\xff\xfb", b"\xff\xf3")
-    (code,) = blocks("python", "Quickstart")
-    code = code.replace("localhost:8080", f"localhost:{port}")
-    code = code.replace("localhost:8001", f"localhost:{server.grpc_port}")
-    result = run_python(code, tmp_path)
-    assert result.returncode == 0, result.stderr[-2000:]
+    # Each Python block where the README says to run it: in a user's environment holding only
+    # the README's `pip install` lines (.venv-client; the first block once asked for openai and
+    # tts_client together, which no environment the README sets up had).
+    sdk, client = blocks("python", "Quickstart")
+    assert "tts_client" not in sdk and "openai" not in client
+    sdk = sdk.replace("localhost:8080", f"localhost:{port}")
+    client = client.replace("localhost:8001", f"localhost:{server.grpc_port}")
+    for code in (sdk, client):
+        result = run_python(code, tmp_path, python=user_python())
+        assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "sdk.mp3").stat().st_size > 1000
     assert (tmp_path / "client.wav").read_bytes()[:4] == b"RIFF"
+
+
+def user_python() -> str:
+    python = ROOT / ".venv-client" / "bin" / "python"
+    if not python.exists():
+        pytest.skip("no .venv-client: `make test` (or `make client-venv`) builds it")
+    return str(python)
+
+
+def test_every_pip_install_line_is_what_the_user_environment_was_built_from():
+    """The README's `pip install` lines are exactly the user environment's (Makefile
+    client-venv), which the examples and tests/integration/test_client_alone.py run in: a line
+    that cannot install (`pip install ./client` needed an unpublished tts-wire) fails there."""
+    readme = (ROOT / "README.md").read_text()
+    lines = {" ".join(m.split()) for m in re.findall(r"`pip install ([^`]+)`", readme)}
+    assert lines == {"./client", "openai"}, lines
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = makefile.split("$(CLIENT_VENV)/.installed:", 1)[1].split("\n\n", 1)[0]
+    assert "pip install -q --disable-pip-version-check ./client\n" in recipe
+    assert "grep '^openai==' requirements.txt" in recipe
+    python = user_python()
+    freeze = subprocess.run([python, "-m", "pip", "list"], capture_output=True, text=True).stdout
+    assert "tts-client" in freeze and "openai" in freeze and "tts-serving" not in freeze
 
 
 def test_the_curl_examples_run_as_written(gateway, tmp_path):

@@ -15,6 +15,7 @@ import httpx2 as httpx
 import pytest
 
 from tests.conftest import REPOSITORY, ROOT
+from tests.reliability.launcher import Launcher
 from tts_client import InvalidInput, TTSClient
 from tts_tools.launcher.processes import GatewayProcess, ServerProcess
 from tts_tools.statistics import model_statistics
@@ -171,3 +172,30 @@ def test_the_gateway_refuses_to_start_on_a_voice_triton_does_not_serve(two_voice
     log = gateway.log_tail()
     assert "voice(s) missing speak with Triton voice 'amy', which the server does not serve" in log
     assert "Traceback" not in log
+
+
+def test_make_serve_offers_the_repositorys_voices_through_the_gateway(two_voices, tmp_path):
+    """`make serve VOICES=voices.json` exported joe_slow, yet the page, /v1/audio/voices and
+    OpenAI clients saw only joe ("unknown voice"). The launcher now hands the repository's
+    voices to the gateway: each under its own name, OpenAI's names on the default."""
+    launcher = Launcher(two_voices.model_repository, tmp_path / "launcher.log")
+    try:
+        launcher.wait_ready()
+        listed = httpx.get(f"{launcher.url}/v1/audio/voices").json()["voices"]
+        by_id = {v["id"]: v for v in listed}
+        assert {"joe", "joe_slow"} <= by_id.keys(), listed
+        assert "alloy" in by_id["joe"]["aliases"]
+
+        def speak(voice: str) -> httpx.Response:
+            # A long sentence: joe keeps the voice's noise, which moves a short one's length.
+            body = {"model": "tts-1", "voice": voice, "input": SENTENCES[13]}
+            return httpx.post(
+                f"{launcher.url}/v1/audio/speech", json=body | {"response_format": "pcm"},
+                timeout=60,
+            )  # fmt: skip
+
+        normal, slow = speak("alloy"), speak("joe_slow")
+        assert normal.status_code == slow.status_code == 200, slow.text
+        assert 1.3 < len(slow.content) / len(normal.content) < 1.6  # length_scale 1.5
+    finally:
+        launcher.close()

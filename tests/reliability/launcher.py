@@ -19,11 +19,18 @@ class Launcher:
     gateway's /ready (Triton's `tts` and `tts_stream` ready behind it)."""
 
     def __init__(
-        self, repository: Path, log_path: Path, extra_args: list[str] | None = None
+        self,
+        repository: Path,
+        log_path: Path,
+        extra_args: list[str] | None = None,
+        ports: tuple[int, int, int, int, int] | None = None,
     ) -> None:
-        self.http, self.grpc, self.metrics, self.gateway, self.supervisor_metrics = (
+        """``ports``: (http, grpc, metrics, gateway, supervisor metrics), e.g. another
+        launcher's ``ports`` to start again where it ran; default: free ones."""
+        self.http, self.grpc, self.metrics, self.gateway, self.supervisor_metrics = ports or (
             free_port() for _ in range(5)
         )
+        self.repository = repository
         self.log_path = log_path
         self._log = open(log_path, "w")
         self.process = subprocess.Popen(
@@ -38,6 +45,10 @@ class Launcher:
             ],
             stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
         )  # fmt: skip
+
+    @property
+    def ports(self) -> tuple[int, int, int, int, int]:
+        return self.http, self.grpc, self.metrics, self.gateway, self.supervisor_metrics
 
     @property
     def url(self) -> str:

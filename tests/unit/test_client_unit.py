@@ -280,3 +280,30 @@ def test_only_tts_streams_own_errors_are_followed_by_a_final_flag():
         InferenceServerException("the instance of model 'tts_stream' serving this stream died")
     )
     assert not final_follows(InferenceServerException("unexpected shape for input 'text'"))
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        # The OpenAI gateway's 404 body: tritonclient's message() is that dict (it crashed
+        # error_message with "'dict' object has no attribute 'strip'").
+        InferenceServerException(msg={"message": "Not Found", "code": "not_found"}, status="404"),
+        # A body that is not JSON at all (an HTML page, another service).
+        InferenceServerException(
+            msg="an exception occurred in the client while decoding the response: Expecting value",
+            status="502",
+            debug_details="<html>Bad Gateway</html>",
+        ),
+    ],
+)
+def test_an_answer_that_is_not_tritons_names_what_was_reached(error):
+    mapped = map_exception(error, url="http://localhost:8080")
+    assert isinstance(mapped, ServerUnavailable)
+    text = str(mapped)
+    assert text.startswith("http://localhost:8080 answered HTTP ")
+    assert "not Triton's inference API" in text and "8080 is the OpenAI-compatible gateway" in text
+
+
+def test_tritons_own_errors_are_not_taken_for_another_server():
+    error = InferenceServerException(msg="text is too long: 500 phoneme ids", status="400")
+    assert isinstance(map_exception(error, url="http://localhost:8000"), InvalidInput)

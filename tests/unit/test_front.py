@@ -73,15 +73,32 @@ def test_late_requests_shrink_what_admission_counts_on_and_timely_ones_restore_i
     assert admission.share == 1.0
 
 
-def test_the_window_forgets_old_measurements():
+def test_an_idle_server_keeps_what_it_measured():
+    """An empty window (a minute of idling) left 'not measured yet': the next burst got
+    min_in_flight and the rest refused. The last throughput now stands until new busy time."""
     clock = Clock()
-    admission = Admission(deadline_s=10, min_in_flight=1, window_s=30, clock=clock)
-    admission.enter()
-    clock.now += 0.1
-    admission.leave(0.1)
-    clock.now += 31
-    admission.enter()
+    admission = Admission(deadline_s=10, min_in_flight=2, window_s=30, clock=clock)
+    for _ in range(4):  # 4 requests per busy second (seeded as the warm-up is)
+        assert all(admission.enter(always=True) for _ in range(4))
+        clock.now += 1.0
+        for _ in range(4):
+            admission.leave(1.0)
+    clock.now += 60  # idle: the window holds nothing now
+    assert admission.throughput() == pytest.approx(4.0)
+    assert sum(admission.enter() for _ in range(64)) == 40  # (n + 1) / 4 <= 10 s
+    # New busy time measures anew: 40 requests done in 20 busy seconds, 2 per second.
+    clock.now += 20.0
+    for _ in range(40):
+        admission.leave(1.0)
+    assert admission.throughput() == pytest.approx(2.0)
+
+
+def test_nothing_measured_admits_min_in_flight_and_the_warm_up_is_always_admitted():
+    clock = Clock()
+    admission = Admission(deadline_s=10, min_in_flight=2, clock=clock)
     assert admission.throughput() is None
+    assert [admission.enter() for _ in range(3)] == [True, True, False]
+    assert all(admission.enter(always=True) for _ in range(8))
 
 
 def infer_request(model: str, text: bytes = b"hello", **fields) -> bytes:
@@ -112,7 +129,14 @@ def test_model_name_of_a_malformed_message_is_none(raw):
 
 @pytest.mark.parametrize(
     "field, value",
-    [("max_request_bytes", 10), ("deadline_s", 0), ("deadline_s", 1e9), ("min_in_flight", 0)],
+    [
+        ("max_request_bytes", 10),
+        ("deadline_s", 0),
+        ("deadline_s", 1e9),
+        ("min_in_flight", 0),
+        ("warmup_requests", -1),
+        ("window_s", 0),
+    ],
 )
 def test_settings_refuse_nonsense(field, value):
     with pytest.raises(ValueError, match=field):

@@ -415,3 +415,21 @@ def test_a_speed_out_of_range_with_the_voices_own_is_a_400_that_says_so():
     error = response.json()["error"]
     assert error["param"] == "speed"
     assert "got 0.125" in error["message"] and "voice 'slow'" in error["message"]
+
+
+def test_the_repositorys_voices_are_offered_by_their_own_names():
+    """`make serve VOICES=...` passes the repository's voices (--triton-voices): each is
+    offered under its own name, OpenAI's names speak with the default (the first)."""
+    from tts_gateway.settings import OPENAI_VOICES, parse_args
+
+    settings, _ = parse_args(["--triton-voices=joe,joe_slow"], environ={})
+    names = settings.voice_names()
+    assert names["joe_slow"].model_voice == "joe_slow"
+    assert names["alloy"] is names["joe"] and names["joe"].model_voice is None
+    assert set(OPENAI_VOICES) <= names.keys()
+    # Another default voice gets OpenAI's names too.
+    settings, _ = parse_args([], environ={"TTS_GATEWAY_TRITON_VOICES": "amy"})
+    assert settings.voice_names()["nova"].id == "amy"
+    # A voices file wins: the operator's own table.
+    settings, _ = parse_args([], environ={})
+    assert [v.id for v in settings.voices] == ["joe"]

@@ -74,7 +74,7 @@ def test_everything_make_serve_imports_is_in_its_set_and_needs_no_torch():
     )
     assert result.returncode == 0, result.stderr[-3000:]
     modules = json.loads(result.stdout.splitlines()[-1])
-    ours = {"tts-serving", "tts-client", "tts-wire"}
+    ours = {"tts-serving", "tts-client"}
     # Imported only when present: setuptools' startup hook (every venv has it), and sniffio,
     # which anyio tries (`except ModuleNotFoundError`) if the dev set brought it.
     ours |= {"setuptools", "pip", "sniffio"}

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
 
-from tts_tools.launcher import environment
+from tts_tools.launcher import commands, environment
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,3 +41,47 @@ def test_without_it_the_wheels_tritonserver_runs(monkeypatch):
 def test_a_home_that_is_not_triton_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="has no bin/tritonserver: not a Triton installation"):
         environment.triton_home({environment.TRITON_HOME_ENV: str(tmp_path)})
+
+
+def time_wait_port() -> int:
+    """A port whose server closed a connection first (as a stopping server does): it holds
+    the port in TIME_WAIT for a minute, with nothing listening. The server sets SO_REUSEADDR
+    as aiohttp, gRPC and uvicorn do (Linux keeps that flag on the TIME_WAIT socket)."""
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()  # the server side closes first: TIME_WAIT is on the server's port
+        client.recv(1)
+        client.close()
+    return port
+
+
+def test_a_port_in_time_wait_is_free_and_a_listening_one_is_not():
+    port = time_wait_port()
+    with socket.socket() as plain:  # what the launcher checked before: "Address already in use"
+        with pytest.raises(OSError):
+            plain.bind(("127.0.0.1", port))
+    assert commands.taken_port("127.0.0.1", [(port, "--http-port")]) is None
+    with socket.socket() as listening:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind(("127.0.0.1", port))
+        listening.listen()
+        message = commands.taken_port("127.0.0.1", [(port, "--http-port")])
+    assert message and f"port {port} on 127.0.0.1 is not free" in message
+    assert "--http-port" in message
+
+
+def test_the_gateway_is_given_the_repositorys_voices(tmp_path):
+    from tts_tools.launcher.repository import repository_voices
+
+    version = tmp_path / "acoustic" / "1"
+    assert repository_voices(tmp_path) == []  # not exported yet: the gateway's defaults
+    version.mkdir(parents=True)
+    (version / "voice.json").write_text('{"dataset": "joe"}')
+    assert repository_voices(tmp_path) == ["joe"]
+    (version / "voices.json").write_text('{"voices": ["joe", "joe_slow"]}')
+    assert repository_voices(tmp_path) == ["joe", "joe_slow"]

@@ -219,7 +219,7 @@ def test_one_version_everywhere_and_in_the_changelog():
 
     versions = {
         path: tomllib.loads((ROOT / path).read_text())["project"]["version"]
-        for path in ("pyproject.toml", "client/pyproject.toml", "wire/pyproject.toml")
+        for path in ("pyproject.toml", "client/pyproject.toml")
     }
     versions["tts_serving"] = tts_serving.__version__
     versions["gateway"] = create_app(GatewaySettings()).version

@@ -88,8 +88,12 @@ def taken_port(bind: str, ports: list[tuple[int, str]]) -> str | None:
         if not port:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            # As the servers themselves bind: the last run's closed connections (TIME_WAIT)
+            # do not hold the port, a socket listening on it still does.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((bind, port))
+                s.listen()
             except OSError as e:
                 return (
                     f"port {port} on {bind} is not free ({e.strerror}); stop what uses it or "
