@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = 0.0
     for text in TEXTS:
         ids = np.array([phonemizer.ids(text)], dtype=np.int64)
-        scales = np.array([[0.0, 1.0, 0.0]], dtype=np.float32)
+        scales = np.array([[0.0, 1.0, 0.0, 1.0]], dtype=np.float32)  # noise, length, noise_w, speed
         feeds = {"phoneme_ids": ids, "phoneme_lengths": np.array([ids.shape[1]]), "scales": scales}
         totals["acoustic"] += count_flops(repo / "acoustic/1/model.onnx", feeds)
         latent = acoustic([ids[0]], scales)[0][None]

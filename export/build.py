@@ -34,7 +34,7 @@ from .verify import torch_installed, verify
 
 log = logging.getLogger("export")
 
-EXPORT_FORMAT = 5  # bump when the graph surgery or the layout changes, so old exports are redone
+EXPORT_FORMAT = 6  # bump when the graph surgery or the layout changes, so old exports are redone
 MANIFEST = ".export-manifest.json"
 VOICE_JSON_MODELS = ("phonemizer", "acoustic", "vocoder", "tts_stream")
 

@@ -20,13 +20,19 @@ SOURCE_LATENT = "/Mul_7_output_0"
 SOURCE_FRAMES = "/Cast_output_0"
 # Frames per phoneme id after speed and ceil [B, 1, L] (what the frame counts are summed
 # from): the source of word timings. The graph's only Ceil; split() checks that.
+# make_scales_per_item renames the Ceil's own output (VOICE_DURATIONS) and gives this name to
+# the durations at the request's speed.
 SOURCE_DURATIONS = "/Ceil_output_0"
+VOICE_DURATIONS = "/Ceil_output_0_at_voice_speed"
+# scales columns after make_scales_per_item: noise_scale, length_scale, noise_w, speed.
+SCALE_COLUMNS = 4
 SOURCE_INPUTS = ("input", "input_lengths", "scales")
 SOURCE_AUDIO = "output"
 
 
 def make_scales_per_item(model: onnx.ModelProto) -> None:
-    """Rewrite ``scales`` from [3] to [B, 3] so one batch can mix speeds and noise.
+    """Rewrite ``scales`` from [3] to [B, 4] so one batch can mix speeds and noise; the 4th
+    column is the speed (see :func:`proportional_durations`).
 
     The graph reads each scale with a scalar ``Gather`` and multiplies a [B, C, T] tensor by it;
     reading column k instead ([B]) and unsqueezing to [B, 1, 1] broadcasts per item.
@@ -38,7 +44,7 @@ def make_scales_per_item(model: onnx.ModelProto) -> None:
         raise ValueError("expected the source voice's scales input to be float32 [3]")
     del dims[:]
     dims.add().dim_param = "batch_size"
-    dims.add().dim_value = 3
+    dims.add().dim_value = SCALE_COLUMNS
 
     gathers = [n for n in graph.node if n.op_type == "Gather" and n.input[0] == "scales"]
     if len(gathers) != 3:
@@ -75,6 +81,59 @@ def make_scales_per_item(model: onnx.ModelProto) -> None:
             ),
         )
 
+    proportional_durations(model, axes_name)
+
+
+def proportional_durations(model: onnx.ModelProto, axes_name: str) -> None:
+    """Durations that follow 1/speed: the voice's own frames per id (Piper's ``ceil`` at the
+    voice's length scale, so speed 1 is the source exactly), spread over 1/speed of the time
+    by rounding their running sum: d' = diff(round(cumsum(d) / speed)).
+
+    The source scales the durations before ``ceil``; every id then keeps at least one frame
+    and speed 2 was only 1.6x faster, 4 only 2x, 0.25 only 3.3x slower (Piper's interspersed
+    pad ids are ~half the ids and often well under a frame). Rounding the sum keeps each
+    item's length within half a frame of its speed-1 length / speed, and an id may get none.
+    """
+    graph = model.graph
+    (ceil,) = [n for n in graph.node if n.op_type == "Ceil"]
+    if list(ceil.output) != [SOURCE_DURATIONS]:
+        raise ValueError(f"expected the Ceil to make {SOURCE_DURATIONS}, got {ceil.output}")
+    ceil.output[0] = VOICE_DURATIONS
+    consts = {
+        "speed_column": helper.make_tensor("speed_column", TensorProto.INT64, [], [3]),
+        "ids_axis": helper.make_tensor("ids_axis", TensorProto.INT64, [], [2]),
+        "slice_0": helper.make_tensor("slice_0", TensorProto.INT64, [1], [0]),
+        "slice_1": helper.make_tensor("slice_1", TensorProto.INT64, [1], [1]),
+        "slice_last": helper.make_tensor("slice_last", TensorProto.INT64, [1], [-1]),
+        "slice_axis": helper.make_tensor("slice_axis", TensorProto.INT64, [1], [2]),
+        "zero": helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
+    }
+    graph.initializer.extend(consts.values())
+    p = "/speed"
+    nodes = [
+        helper.make_node("Gather", ["scales", "speed_column"], [f"{p}/column"], axis=1,
+                         name=f"{p}/Gather"),
+        helper.make_node("Unsqueeze", [f"{p}/column", axes_name], [f"{p}/per_item"],
+                         name=f"{p}/Unsqueeze"),
+        helper.make_node("CumSum", [VOICE_DURATIONS, "ids_axis"], [f"{p}/sum"],
+                         name=f"{p}/CumSum"),
+        helper.make_node("Div", [f"{p}/sum", f"{p}/per_item"], [f"{p}/scaled"], name=f"{p}/Div"),
+        helper.make_node("Round", [f"{p}/scaled"], [f"{p}/ends"], name=f"{p}/Round"),
+        # The previous id's end: [0, ends[:-1]] along the ids.
+        helper.make_node("Slice", [f"{p}/ends", "slice_0", "slice_1", "slice_axis"],
+                         [f"{p}/first"], name=f"{p}/SliceFirst"),
+        helper.make_node("Mul", [f"{p}/first", "zero"], [f"{p}/zeros"], name=f"{p}/Zeros"),
+        helper.make_node("Slice", [f"{p}/ends", "slice_0", "slice_last", "slice_axis"],
+                         [f"{p}/but_last"], name=f"{p}/SliceButLast"),
+        helper.make_node("Concat", [f"{p}/zeros", f"{p}/but_last"], [f"{p}/starts"], axis=2,
+                         name=f"{p}/Concat"),
+        helper.make_node("Sub", [f"{p}/ends", f"{p}/starts"], [SOURCE_DURATIONS],
+                         name=f"{p}/Sub"),
+    ]  # fmt: skip
+    index = list(graph.node).index(ceil)
+    for k, node in enumerate(nodes):
+        graph.node.insert(index + 1 + k, node)
+
 
 def _rename(model: onnx.ModelProto, renames: dict[str, str]) -> onnx.ModelProto:
     graph = model.graph
@@ -94,8 +153,8 @@ def _declare(values, name: str, elem_type: int, dims: list) -> None:
 def split(model: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     """Split at the latent into (acoustic, vocoder) with this project's tensor names."""
     ceils = [n.output[0] for n in model.graph.node if n.op_type == "Ceil"]
-    if ceils != [SOURCE_DURATIONS]:
-        raise ValueError(f"expected one Ceil ({SOURCE_DURATIONS}) for the durations, got {ceils}")
+    if ceils != [VOICE_DURATIONS]:
+        raise ValueError(f"expected one Ceil ({VOICE_DURATIONS}) for the durations, got {ceils}")
     extractor = onnx.utils.Extractor(model)
     acoustic = extractor.extract_model(
         list(SOURCE_INPUTS), [SOURCE_LATENT, SOURCE_FRAMES, SOURCE_DURATIONS]

@@ -60,10 +60,16 @@ def test_torch_equals_onnxruntime(engines, ids, batch):
     assert latent_err < 1e-3 and audio_err < 1e-3
 
 
-def test_frames_per_id_are_exact_on_both_engines(engines, ids):
+@pytest.mark.parametrize("speed_in", ["length_scale", "speed_column"])
+def test_frames_per_id_are_exact_on_both_engines(engines, ids, speed_in):
     """The source of word timings: they sum to each latent's frames, a padded batch of mixed
-    speeds gives each item what it gets alone, and both engines agree to the frame."""
-    scales = np.array([[0.0, 1 / s, 0.0] for s in SPEEDS], np.float32)
+    speeds gives each item what it gets alone, and both engines agree to the frame; with the
+    speed as the 4th column (as acoustic sends it) each item's frames are its speed-1 frames
+    / speed, rounded (export/graph.proportional_durations)."""
+    if speed_in == "length_scale":  # Piper's own: the length scale divided by the speed
+        scales = np.array([[0.0, 1 / s, 0.0] for s in SPEEDS], np.float32)
+    else:
+        scales = np.array([[0.0, 1.0, 0.0, s] for s in SPEEDS], np.float32)
     results = {}
     for name, (acoustic, _) in engines.items():
         together = acoustic.run(ids, scales)
@@ -75,6 +81,10 @@ def test_frames_per_id_are_exact_on_both_engines(engines, ids):
         results[name] = [r.durations for r in together]
     for o, t in zip(results["ort"], results["torch"]):
         assert np.array_equal(o, t)
+    if speed_in == "speed_column":
+        base = engines["ort"][0].run(ids, np.tile([0.0, 1.0, 0.0], (len(ids), 1)))
+        for b, r, speed in zip(base, results["ort"], SPEEDS):
+            assert int(r.sum()) == round(int(b.durations.sum()) / speed), speed
 
 
 def test_the_adapters_serve_the_torch_engine(exported_repository, ids):

@@ -64,7 +64,7 @@ def test_voices_aliases_models_and_voice_defaults(gateway, sdk):
     slow = sdk.audio.speech.create(
         model="gpt-4o-mini-tts", voice="joe-slow", input=SENTENCE, response_format="pcm"
     ).read()
-    assert 1.5 < len(slow) / len(normal) < 2.2  # joe-slow speaks at half speed (pauses fixed)
+    assert 1.5 < len(slow) / len(normal) < 2.2  # joe-slow speaks at half speed
     faster = sdk.audio.speech.create(
         model="tts-1", voice="joe-exact", input=SENTENCE, response_format="pcm", speed=2.0
     ).read()

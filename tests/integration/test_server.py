@@ -16,7 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from tts_client import AsyncTTSClient, InvalidInput, TTSClient
 from tts_tools.statistics import model_statistics
-from tts_tools.texts import SENTENCES
+from tts_tools.texts import PARAGRAPH, SENTENCES
 
 MODELS = ("phonemizer", "acoustic", "vocoder", "tts")
 
@@ -242,3 +242,21 @@ def test_a_requests_priority_reaches_every_step_of_the_ensemble(server):
         log = f.read()
     prepared = dict(re.findall(r"prepared: .*?model: (\w+), .*?priority: (\d+)", log))
     assert prepared == {"tts": "1", "phonemizer": "1", "acoustic": "1", "vocoder": "1"}, prepared
+
+
+@pytest.mark.parametrize("speed", [0.5, 0.75, 1.5, 2.0])
+def test_duration_follows_one_over_speed(grpc_client, speed):
+    """OpenAI's `speed` 2.0 is twice as fast. It was 1.6x (and 4.0 only 2x): each phoneme id
+    kept at least a whole frame whatever the speed, and the stream's pauses did not shrink.
+    Now a text's length at speed s is its length at 1 / s, within a frame per item."""
+    exact = {"noise_scale": 0.0, "noise_w": 0.0}
+    text = SENTENCES[13]
+    one = grpc_client.synthesize(text, speed=1.0, **exact).duration
+    fast = grpc_client.synthesize(text, speed=speed, **exact).duration
+    frame = 256 / 22050
+    assert abs(fast - one / speed) <= frame, (one, fast)
+    # A stream (several chunks, a pause after each sentence) as well.
+    paragraph = PARAGRAPH[:700]
+    stream_one = sum(c.duration for c in grpc_client.stream(paragraph, speed=1.0, **exact))
+    stream_fast = sum(c.duration for c in grpc_client.stream(paragraph, speed=speed, **exact))
+    assert stream_fast == pytest.approx(stream_one / speed, rel=0.02), (stream_one, stream_fast)

@@ -77,6 +77,16 @@ class AcousticResult:
     durations: np.ndarray  # int32 [L]: frames per phoneme id; they sum to T (at least 1)
 
 
+def with_speed(scales: np.ndarray) -> np.ndarray:
+    """Scales [B, 4] (noise, length, noise_w, speed) from [B, 3] or [B, 4]: a missing speed is
+    1 (the durations as the length scale gives them, Piper's own)."""
+    if scales.ndim != 2 or scales.shape[1] not in (3, 4):
+        raise ValueError(f"scales must be [B, 3] or [B, 4], got {list(scales.shape)}")
+    if scales.shape[1] == 4:
+        return scales
+    return np.concatenate([scales, np.ones((len(scales), 1), np.float32)], axis=1)
+
+
 class AcousticModel:
     """Phoneme ids + per-item scales -> latent frames [192, T_i] per item."""
 
@@ -88,12 +98,13 @@ class AcousticModel:
         self.net_options = {"on_device": True} if options.device_tensors else {}
 
     def __call__(self, ids: Sequence[np.ndarray], scales: np.ndarray) -> list[np.ndarray]:
-        """``ids``: int64 arrays [L_i]; ``scales``: float32 [B, 3] = (noise, length, noise_w)."""
+        """``ids``: int64 arrays [L_i]; ``scales``: float32 [B, 4] = (noise, length, noise_w,
+        speed), or [B, 3] without the speed (1: the voice's own durations)."""
         return [r.latent for r in self.run(ids, scales)]
 
     def run(self, ids: Sequence[np.ndarray], scales: np.ndarray) -> list[AcousticResult]:
         """Each item's latent with the frames per id it was built from (word timings)."""
-        scales = np.asarray(scales, dtype=np.float32).reshape(len(ids), 3)
+        scales = with_speed(np.asarray(scales, dtype=np.float32).reshape(len(ids), -1))
         items = [(np.asarray(x, dtype=np.int64), scales[i]) for i, x in enumerate(ids)]
 
         def run(bucket: list[tuple[np.ndarray, np.ndarray]]) -> list[AcousticResult]:

@@ -42,13 +42,14 @@ class _NullNet:
 
 
 class NullAcousticNet(_NullNet):
-    """Padded ids [B, L], lengths [B], scales [B, 3] -> zero latent [B, 192, T], frames [B],
+    """Padded ids [B, L], lengths [B], scales [B, 4] -> zero latent [B, 192, T], frames [B],
     frames per id [B, L]; the same call as ``OrtAcousticNet``."""
 
     def __call__(
         self, ids: np.ndarray, lengths: np.ndarray, scales: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        durations = null_durations(lengths, scales[:, 1], ids.shape[1])
+        speed = scales[:, 3] if scales.shape[1] > 3 else 1.0  # [B, 3]: the voice's own
+        durations = null_durations(lengths, scales[:, 1] / speed, ids.shape[1])
         frames = durations.sum(axis=1)
         # Written, not np.zeros' untouched pages: a real engine writes its whole output.
         latent = np.full((ids.shape[0], LATENT_CHANNELS, int(frames.max())), 0.0, np.float32)

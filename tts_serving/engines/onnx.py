@@ -62,7 +62,7 @@ class _OrtNet:
 
 
 class OrtAcousticNet(_OrtNet):
-    """One ONNX Runtime call: padded ids [B, L], lengths [B], scales [B, 3] -> latent
+    """One ONNX Runtime call: padded ids [B, L], lengths [B], scales [B, 4] -> latent
     [B, 192, T], frames [B], frames per id [B, L]."""
 
     def __call__(

@@ -233,7 +233,7 @@ class _TorchNet:
 
 
 class TorchAcousticNet(_TorchNet):
-    """Padded ids [B, L], lengths [B], scales [B, 3] -> (latent [B, 192, T] f32, frames [B],
+    """Padded ids [B, L], lengths [B], scales [B, 4] -> (latent [B, 192, T] f32, frames [B],
     frames per id [B, L])."""
 
     def __init__(self, path: str | Path, options: TorchOptions) -> None:

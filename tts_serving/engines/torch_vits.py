@@ -380,8 +380,8 @@ class Flow(nn.Module):
 
 
 class Acoustic(nn.Module):
-    """Padded phoneme ids [B, L], lengths [B], scales [B, 3] -> latent [B, 192, T], frames [B],
-    frames per id [B, L]."""
+    """Padded phoneme ids [B, L], lengths [B], scales [B, 4] (noise_scale, length_scale,
+    noise_w, speed; [B, 3]: speed 1) -> latent [B, 192, T], frames [B], frames per id [B, L]."""
 
     def __init__(self, s: VitsShape = VitsShape()) -> None:
         super().__init__()
@@ -398,8 +398,11 @@ class Acoustic(nn.Module):
         noise_w = scales[:, 2].view(-1, 1, 1)
         noise = torch.randn(x.shape[0], 2, x.shape[2], device=x.device) * noise_w
         logw = self.dp(x, mask, noise)
-        w = torch.exp(logw) * mask * scales[:, 1].view(-1, 1, 1)
-        return m_p, logs_p, torch.ceil(w)[:, 0], mask
+        w = torch.ceil(torch.exp(logw) * mask * scales[:, 1].view(-1, 1, 1))[:, 0]
+        if scales.shape[1] > 3:  # as export/graph.proportional_durations: follow 1/speed
+            ends = torch.round(torch.cumsum(w, dim=1) / scales[:, 3:4])
+            w = ends - F.pad(ends, (1, 0))[:, :-1]
+        return m_p, logs_p, w, mask
 
     def expand(
         self, ids: Tensor, lengths: Tensor, scales: Tensor

@@ -194,9 +194,14 @@ class BlockWords:
 
 
 def finish_chunk(
-    audio: np.ndarray, sample_rate: int, settings: StreamSettings, pause_after: bool
+    audio: np.ndarray,
+    sample_rate: int,
+    settings: StreamSettings,
+    pause_after: bool,
+    speed: float = 1.0,
 ) -> np.ndarray:
-    """Fade the chunk's edges and append the pause that follows a sentence."""
+    """Fade the chunk's edges and append the pause that follows a sentence (shortened by the
+    speed as the speech is, so a whole stream's length follows 1/speed)."""
     audio = np.asarray(audio, dtype=np.float32).copy()
     n = min(int(sample_rate * settings.fade_ms / 1000), len(audio) // 2)
     if n > 0:
@@ -204,6 +209,7 @@ def finish_chunk(
         audio[:n] *= ramp
         audio[-n:] *= ramp[::-1]
     if pause_after:
-        silence = np.zeros(int(sample_rate * settings.sentence_silence_ms / 1000), np.float32)
+        seconds = settings.sentence_silence_ms / 1000 / speed
+        silence = np.zeros(round(sample_rate * seconds), np.float32)
         audio = np.concatenate([audio, silence])
     return audio

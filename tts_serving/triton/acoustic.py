@@ -27,7 +27,7 @@ from .adapter import ModelContext, execute_batched, output_or_error, scalar, sin
 class AcousticItem:
     model: AcousticModel  # the voice's network
     ids: np.ndarray  # int64 [L]
-    scales: np.ndarray  # float32 (noise_scale, length_scale / speed, noise_w)
+    scales: np.ndarray  # float32 (noise_scale, length_scale, noise_w, speed)
     words: np.ndarray  # int32 [W, 4] (first id, end id, first char, end char); W = 0: not asked
     seconds_per_frame: float  # the voice's hop length over its sample rate
 
@@ -83,7 +83,9 @@ class Acoustic:
         speed = validate_speed(scalar(request, SPEED, 1.0))
         noise = validate_noise(NOISE_SCALE, scalar(request, NOISE_SCALE, voice.noise_scale))
         noise_w = validate_noise(NOISE_W, scalar(request, NOISE_W, voice.noise_w_scale))
-        scales = np.array([noise, voice.length_scale / speed, noise_w], np.float32)
+        # The speed is its own column: the graph spreads the voice's durations over 1/speed
+        # of the time (export/graph.proportional_durations), so 2.0 is twice as fast.
+        scales = np.array([noise, voice.length_scale, noise_w, speed], np.float32)
         words = single_item(request, WORD_SPANS, optional=True)
         words = np.zeros((0, 4), np.int32) if words is None else words.reshape(-1, 4)
         if words.size and (words[:, :2].min() < 0 or words[:, :2].max() > ids.size):

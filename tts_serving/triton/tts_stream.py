@@ -22,6 +22,8 @@ from tts_wire import (
     INTERNAL,
     INVALID_ARGUMENT,
     LATENT,
+    MAX_SPEED,
+    MIN_SPEED,
     NOISE_SCALE,
     NOISE_W,
     NORMALIZE,
@@ -166,6 +168,8 @@ class TtsStream:
         rate = self.sample_rate
         closed = False
         sent_samples = 0  # words are timed from the stream's start
+        speed = float(stream_option(request, SPEED, 1.0))  # checked by parse(): in range
+        speed = speed if MIN_SPEED <= speed <= MAX_SPEED else 1.0
 
         def is_closed() -> bool:
             return closed
@@ -189,7 +193,7 @@ class TtsStream:
             else:
                 chunk = response.chunk
                 pause = chunk.sentence_end and not response.last
-                audio = finish_chunk(response.audio.samples, rate, self.settings, pause)
+                audio = finish_chunk(response.audio.samples, rate, self.settings, pause, speed)
                 caption = np.array([chunk.text.encode()], dtype=np.object_)
                 outputs = [pb_utils.Tensor(AUDIO, audio), pb_utils.Tensor(CHUNK_TEXT, caption)]
                 if response.audio.words is not None:
