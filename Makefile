@@ -25,8 +25,15 @@ help:  # the default goal: what each target does
 	@echo "                     PROFILE=gpu|torch-cpu(-dlpack) adds torch; VOICES=voices.json more voices"
 	@echo "make test            set up everything (system packages too) and run every test"
 	@echo "make unit | lint     the fast unit tests | ruff and the import layers"
-	@echo "make perf-smoke      perf_analyzer on every model (PERF_ARGS=\"--grpc-port 8001 ...\")"
+	@echo "make test-reliability  the reliability tier with its long tests (--long)"
+	@echo "make export          export the voice into model_repository (VOICES=voices.json: more)"
+	@echo "make client-venv     .venv-client: the README's pip install lines alone (a user's view)"
+	@echo "make perf-smoke      perf_analyzer on every model; against a running server:"
+	@echo "                     PERF_ARGS=\"--grpc-port 8001 --http-port 8000\" (no export then)"
+	@echo "make perf            the full perf_analyzer sweep and its plot (docs/perf.png)"
 	@echo "make bench | soak    benchmarks (docs/performance.md, docs/reliability.md)"
+	@echo "make flops           the voice's arithmetic per audio second (docs/performance.md)"
+	@echo "  (test, perf, perf-smoke, bench... install the full development set: about 2.2 GB)"
 	@echo "make gpu-bundle      an offline folder for a GPU machine (docs/gpu.md)"
 	@echo "make image-cpu|gpu   the container image (docker/Dockerfile; needs a Docker engine)"
 	@echo "make lock            regenerate the image's hashed locks (requirements/image-*.lock)"
@@ -59,17 +66,18 @@ PROJECT_FILES := pyproject.toml client/pyproject.toml
 define install
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python >= 3.11 needed"'
 	@test -x $(PY) || { echo "creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "installing $(1) into $(VENV): $(2) (once; later runs skip this)"
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade "pip==24.3.1"
 	$(PY) -m pip install -q --disable-pip-version-check -r $(1)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e client -e .
 	@touch $@
 endef
 $(VENV)/.installed-serve: requirements/serve.txt $(PROJECT_FILES)
-	$(call install,requirements/serve.txt)
+	$(call install,requirements/serve.txt,about 800 MB on a first run - a minute or two)
 $(VENV)/.installed-torch: requirements/torch.txt $(VENV)/.installed-serve
-	$(call install,requirements/torch.txt)
+	$(call install,requirements/torch.txt,torch for the torch profiles - about 700 MB more)
 $(VENV)/.installed: requirements.txt requirements/serve.txt requirements/torch.txt $(PROJECT_FILES)
-	$(call install,requirements.txt)
+	$(call install,requirements.txt,the full development set - about 2.2 GB - a few minutes)
 	@touch $(VENV)/.installed-serve $(VENV)/.installed-torch
 
 setup: system-deps $(VENV)/.installed
@@ -168,8 +176,9 @@ test-reliability: setup export
 perf: setup export
 	$(PY) -m perf_analyzer_configs.run --plot docs/perf.png $(PERF_ARGS)
 
-# Against a running server: make perf-smoke PERF_ARGS="--grpc-port 8001 --http-port 8000".
-perf-smoke: setup export
+# Against a running server: make perf-smoke PERF_ARGS="--grpc-port 8001 --http-port 8000"; then
+# the repository is not exported again (the running server uses it).
+perf-smoke: setup $(if $(findstring --grpc-port,$(PERF_ARGS)),,export)
 	$(PY) -m perf_analyzer_configs.run --smoke --out out/perf-smoke $(PERF_ARGS)
 
 # Ours vs Piper's HTTP server vs Piper in-process, same texts, alternating (docs/performance.md).

@@ -191,7 +191,10 @@ class Speech:
         self.started = started
         self.deadline = deadline
         # One `tts` request: the whole audio comes at once, so WAV and FLAC get real lengths.
-        self.encoder = Encoder(job.format, rate, whole=not job.streamed)
+        # A streamed FLAC is sent whole too: its header's sample count is written last, and
+        # without it readers fail (libsndfile via soundfile: "array is too big").
+        whole = not job.streamed or job.format.name == "flac"
+        self.encoder = Encoder(job.format, rate, whole=whole)
         self.samples = 0
         self.status = "cancelled"  # until the body says otherwise
         self._closed = False

@@ -73,6 +73,25 @@ def test_voices_aliases_models_and_voice_defaults(gateway, sdk):
     assert len(echo.read()) > 0
 
 
+@pytest.mark.parametrize("fmt", ["flac", "wav"])
+def test_a_long_text_in_a_lossless_format_is_a_file_readers_open(sdk, fmt, tmp_path):
+    """Long text streams through tts_stream. A streamed FLAC had no sample count and
+    soundfile refused it ("array is too big"); FLAC is now sent whole, with its length, and
+    a streamed WAV's open length is one soundfile reads to the end."""
+    import soundfile
+
+    text = " ".join(SENTENCES[:8])
+    assert len(text) > 150  # over the gateway's direct_max_chars: streamed
+    data = sdk.audio.speech.create(
+        model="tts-1", voice="joe-exact", input=text, response_format=fmt
+    ).read()
+    (tmp_path / f"long.{fmt}").write_bytes(data)
+    samples, rate = soundfile.read(tmp_path / f"long.{fmt}", dtype="float32")
+    assert rate == 22050 and len(samples) / rate > 8.0  # the whole text, not a first chunk
+    if fmt == "flac":
+        assert soundfile.info(tmp_path / "long.flac").frames == len(samples)
+
+
 def test_audio_streams_with_the_sdk(sdk):
     text = " ".join(SENTENCES[:6])
     with sdk.audio.speech.with_streaming_response.create(

@@ -102,3 +102,17 @@ def test_make_alone_prints_help_and_make_serve_runs_no_apt_get():
         assert ("-r requirements/torch.txt" in plan) == bool(profile), plan
         assert "-r requirements.txt" not in plan
     assert "apt-get update" in make("-n", "-B", "system-deps")  # the explicit target does
+
+
+def test_make_help_names_every_target_the_docs_name():
+    """A newcomer reads `make X` in the README or docs/ and looks for X in `make`'s help."""
+    named = set()
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        named |= set(re.findall(r"\bmake ([a-z][a-z0-9-]+)\b", doc.read_text()))
+    targets = set(re.findall(r"^([a-z][a-z0-9-]*):", (ROOT / "Makefile").read_text(), re.M))
+    named &= targets  # "make the ..." in prose is no target
+    assert named, "no make target found in the docs: the check would pass for nothing"
+    shown = make()
+    missing = {t for t in named if not re.search(rf"make ([a-z|-]+ )*{t}(?![a-z-])|{t}\|", shown)}
+    missing -= {t for t in named if f"image-{t.split('-')[-1]}" == t and "image-cpu|gpu" in shown}
+    assert not missing, f"make help does not name: {sorted(missing)}"
