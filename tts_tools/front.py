@@ -88,7 +88,7 @@ class FrontSettings:
     min_in_flight: int = 8
     # Before its ports open, this many normal sentences go to Triton's `tts` at once: the
     # throughput admission starts from (0: none; a cold server then admits min_in_flight).
-    warmup_requests: int = 8
+    warmup_requests: int = 16
     # The throughput admission counts on is measured over this many seconds of busy time.
     window_s: float = 30.0
     # How often open streams are checked against the stubs that serve them.
@@ -123,10 +123,11 @@ class Admission:
     pipeline serves in order at that rate; when admitted requests still overrun the deadline
     (batching reorders, clients share the CPU) the usable share of the throughput shrinks by
     10 % per late request and grows back by 2 % per timely one. Up to ``min_in_flight``
-    requests are always admitted. When the window holds no busy time (an idle server), the
-    last throughput measured stands: idling does not make the server look unmeasured, so a
-    burst after a quiet minute is admitted as it was before (a server is no slower for having
-    rested). Before anything was measured only ``min_in_flight`` are admitted: the front door
+    requests are always admitted. The rate counted on is the highest the window has given
+    (:meth:`capacity`): completions per busy second at low concurrency measure latency, not
+    capacity (one request alone: 1 / its latency), so a burst that followed a lone request, or a
+    quiet minute, was refused below what the server serves. Late requests still shrink the
+    share. Before anything was measured only ``min_in_flight`` are admitted: the front door
     measures a warm-up before it opens its ports (:meth:`Front.warm_up`).
     """
 
@@ -145,7 +146,7 @@ class Admission:
         self._since = clock()  # start of the current accounting slice
         # (end time, busy seconds, completions) per slice, newest last.
         self._slices: deque[tuple[float, float, int]] = deque()
-        self._last_rate: float | None = None  # the newest throughput the window gave
+        self._peak: float | None = None  # the highest throughput the window has given
 
     def _account(self, completions: int = 0) -> None:
         now = self.clock()
@@ -157,29 +158,37 @@ class Admission:
             self._slices.popleft()
 
     def throughput(self) -> float | None:
-        """Completions per busy second over the window, or the last one measured when the
-        window is empty (idle); None before anything was measured."""
+        """Completions per busy second over the window; None when it holds none (idle)."""
         busy = sum(s[1] for s in self._slices)
         done = sum(s[2] for s in self._slices)
-        if done and busy > 0:
-            self._last_rate = done / busy
-        return self._last_rate
+        if not (done and busy > 0):
+            return None
+        rate = done / busy
+        if done >= self.min_in_flight:  # enough completions to stand for the server
+            self._peak = max(self._peak or 0.0, rate)
+        return rate
+
+    def seed(self, rate: float) -> None:
+        """Count on ``rate`` requests per second (measured by the warm-up) until more is
+        measured."""
+        self._peak = max(self._peak or 0.0, rate)
+
+    def capacity(self) -> float | None:
+        """The highest throughput measured (idling forgets nothing: a server is no slower for
+        having rested); None before there is one."""
+        rate = self.throughput()
+        return max(self._peak or 0.0, rate or 0.0) or None
 
     def estimated_wait(self) -> float | None:
         """Seconds a request admitted now would take; None before anything was measured."""
-        rate = self.throughput()
+        rate = self.capacity()
         return (self.in_flight + 1) / (rate * self.share) if rate else None
 
-    def enter(self, always: bool = False) -> bool:
-        """Admit one request (True; call ``leave`` when it ends) or refuse it (False);
-        ``always``: admit it whatever the estimate (the warm-up's own requests)."""
+    def enter(self) -> bool:
+        """Admit one request (True; call ``leave`` when it ends) or refuse it (False)."""
         self._account()
         wait = self.estimated_wait()
-        if (
-            not always
-            and self.in_flight >= self.min_in_flight
-            and (wait is None or wait > self.deadline_s)
-        ):
+        if self.in_flight >= self.min_in_flight and (wait is None or wait > self.deadline_s):
             self.refused += 1
             return False
         self.in_flight += 1
@@ -355,49 +364,47 @@ class Front:
         self.metrics.share.set(self.admission.share)
 
     async def warm_up(self, timeout_s: float = 120.0) -> str:
-        """Measure the throughput admission starts from, before the ports open: the
-        ``warmup_requests`` medium sentences sent to Triton's ``tts`` at once, accounted as
-        admitted requests are (a cold server that counted on ``min_in_flight`` alone refused
-        the 9th request of the first burst). Also loads the engines' first-run costs before a
-        user pays them. Returns one line for the log; a failure leaves admission unmeasured."""
+        """Measure the throughput admission starts from, before the ports open (a cold server
+        that counted on ``min_in_flight`` alone refused the 9th request of the first burst).
+
+        A closed loop of ``warmup_requests`` medium sentences in flight, three times that many
+        in all, counted from the first completion to the last: one round sent at once measured
+        about half the steady rate (its stages ran one after another, where a steady load keeps
+        each busy). Also pays the engines' first-run costs before a user does. Returns one line
+        for the log; a failure leaves admission unmeasured."""
         n = self.settings.warmup_requests
         if not n or "tts" not in self.settings.admitted:
             return "admission warm-up: off"
-        texts = [SENTENCES[3 + i % 12] for i in range(n)]
+        total = 3 * n
         client = grpc_aio.InferenceServerClient(self.settings.triton_grpc)
+        done: list[float] = []
+        queue = list(range(total))
 
-        async def one(text: str, measured: bool) -> None:
-            text_input = InferInput(TEXT, [1, 1], "BYTES")
-            text_input.set_data_from_numpy(np.array([[text.encode()]], dtype=object))
-            if measured:
-                self.admission.enter(always=True)
-            start = time.monotonic()
-            try:
+        async def worker() -> None:
+            while queue:
+                text_input = InferInput(TEXT, [1, 1], "BYTES")
+                text = SENTENCES[3 + queue.pop() % 12]
+                text_input.set_data_from_numpy(np.array([[text.encode()]], dtype=object))
                 await client.infer("tts", [text_input], client_timeout=timeout_s)
-            finally:
-                if measured:
-                    self.admission.leave(time.monotonic() - start)
+                done.append(time.monotonic())
 
+        start = time.monotonic()
         try:
-            # The first round pays the engines' first-run costs (ONNX Runtime's took a round
-            # 2x slower than the next here): only the second is measured.
-            await asyncio.gather(*(one(t, measured=False) for t in texts))
-            start = time.monotonic()
-            await asyncio.gather(*(one(t, measured=True) for t in texts))
+            await asyncio.gather(*(worker() for _ in range(n)))
         except Exception as e:
-            s = self.settings
-            self.admission = Admission(s.deadline_s, s.min_in_flight, s.window_s)
             return (
                 f"admission warm-up failed ({type(e).__name__}: {e}); until requests are "
                 f"measured, {self.settings.min_in_flight} at a time are admitted"
             )
         finally:
             await client.close()
-        rate = self.admission.throughput() or 0.0
+        rate = (len(done) - 1) / max(done[-1] - done[0], 1e-3)
+        self.admission.seed(rate)
         return (
-            f"admission warm-up: {n} sentences in {time.monotonic() - start:.2f} s, "
-            f"{rate:.1f} requests/s; up to about {rate * self.settings.deadline_s:.0f} in flight "
-            f"fit the {self.settings.deadline_s:g} s deadline"
+            f"admission warm-up: {total} sentences, {n} at a time, in "
+            f"{time.monotonic() - start:.1f} s: {rate:.1f} requests/s; up to about "
+            f"{rate * self.settings.deadline_s:.0f} in flight fit the "
+            f"{self.settings.deadline_s:g} s deadline"
         )
 
     # ----- gRPC -----

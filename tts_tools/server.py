@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import socket
 import sys
 import threading
 import time
@@ -99,6 +100,16 @@ def benchmark_profile(extra: list[str]) -> str | None:
     flags.add_argument("--model-config-name")
     name = flags.parse_known_args(extra)[0].model_config_name
     return name if name in BENCHMARK_PROFILES else None
+
+
+def port_open(bind: str, port: int) -> bool:
+    """Something accepts connections on the port (``bind``: the address it listens on)."""
+    host = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def banner(args: argparse.Namespace, gpu: bool) -> str:
@@ -256,6 +267,7 @@ def main(argv: list[str] | None = None) -> None:
             restricted=args.restricted_apis,
             shm_prefix=shm_prefix,
             front_cmd=front,
+            front_ready=(lambda: port_open(args.bind, args.grpc_port)) if args.grpc_port else None,
         )
     )
 

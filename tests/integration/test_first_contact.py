@@ -91,10 +91,13 @@ def test_perf_analyzer_over_http_after_idling_has_no_errors(served):
     assert_clean(perf_analyzer("http", served.http, 16))
 
 
-def test_a_burst_of_64_after_idling_is_all_served(served):
+def test_a_burst_after_idling_is_all_served(served):
+    # 32 medium sentences take 4-5 s here, well inside the 10 s deadline on a busy machine too
+    # (64 take 9-10 s on these 2 cores: python -m bench.admission records them). Before, a
+    # server idle past its window admitted 8 and refused the rest.
     time.sleep(WINDOW_S + 1)
-    errors = burst(served.grpc, 64)
-    assert errors == [], f"{len(errors)} of 64 refused: {errors[0]}"
+    errors = burst(served.grpc, 32)
+    assert errors == [], f"{len(errors)} of 32 refused: {errors[0]}"
 
 
 def test_a_reply_without_accept_encoding_is_plain_json(served, tmp_path):

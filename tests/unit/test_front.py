@@ -75,30 +75,46 @@ def test_late_requests_shrink_what_admission_counts_on_and_timely_ones_restore_i
 
 def test_an_idle_server_keeps_what_it_measured():
     """An empty window (a minute of idling) left 'not measured yet': the next burst got
-    min_in_flight and the rest refused. The last throughput now stands until new busy time."""
+    min_in_flight and the rest refused. The highest throughput measured now stands."""
     clock = Clock()
-    admission = Admission(deadline_s=10, min_in_flight=2, window_s=30, clock=clock)
-    for _ in range(4):  # 4 requests per busy second (seeded as the warm-up is)
-        assert all(admission.enter(always=True) for _ in range(4))
+    admission = Admission(deadline_s=10, min_in_flight=4, window_s=30, clock=clock)
+    for _ in range(4):  # 4 requests per busy second
+        assert all(admission.enter() for _ in range(4))
         clock.now += 1.0
         for _ in range(4):
             admission.leave(1.0)
     clock.now += 60  # idle: the window holds nothing now
-    assert admission.throughput() == pytest.approx(4.0)
+    assert admission.capacity() == pytest.approx(4.0)
     assert sum(admission.enter() for _ in range(64)) == 40  # (n + 1) / 4 <= 10 s
-    # New busy time measures anew: 40 requests done in 20 busy seconds, 2 per second.
-    clock.now += 20.0
-    for _ in range(40):
-        admission.leave(1.0)
+
+
+def test_a_lone_request_does_not_make_the_server_look_slower():
+    """Completions per busy second of one request alone are 1 / its latency, not what the
+    server serves at once: a burst right after it was refused below capacity."""
+    clock = Clock()
+    admission = Admission(deadline_s=10, min_in_flight=8, window_s=30, clock=clock)
+    for _ in range(4):
+        assert all(admission.enter() for _ in range(8))
+        clock.now += 1.0
+        for _ in range(8):
+            admission.leave(1.0)  # 8 per busy second at concurrency 8
+    clock.now += 60
+    for _ in range(3):  # then lone requests of 0.5 s: 2 per busy second
+        admission.enter()
+        clock.now += 0.5
+        admission.leave(0.5)
     assert admission.throughput() == pytest.approx(2.0)
+    assert admission.capacity() == pytest.approx(8.0)
+    assert sum(admission.enter() for _ in range(64)) == 64  # 64 / 8 = 8 s fits 10 s
 
 
-def test_nothing_measured_admits_min_in_flight_and_the_warm_up_is_always_admitted():
+def test_nothing_measured_admits_min_in_flight_and_a_warm_up_seeds_the_capacity():
     clock = Clock()
     admission = Admission(deadline_s=10, min_in_flight=2, clock=clock)
-    assert admission.throughput() is None
+    assert admission.capacity() is None
     assert [admission.enter() for _ in range(3)] == [True, True, False]
-    assert all(admission.enter(always=True) for _ in range(8))
+    admission.seed(6.0)  # the front door's warm-up measured 6 requests per second
+    assert sum(admission.enter() for _ in range(100)) == 58  # 2 + 58: (59 + 1) / 6 <= 10 s
 
 
 def infer_request(model: str, text: bytes = b"hello", **fields) -> bytes:

@@ -42,6 +42,7 @@ def supervise(
     restricted: str = RESTRICTED,
     shm_prefix: str = "",
     front_cmd: list[str] | None = None,
+    front_ready: Callable[[], bool] | None = None,
 ) -> int:
     """Run tritonserver (and the front door and the gateway) as children with the supervisor
     beside them.
@@ -51,7 +52,9 @@ def supervise(
     connections to Triton closed, so none holds Triton's exit); then tritonserver. A gateway
     or front door that dies is started again; so is a tritonserver that dies on its own (a
     crash, an OOM kill), with backoff, until ``restarts`` says it keeps dying; then the
-    launcher exits with its code.
+    launcher exits with its code. ``front_ready``: whether the front door listens yet (it
+    measures a warm-up first); the gateway starts after it, so its start-up does not share
+    the cores with that measurement.
     """
     restarts = restarts or RestartPolicy()
     metrics = metrics or SupervisorMetrics()
@@ -95,6 +98,8 @@ def supervise(
                     RestartPolicy(),
                     say,
                 )
+            if front and front_ready:
+                _wait_for(front_ready, front, stopping, timeout_s=180.0)
             if gateway_cmd and gateway is None:
                 gateway = Keeper(
                     "the gateway",
@@ -137,6 +142,18 @@ def supervise(
     code = _stop_in_order(process, supervisor, front, gateway, drained, drain_s, say)
     remove_regions(shm_prefix, set(), say)  # what stubs that died along the way left behind
     return 1 if any(k and k.gave_up for k in (gateway, front)) else code
+
+
+def _wait_for(
+    ready: Callable[[], bool], keeper: Keeper, stopping: threading.Event, timeout_s: float
+) -> None:
+    """Until ``ready()``, the keeper's child exits (its own restart handles it), a stop is
+    asked, or ``timeout_s`` passes."""
+    until = time.monotonic() + timeout_s
+    while not ready() and not stopping.is_set() and time.monotonic() < until:
+        if keeper.process is None or keeper.process.poll() is not None:
+            return
+        stopping.wait(0.2)
 
 
 def _start_server(
