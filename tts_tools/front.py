@@ -86,8 +86,9 @@ class FrontSettings:
     admitted: tuple[str, ...] = ("tts",)
     # Concurrency always admitted, whatever was measured.
     min_in_flight: int = 8
-    # Before its ports open, this many normal sentences go to Triton's `tts` at once: the
-    # throughput admission starts from (0: none; a cold server then admits min_in_flight).
+    # Before its ports open, this many normal sentences are kept in flight against Triton's
+    # `tts` (3x as many in all): the throughput admission starts from (0: none; a cold server
+    # then admits min_in_flight until something is measured).
     warmup_requests: int = 16
     # The throughput admission counts on is measured over this many seconds of busy time.
     window_s: float = 30.0

@@ -102,11 +102,15 @@ def benchmark_profile(extra: list[str]) -> str | None:
     return name if name in BENCHMARK_PROFILES else None
 
 
+def local_host(bind: str) -> str:
+    """The address this machine reaches a server bound to ``bind`` at."""
+    return "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
+
+
 def port_open(bind: str, port: int) -> bool:
     """Something accepts connections on the port (``bind``: the address it listens on)."""
-    host = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
     try:
-        with socket.create_connection((host, port), timeout=1):
+        with socket.create_connection((local_host(bind), port), timeout=1):
             return True
     except OSError:
         return False
@@ -114,7 +118,7 @@ def port_open(bind: str, port: int) -> bool:
 
 def banner(args: argparse.Namespace, gpu: bool) -> str:
     """What ``make serve`` prints once the service answers: where to reach each interface."""
-    host = "127.0.0.1" if args.bind in ("0.0.0.0", "::") else args.bind
+    host = local_host(args.bind)
     lines = ["", "=" * 72, "ready:"]
     if args.gateway_port:
         lines += [
@@ -138,7 +142,7 @@ def banner(args: argparse.Namespace, gpu: bool) -> str:
 def announce_when_ready(args: argparse.Namespace, gpu: bool, timeout_s: float = 600.0) -> None:
     """Print the banner once, when the gateway (or, without one, the front door) answers
     ready; from a thread, so the launcher's own start is not held up."""
-    host = "127.0.0.1" if args.bind in ("0.0.0.0", "::") else args.bind
+    host = local_host(args.bind)
     if args.gateway_port:
         url = f"http://{host}:{args.gateway_port}/ready"
     else:
@@ -231,10 +235,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     gateway = None
     if args.gateway_port:
-        local = "127.0.0.1" if args.bind in ("0.0.0.0", "::") else args.bind
+        local = local_host(args.bind)
         # The repository's voices (voices.json), each under its own name: a voice added with
         # `make serve VOICES=...` reaches the page and /v1/audio/voices. A voices file or
-        # $TTS_GATEWAY_VOICES_FILE (the gateway's own settings: docs/configuration.md) wins.
+        # $TTS_GATEWAY_VOICES_FILE (the gateway's own settings: README, Settings) wins.
         gateway = gateway_command(
             f"grpc://{local}:{args.grpc_port}",
             args.bind,

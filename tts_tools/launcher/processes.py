@@ -242,7 +242,8 @@ class FrontProcess(ChildProcess, Endpoints):
     readiness answers through it."""
 
     name = "front"
-    start_timeout = 30.0
+    # Its ports open after the admission warm-up (48 sentences: about 7 s on 2 idle cores).
+    start_timeout = 120.0
 
     def __init__(
         self, server: ServerProcess, log_path: Path, extra_args: list[str] | None = None
