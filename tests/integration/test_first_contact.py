@@ -141,7 +141,7 @@ def test_the_banner_says_once_where_everything_is(served):
         f"http://127.0.0.1:{served.gateway}/v1\n",
         f"127.0.0.1:{served.grpc} ",
         f"http://127.0.0.1:{served.http} ",
-        "admission warm-up: 8 sentences",
+        "admission warm-up: 48 sentences, 16 at a time",
     ):
         assert line in log, line
     assert ("harmless" in banner) == (not Path("/dev/nvidia0").exists())
