@@ -217,7 +217,10 @@ class Admission:
 
 def model_name(message: bytes) -> str | None:
     """Field 1 (``model_name``) of a serialized ModelInferRequest, read from the protobuf wire
-    format without parsing (and copying) the tensors; None when absent or malformed."""
+    format without parsing (and copying) the tensors; None when absent or malformed.
+
+    The last occurrence, as protobuf (and so Triton) reads a repeated singular field: reading
+    the first let a request prefixed with another model_name pass admission as that model."""
     view, i, n = memoryview(message), 0, len(message)
 
     def varint() -> int:
@@ -232,6 +235,7 @@ def model_name(message: bytes) -> str | None:
             shift += 7
         raise ValueError("truncated varint")
 
+    name = None
     try:
         while i < n:
             key = varint()
@@ -244,14 +248,16 @@ def model_name(message: bytes) -> str | None:
                 i += 4
             elif kind == 2:
                 length = varint()
+                if i + length > n:
+                    return None
                 if number == 1:
-                    return bytes(view[i : i + length]).decode("utf-8")
+                    name = bytes(view[i : i + length]).decode("utf-8")
                 i += length
             else:
                 return None
     except (ValueError, UnicodeDecodeError):
         return None
-    return None
+    return name
 
 
 def _metadata(context: grpc.aio.ServicerContext) -> list[tuple[str, str | bytes]]:

@@ -138,6 +138,15 @@ def test_model_name_is_read_from_the_wire_format():
     assert model_name(reordered) == "vocoder"
 
 
+def test_a_duplicate_model_name_is_read_as_protobuf_reads_it():
+    """Issue 34, item 3: "zz" prepended as a second model_name passed admission as "zz" while
+    Triton served the last one, `tts` (150 concurrent all admitted)."""
+    trick = b"\x0a\x02zz" + infer_request("tts")
+    assert service_pb2.ModelInferRequest.FromString(trick).model_name == "tts"
+    assert model_name(trick) == "tts"
+    assert model_name(infer_request("tts") + b"\x0a\x02zz") == "zz"
+
+
 @pytest.mark.parametrize("raw", [b"", b"\x0a", b"\x0a\xff\xff", b"\x0f\x00", b"\x0a\x02\xff\xfe"])
 def test_model_name_of_a_malformed_message_is_none(raw):
     assert model_name(raw) is None
