@@ -37,14 +37,14 @@ from dataclasses import dataclass
 
 import aiohttp
 import grpc
-import numpy as np
+import tritonclient.grpc as grpc_types
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from tritonclient.grpc import InferInput, aio as grpc_aio
+from tritonclient.grpc import aio as grpc_aio
 
+from tts_client.protocol import build_inputs
 from tts_tools.launcher.supervisor import is_ready, stubs_by_model
 from tts_tools.texts import SENTENCES
-from tts_wire import TEXT
 
 log = logging.getLogger("tts_front")
 
@@ -389,10 +389,8 @@ class Front:
 
         async def worker() -> None:
             while queue:
-                text_input = InferInput(TEXT, [1, 1], "BYTES")
-                text = SENTENCES[3 + queue.pop() % 12]
-                text_input.set_data_from_numpy(np.array([[text.encode()]], dtype=object))
-                await client.infer("tts", [text_input], client_timeout=timeout_s)
+                inputs = build_inputs(grpc_types, SENTENCES[3 + queue.pop() % 12])
+                await client.infer("tts", inputs, client_timeout=timeout_s)
                 done.append(time.monotonic())
 
         start = time.monotonic()

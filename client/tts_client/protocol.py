@@ -216,9 +216,7 @@ def not_triton(exc: BaseException, url: str) -> TTSError | None:
     the OpenAI gateway), naming what was reached; None for Triton's own errors."""
     message_fn = getattr(exc, "message", None)
     message = message_fn() if callable(message_fn) else None
-    if isinstance(message, str) and not message.startswith(_UNDECODED):
-        return None
-    if message is None:
+    if message is None or (isinstance(message, str) and not message.startswith(_UNDECODED)):
         return None
     status_fn = getattr(exc, "status", None)
     status = status_fn() if callable(status_fn) else None
