@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hmac
 import logging
 import os
 import re
@@ -43,8 +44,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from tritonclient.grpc import aio as grpc_aio
 
 from tts_client.protocol import build_inputs
+from tts_tools.connections import ConnectionGuard, ConnectionLimits, GuardedSite, raise_file_limit
+from tts_tools.launcher.commands import FRONT_LIVE_PATH
+from tts_tools.launcher.security import ADMIN_HEADER, GRPC_HEADER_PREFIX, admin_key
 from tts_tools.launcher.supervisor import is_ready, stubs_by_model
+from tts_tools.protowire import StreamResponse, infer_request, model_name, stream_response
 from tts_tools.texts import SENTENCES
+from tts_wire import FINAL_RESPONSE, stream_error_message
 
 log = logging.getLogger("tts_front")
 
@@ -66,6 +72,7 @@ _HTTP_DROP = {
     "content-encoding",  # bodies are forwarded inflated
 }
 _RESPONSE_DROP = _HTTP_DROP - {"content-encoding"}
+_ENCODINGS = {"identity", "gzip", "deflate", "br"}  # one of them; aiohttp inflates it
 _INFER_PATH = re.compile(
     r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/(?:infer|generate|generate_stream)$"
 )
@@ -83,7 +90,13 @@ class FrontSettings:
     # The largest legitimate message: 16 vocoder latents of max_frames (192 x 4000 float32).
     max_request_bytes: int = 64 * MIB
     deadline_s: float = 10.0
-    admitted: tuple[str, ...] = ("tts",)
+    # Models served on the public ports ("*": all); the others answer only to the admin key
+    # (an operator's perf_analyzer on one stage). Each public one is admitted by its cost.
+    public_models: tuple[str, ...] = ("tts", "tts_stream")
+    # Models whose completions measure the throughput admission counts on.
+    measured: tuple[str, ...] = ("tts",)
+    # Models whose requests are streams (decoupled): admitted at the cost of their first chunk.
+    streamed: tuple[str, ...] = ("tts_stream",)
     # Concurrency always admitted, whatever was measured.
     min_in_flight: int = 8
     # Before its ports open, this many normal sentences are kept in flight against Triton's
@@ -95,6 +108,15 @@ class FrontSettings:
     # How often open streams are checked against the stubs that serve them.
     stream_check_s: float = 1.0
     drain_s: float = 30.0
+    # Connection hygiene (tts_tools/connections.py); gRPC gets the same timeouts and total.
+    max_connections: int = 4096
+    max_connections_per_client: int = 256
+    header_timeout_s: float = 10.0  # a request head (HTTP) or the HTTP/2 handshake (gRPC)
+    idle_timeout_s: float = 60.0  # between requests
+    body_timeout_s: float = 60.0  # to read one HTTP body
+    # Request bodies buffered at once, in all: past it a body is refused (503), not read.
+    max_buffered_bytes: int = 256 * MIB
+    max_streams_per_connection: int = 128  # gRPC (HTTP/2) concurrent streams
     # The server's shared-memory prefix: finds its stubs (a stream's model instance died).
     shm_prefix: str = ""
     # SIGUSR1 to the parent (the launcher) once drained while dead stubs' streams stay open.
@@ -111,6 +133,16 @@ class FrontSettings:
             raise ValueError(f"min_in_flight must be at least 1, not {self.min_in_flight}")
         if not 0 < self.window_s <= 3600:
             raise ValueError(f"window_s must be in (0, 3600], not {self.window_s}")
+        ConnectionLimits(  # raises on a bad combination
+            self.max_connections,
+            self.max_connections_per_client,
+            self.header_timeout_s,
+            self.idle_timeout_s,
+        )
+        if self.body_timeout_s <= 0 or self.max_buffered_bytes < self.max_request_bytes:
+            raise ValueError(
+                "body_timeout_s must be positive and max_buffered_bytes at least max_request_bytes"
+            )
         if not 0 <= self.warmup_requests <= 256:
             raise ValueError(f"warmup_requests must be in [0, 256], not {self.warmup_requests}")
 
@@ -118,18 +150,19 @@ class FrontSettings:
 class Admission:
     """Admit a request when the wait it would see fits the deadline, else refuse it at once.
 
-    The wait is estimated by Little's law: (requests in flight + 1) / throughput, where the
-    throughput is completions per busy second (time with something in flight) over the last
-    ``window_s``, so idle time does not make the server look slow. The estimate assumes the
-    pipeline serves in order at that rate; when admitted requests still overrun the deadline
-    (batching reorders, clients share the CPU) the usable share of the throughput shrinks by
-    10 % per late request and grows back by 2 % per timely one. Up to ``min_in_flight``
-    requests are always admitted. The rate counted on is the highest the window has given
-    (:meth:`capacity`): completions per busy second at low concurrency measure latency, not
-    capacity (one request alone: 1 / its latency), so a burst that followed a lone request, or a
-    quiet minute, was refused below what the server serves. Late requests still shrink the
-    share. Before anything was measured only ``min_in_flight`` are admitted: the front door
-    measures a warm-up before it opens its ports (:meth:`Front.warm_up`).
+    Requests are weighed by their cost in work (:func:`request_cost`: their input bytes plus a
+    fixed part), not counted: a 1,000-character request waits behind, and delays, as much as
+    ten 100-character ones. The wait is estimated by Little's law: (cost in flight + this
+    request's) / throughput, where the throughput is cost completed per busy second (time with
+    a measured request in flight) over the last ``window_s``, so idle time does not make the
+    server look slow. Only measured requests (``tts``) count towards it: a stream's request is
+    served for minutes at its own pace, which is not the server's rate. When admitted requests
+    still overrun the deadline (batching reorders, clients share the CPU) the usable share of
+    the throughput shrinks by 10 % per late request and grows back by 2 % per timely one. Up to
+    ``min_in_flight`` requests are always admitted. The rate counted on is the highest the
+    window has given (:meth:`capacity`): at low concurrency it measures latency, not capacity.
+    Before anything was measured only ``min_in_flight`` are admitted: the front door measures
+    a warm-up before it opens its ports (:meth:`Front.warm_up`).
     """
 
     def __init__(
@@ -141,36 +174,39 @@ class Admission:
     ) -> None:
         self.deadline_s, self.min_in_flight, self.window_s = deadline_s, min_in_flight, window_s
         self.clock = clock
-        self.in_flight = 0
+        self.in_flight = 0  # requests
+        self.work = 0.0  # their cost
+        self._measured = 0  # of them measured: the server is busy while one is in flight
         self.admitted = self.refused = self.late = 0
         self.share = 1.0  # of the measured throughput that admission counts on
         self._since = clock()  # start of the current accounting slice
-        # (end time, busy seconds, completions) per slice, newest last.
-        self._slices: deque[tuple[float, float, int]] = deque()
+        # (end time, busy seconds, completions, cost completed) per slice, newest last.
+        self._slices: deque[tuple[float, float, int, float]] = deque()
         self._peak: float | None = None  # the highest throughput the window has given
 
-    def _account(self, completions: int = 0) -> None:
+    def _account(self, completions: int = 0, cost: float = 0.0) -> None:
         now = self.clock()
-        busy = (now - self._since) if self.in_flight else 0.0
+        busy = (now - self._since) if self._measured else 0.0
         if busy or completions:
-            self._slices.append((now, busy, completions))
+            self._slices.append((now, busy, completions, cost))
         self._since = now
         while self._slices and now - self._slices[0][0] > self.window_s:
             self._slices.popleft()
 
     def throughput(self) -> float | None:
-        """Completions per busy second over the window; None when it holds none (idle)."""
+        """Cost completed per busy second over the window; None when it holds none (idle)."""
         busy = sum(s[1] for s in self._slices)
         done = sum(s[2] for s in self._slices)
+        cost = sum(s[3] for s in self._slices)
         if not (done and busy > 0):
             return None
-        rate = done / busy
+        rate = cost / busy
         if done >= self.min_in_flight:  # enough completions to stand for the server
             self._peak = max(self._peak or 0.0, rate)
         return rate
 
     def seed(self, rate: float) -> None:
-        """Count on ``rate`` requests per second (measured by the warm-up) until more is
+        """Count on ``rate`` (cost per second, measured by the warm-up) until more is
         measured."""
         self._peak = max(self._peak or 0.0, rate)
 
@@ -180,34 +216,42 @@ class Admission:
         rate = self.throughput()
         return max(self._peak or 0.0, rate or 0.0) or None
 
-    def estimated_wait(self) -> float | None:
-        """Seconds a request admitted now would take; None before anything was measured."""
+    def estimated_wait(self, cost: float = 1.0) -> float | None:
+        """Seconds a request of ``cost`` admitted now would take; None before anything was
+        measured."""
         rate = self.capacity()
-        return (self.in_flight + 1) / (rate * self.share) if rate else None
+        return (self.work + cost) / (rate * self.share) if rate else None
 
-    def enter(self) -> bool:
-        """Admit one request (True; call ``leave`` when it ends) or refuse it (False)."""
+    def enter(self, cost: float = 1.0, measured: bool = True) -> bool:
+        """Admit one request (True; call ``leave`` with the same cost when it ends) or refuse
+        it (False)."""
         self._account()
-        wait = self.estimated_wait()
+        wait = self.estimated_wait(cost)
         if self.in_flight >= self.min_in_flight and (wait is None or wait > self.deadline_s):
             self.refused += 1
             return False
         self.in_flight += 1
+        self.work += cost
+        self._measured += measured
         self.admitted += 1
         return True
 
-    def leave(self, seconds: float) -> None:
+    def leave(self, seconds: float, cost: float = 1.0, measured: bool = True) -> None:
         """An admitted request ended after ``seconds`` (served or failed)."""
-        self._account(completions=1)
+        self._account(completions=int(measured), cost=cost if measured else 0.0)
         self.in_flight -= 1
+        self.work = max(0.0, self.work - cost)
+        self._measured -= measured
+        if not measured:
+            return
         if seconds > self.deadline_s:
             self.late += 1
             self.share = max(0.1, self.share * 0.9)
         else:
             self.share = min(1.0, self.share * 1.02)
 
-    def refusal(self) -> str:
-        wait = self.estimated_wait()
+    def refusal(self, cost: float = 1.0) -> str:
+        wait = self.estimated_wait(cost)
         why = f"about {wait:.1f} s" if wait else "not measured yet"
         return (
             f"server overloaded: {self.in_flight} requests in flight, the wait ({why}) would "
@@ -215,49 +259,23 @@ class Admission:
         )
 
 
-def model_name(message: bytes) -> str | None:
-    """Field 1 (``model_name``) of a serialized ModelInferRequest, read from the protobuf wire
-    format without parsing (and copying) the tensors; None when absent or malformed.
+# The fixed part of a request's cost, in input bytes: a sentence of about this many
+# characters costs the pipeline as much again as its per-request overhead.
+REQUEST_BASE_COST = 64
+# Input bytes per character of speech, for the inner models when they are opened to the
+# public: phoneme ids are int64 (about one per character), a latent frame is 192 float32
+# (about six frames per character at 22,050 Hz).
+COST_SCALE = {"acoustic": 8.0, "vocoder": 4608.0}
+# A stream's request is admitted at the cost of its first chunk: it is served a chunk at a
+# time, so only that much of it is ever queued ahead of other requests.
+STREAM_COST = REQUEST_BASE_COST + 400
+# The JSON around an HTTP request's text ({"inputs":[{"name":"text","shape":[1,1],...}]}).
+JSON_OVERHEAD = 80
 
-    The last occurrence, as protobuf (and so Triton) reads a repeated singular field: reading
-    the first let a request prefixed with another model_name pass admission as that model."""
-    view, i, n = memoryview(message), 0, len(message)
 
-    def varint() -> int:
-        nonlocal i
-        value = shift = 0
-        while i < n and shift < 64:
-            byte = view[i]
-            i += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-        raise ValueError("truncated varint")
-
-    name = None
-    try:
-        while i < n:
-            key = varint()
-            number, kind = key >> 3, key & 7
-            if kind == 0:
-                varint()
-            elif kind == 1:
-                i += 8
-            elif kind == 5:
-                i += 4
-            elif kind == 2:
-                length = varint()
-                if i + length > n:
-                    return None
-                if number == 1:
-                    name = bytes(view[i : i + length]).decode("utf-8")
-                i += length
-            else:
-                return None
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return name
+def request_cost(model: str, input_bytes: int) -> float:
+    """The cost admission weighs a request to ``model`` by (units: bytes of text)."""
+    return REQUEST_BASE_COST + input_bytes / COST_SCALE.get(model, 1.0)
 
 
 def _metadata(context: grpc.aio.ServicerContext) -> list[tuple[str, str | bytes]]:
@@ -296,6 +314,16 @@ class StubWatch:
 class Ticket:
     model: str | None  # None: a request no admission applies to
     start: float
+    cost: float = 0.0
+    measured: bool = False
+    id: str = ""  # the request's id (a stream's responses are matched to it)
+
+
+FREE = Ticket(None, 0.0)
+
+
+class Closed(Exception):
+    """A model that is not served on the public ports."""
 
 
 class FrontMetrics:
@@ -324,6 +352,15 @@ class FrontMetrics:
             registry=r,
         )
         self.share.set(1.0)
+        self.refused_connections = Counter(
+            "tts_front_refused_connections",
+            "HTTP connections refused over the total or per-client limit",
+            registry=r,
+        )
+        self.connections = Gauge("tts_front_connections", "Open HTTP connections", registry=r)
+        self.buffered = Gauge(
+            "tts_front_buffered_bytes", "Bytes of HTTP request bodies being read", registry=r
+        )
         self.stuck = Gauge(
             "tts_front_stuck_streams",
             "Streams of stubs that died, still open in tritonserver (ended for their clients)",
@@ -347,28 +384,75 @@ class Front:
         self._stuck: list = []  # upstream streams of dead stubs (see _stream)
         self._calls: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}  # one per method
         self._closing = asyncio.Event()  # set: close even the streams of dead stubs
+        # The admin key opens the inner models (a random one nobody has when none is set).
+        self._admin_key = admin_key()[0]
+        self._guard = ConnectionGuard(
+            ConnectionLimits(
+                settings.max_connections,
+                settings.max_connections_per_client,
+                settings.header_timeout_s,
+                settings.idle_timeout_s,
+            ),
+            self._refused_connection,
+        )
+        self._buffered = 0  # bytes of HTTP bodies being read
+        self._refusal_logged = 0.0
+
+    def _refused_connection(self, peer: str) -> None:
+        self.metrics.refused_connections.inc()
+        now = time.monotonic()
+        if now - self._refusal_logged > 10:  # one line per 10 s, not one per attempt
+            self._refusal_logged = now
+            log.warning(
+                "refusing connections over the limits (%d open; this one from %s); "
+                "tts_front_refused_connections_total counts them",
+                len(self._guard.open),
+                peer,
+            )
 
     # ----- admission shared by both protocols -----
 
-    def enter(self, model: str | None) -> Ticket | None:
-        """A ticket for a request to ``model`` (None: refused for overload)."""
-        if model is None or model not in self.settings.admitted:
-            return Ticket(None, 0.0)
-        if not self.admission.enter():
+    def enter(self, model: str | None, cost: float, rid: str = "") -> Ticket | None:
+        """A ticket for a request to ``model`` of ``cost`` (None: refused for overload)."""
+        if model is None:
+            return FREE
+        measured = model in self.settings.measured
+        if model in self.settings.streamed:
+            cost = min(cost, STREAM_COST)
+        if not self.admission.enter(cost, measured):
             self.metrics.refused.labels(model).inc()
             return None
         self.metrics.in_flight.labels(model).inc()
-        return Ticket(model, time.monotonic())
+        return Ticket(model, time.monotonic(), cost, measured, rid)
 
     def leave(self, ticket: Ticket, outcome: str) -> None:
         if ticket.model is None:
             return
         seconds = time.monotonic() - ticket.start
-        self.admission.leave(seconds)
+        self.admission.leave(seconds, ticket.cost, ticket.measured)
         self.metrics.in_flight.labels(ticket.model).dec()
         self.metrics.requests.labels(ticket.model, outcome).inc()
         self.metrics.seconds.labels(ticket.model).observe(seconds)
         self.metrics.share.set(self.admission.share)
+
+    def gate(self, model: str | None, admin: bool) -> str | None:
+        """The model admission applies to (None: none does: the admin key, or not an
+        inference); raises Closed for a model not served on the public ports."""
+        if model is None or admin:
+            return None
+        public = self.settings.public_models
+        if "*" not in public and model not in public:
+            raise Closed(
+                f"model '{model}' is not served on the public ports (public: "
+                f"{', '.join(public)}); an operator reaches it with the admin key header "
+                f"'{ADMIN_HEADER}', or opens it with the front door's --public-models"
+            )
+        return model
+
+    def is_admin(self, headers: dict[str, str]) -> bool:
+        """Whether ``headers`` (lower-case names) carry the admin key."""
+        key = headers.get(ADMIN_HEADER) or headers.get(f"{GRPC_HEADER_PREFIX}{ADMIN_HEADER}")
+        return bool(key) and hmac.compare_digest(key.encode(), self._admin_key.encode())
 
     async def warm_up(self, timeout_s: float = 120.0) -> str:
         """Measure the throughput admission starts from, before the ports open (a cold server
@@ -380,18 +464,20 @@ class Front:
         each busy). Also pays the engines' first-run costs before a user does. Returns one line
         for the log; a failure leaves admission unmeasured."""
         n = self.settings.warmup_requests
-        if not n or "tts" not in self.settings.admitted:
+        if not n or "tts" not in self.settings.measured:
             return "admission warm-up: off"
         total = 3 * n
         client = grpc_aio.InferenceServerClient(self.settings.triton_grpc)
-        done: list[float] = []
+        done: list[tuple[float, float]] = []  # (time, cost) per completion
         queue = list(range(total))
 
         async def worker() -> None:
             while queue:
-                inputs = build_inputs(grpc_types, SENTENCES[3 + queue.pop() % 12])
+                text = SENTENCES[3 + queue.pop() % 12]
+                inputs = build_inputs(grpc_types, text)
                 await client.infer("tts", inputs, client_timeout=timeout_s)
-                done.append(time.monotonic())
+                # The cost the front door gives it: a BYTES tensor is 4 bytes of length + text.
+                done.append((time.monotonic(), request_cost("tts", 4 + len(text.encode()))))
 
         start = time.monotonic()
         try:
@@ -403,21 +489,45 @@ class Front:
             )
         finally:
             await client.close()
-        rate = (len(done) - 1) / max(done[-1] - done[0], 1e-3)
+        done.sort()
+        seconds = max(done[-1][0] - done[0][0], 1e-3)
+        requests, rate = (len(done) - 1) / seconds, sum(c for _, c in done[1:]) / seconds
         self.admission.seed(rate)
         return (
             f"admission warm-up: {total} sentences, {n} at a time, in "
-            f"{time.monotonic() - start:.1f} s: {rate:.1f} requests/s; up to about "
-            f"{rate * self.settings.deadline_s:.0f} in flight fit the "
+            f"{time.monotonic() - start:.1f} s: {requests:.1f} requests/s ({rate:.0f} cost/s); "
+            f"up to about {requests * self.settings.deadline_s:.0f} such in flight fit the "
             f"{self.settings.deadline_s:g} s deadline"
         )
 
     # ----- gRPC -----
 
-    async def _unary(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        ticket = self.enter(model_name(request) if method == INFER_METHOD else None)
+    def _admit_message(
+        self, request: bytes, admin: bool
+    ) -> tuple[Ticket, None] | tuple[None, tuple[grpc.StatusCode, str]]:
+        """(ticket, None) for a ModelInferRequest to pass on, or (None, (code, message))."""
+        info = infer_request(request)
+        if info is None:
+            return None, (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "unreadable ModelInferRequest: not a well-formed protobuf message",
+            )
+        try:
+            model = self.gate(info.model, admin)
+        except Closed as e:
+            return None, (grpc.StatusCode.PERMISSION_DENIED, str(e))
+        cost = request_cost(model, info.input_bytes) if model else 0.0
+        ticket = self.enter(model, cost, info.id)
         if ticket is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, self.admission.refusal())
+            return None, (grpc.StatusCode.UNAVAILABLE, self.admission.refusal(cost))
+        return ticket, None
+
+    async def _unary(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        ticket = FREE
+        if method == INFER_METHOD:
+            ticket, refused = self._admit_message(request, self.is_admin(_headers(context)))
+            if refused:
+                await context.abort(*refused)
         outcome = "error"
         try:
             call = self._calls.get(method) or self._calls.setdefault(
@@ -436,13 +546,25 @@ class Front:
     async def _stream(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
+        """A ModelStreamInfer stream: every message is admitted as a unary request is, and
+        answered on the stream with an error when refused (the stream goes on); its ticket is
+        released by the response that ends it (the final flag, or an error without one)."""
         stubs: dict[str, set[int]] = {}  # model -> its stubs when this stream first used it
         hold = asyncio.Event()  # set: a stub of this stream died, keep it open upstream
+        admin = self.is_admin(_headers(context))
+        tickets: list[Ticket] = []  # admitted, not yet ended, oldest first
+        refusals: asyncio.Queue[bytes] = asyncio.Queue()  # answered here, not by Triton
 
         async def forward() -> AsyncIterator[bytes]:
             try:
                 async for request in requests:
-                    model = model_name(request)
+                    ticket, refused = self._admit_message(request, admin)
+                    if refused:
+                        refusals.put_nowait(_stream_error(request, *refused))
+                        continue
+                    if ticket.model:
+                        tickets.append(ticket)
+                    model = ticket.model or model_name(request)
                     if model and model not in stubs:
                         stubs[model] = self.watch.stubs(model, fresh=True)
                     yield request
@@ -452,18 +574,35 @@ class Front:
                 # An error here, or the end of requests, would close the stream upstream.
                 await self._closing.wait()
 
+        def ended(response: bytes) -> None:
+            r = stream_response(response)
+            if r is None or not (r.final or (r.error and r.final is None)):
+                return  # more responses follow for its request
+            ticket = _match(tickets, r)
+            if ticket is not None:
+                tickets.remove(ticket)
+                self.leave(ticket, "error" if r.error else "served")
+
         call = self._channel.stream_stream(STREAM_METHOD)(
             forward(), metadata=_metadata(context), timeout=context.time_remaining()
         )
         responses = call.__aiter__()
-        next_response = None
+        next_response = next_refusal = None
         try:
             while True:
                 if next_response is None:
                     next_response = asyncio.ensure_future(responses.__anext__())
+                if next_refusal is None:
+                    next_refusal = asyncio.ensure_future(refusals.get())
                 finished, _ = await asyncio.wait(
-                    {next_response}, timeout=self.settings.stream_check_s
+                    {next_response, next_refusal},
+                    timeout=self.settings.stream_check_s,
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
+                if next_refusal in finished:
+                    yield next_refusal.result()
+                    next_refusal = None
+                    continue
                 if not finished:
                     dead = [
                         m for m, pids in stubs.items() if pids and not pids <= self.watch.stubs(m)
@@ -485,16 +624,22 @@ class Front:
                 try:
                     response = next_response.result()
                 except StopAsyncIteration:
+                    while not refusals.empty():  # refused after the last response
+                        yield refusals.get_nowait()
                     return
                 next_response = None
+                ended(response)
                 yield response
         except grpc.aio.AioRpcError as e:
             await context.abort(e.code(), e.details() or "")
         finally:
-            if next_response is not None:
-                next_response.cancel()
+            for future in (next_response, next_refusal):
+                if future is not None:
+                    future.cancel()
             if call is not None:
                 call.cancel()  # the client left or the stream ended: Triton stops its work
+            for ticket in tickets:  # never answered: the stream ended first
+                self.leave(ticket, "error")
 
     def _grpc_handler(self) -> grpc.GenericRpcHandler:
         front = self
@@ -515,39 +660,50 @@ class Front:
     # ----- HTTP -----
 
     async def _http(self, request: web.Request) -> web.StreamResponse:
-        limit = self.settings.max_request_bytes
-        if request.content_length is not None and request.content_length > limit:
-            return _http_error(
-                413,
-                f"request body of {request.content_length} bytes is over the {limit}-byte limit",
-            )
-        body = bytearray()
+        self._guard.request_started(request)
         try:
-            # Inflated as it is read (aiohttp decompresses gzip/deflate/br bodies): a small
-            # compressed body that inflates past the limit is stopped at the limit.
-            async for chunk in request.content.iter_chunked(256 * 1024):
-                body += chunk
-                if len(body) > limit:
-                    return _http_error(
-                        413, f"request body is over the {limit}-byte limit (after decompression)"
-                    )
-        except aiohttp.ClientPayloadError as e:
-            return _http_error(400, f"unreadable request body: {e}")
-        match = _INFER_PATH.match(request.path)
+            return await self._http_request(request)
+        finally:
+            self._guard.request_ended(request)
+
+    async def _http_request(self, request: web.Request) -> web.StreamResponse:
+        if request.path == FRONT_LIVE_PATH:  # answered here: the launcher's liveness probe
+            return web.json_response({"live": True})
         if request.path == "/metrics" and request.method == "GET":
             self.metrics.stuck.set(len(self.stuck()))
+            self.metrics.connections.set(len(self._guard.open))
+            self.metrics.buffered.set(self._buffered)
             return web.Response(
                 body=generate_latest(self.metrics.registry), content_type="text/plain"
             )
-        ticket = self.enter(match.group(1) if match and request.method == "POST" else None)
+        match = _INFER_PATH.match(request.path)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        try:  # before the body is read: a closed model's body is never buffered
+            model = self.gate(
+                match.group(1) if match and request.method == "POST" else None,
+                self.is_admin(headers),
+            )
+        except Closed as e:
+            return _http_error(403, str(e))
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in _ENCODINGS:
+            return _http_error(
+                415, f"Content-Encoding '{encoding}' is not supported; send one of "
+                f"{', '.join(sorted(_ENCODINGS))}"
+            )  # fmt: skip
+        body, refused = await self._read_body(request)
+        if refused is not None:
+            return refused
+        cost = request_cost(model, _http_input_bytes(headers, len(body))) if model else 0.0
+        ticket = self.enter(model, cost)
         if ticket is None:
-            return _http_error(429, self.admission.refusal(), {"Retry-After": "1"})
+            return _http_error(429, self.admission.refusal(cost), {"Retry-After": "1"})
         outcome = "error"
         try:
-            headers = {k: v for k, v in request.headers.items() if k.lower() not in _HTTP_DROP}
+            forwarded = {k: v for k, v in request.headers.items() if k.lower() not in _HTTP_DROP}
             url = f"http://{self.settings.triton_http}{request.rel_url}"
             async with self._session.request(
-                request.method, url, data=bytes(body), headers=headers
+                request.method, url, data=bytes(body), headers=forwarded
             ) as upstream:
                 response = web.StreamResponse(
                     status=upstream.status,
@@ -566,10 +722,56 @@ class Front:
         finally:
             self.leave(ticket, outcome)
 
+    async def _read_body(self, request: web.Request) -> tuple[bytearray, web.Response | None]:
+        """The body, inflated, within the size, time and total-buffer limits; or a refusal."""
+        s, body = self.settings, bytearray()
+        limit = s.max_request_bytes
+        if request.content_length is not None and request.content_length > limit:
+            return body, _http_error(
+                413,
+                f"request body of {request.content_length} bytes is over the {limit}-byte limit",
+            )
+        try:
+            async with asyncio.timeout(s.body_timeout_s):
+                # Inflated as it is read (aiohttp decompresses gzip/deflate/br bodies): a small
+                # compressed body that inflates past the limit is stopped at the limit.
+                async for chunk in request.content.iter_chunked(256 * 1024):
+                    if self._buffered + len(chunk) > s.max_buffered_bytes:
+                        return body, _http_error(
+                            503,
+                            f"the front door holds its limit of {s.max_buffered_bytes // MIB} "
+                            "MiB of request bodies being read; retry later",
+                            {"Retry-After": "1"},
+                        )
+                    body += chunk
+                    self._buffered += len(chunk)
+                    if len(body) > limit:
+                        return body, _http_error(
+                            413, f"request body is over the {limit}-byte limit (after "
+                            "decompression)"
+                        )  # fmt: skip
+        except TimeoutError:
+            return body, _http_error(
+                408, f"the request body took over {s.body_timeout_s:g} s to arrive"
+            )
+        except aiohttp.ClientPayloadError as e:
+            return body, _http_error(400, f"unreadable request body: {e}")
+        finally:
+            self._buffered -= len(body)  # forwarded as one bytes copy below, then freed
+        return body, None
+
     # ----- life cycle -----
 
     async def start(self) -> None:
         s = self.settings
+        # Both ports' connections, Triton's and the log's fit under it with room to spare.
+        files = raise_file_limit(2 * s.max_connections + 1024)
+        if files < s.max_connections + 256:
+            log.warning(
+                "open-file limit %d is low for %d connections: raise it (ulimit -n)",
+                files,
+                s.max_connections,
+            )
         unlimited = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
         if s.grpc_port:
             self._channel = grpc.aio.insecure_channel(s.triton_grpc, options=unlimited)
@@ -578,6 +780,10 @@ class Front:
                     ("grpc.max_receive_message_length", s.max_request_bytes),
                     ("grpc.max_send_message_length", -1),
                     ("grpc.so_reuseport", 0),
+                    ("grpc.max_concurrent_streams", s.max_streams_per_connection),
+                    ("grpc.max_allowed_incoming_connections", s.max_connections),
+                    ("grpc.server_handshake_timeout_ms", int(s.header_timeout_s * 1000)),
+                    ("grpc.max_connection_idle_ms", int(s.idle_timeout_s * 1000)),
                 ]
             )
             self._grpc.add_generic_rpc_handlers((self._grpc_handler(),))
@@ -597,7 +803,7 @@ class Front:
             app.router.add_route("*", "/{tail:.*}", self._http)
             self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=s.drain_s)
             await self._runner.setup()
-            site = web.TCPSite(self._runner, s.bind, s.http_port)
+            site = GuardedSite(self._runner, s.bind, s.http_port, self._guard)
             await site.start()
             self.ports["http"] = site._server.sockets[0].getsockname()[1]
 
@@ -645,6 +851,44 @@ class Front:
         await self.close()
 
 
+def _headers(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+def _stream_error(request: bytes, code: grpc.StatusCode, message: str) -> bytes:
+    """A stream response refusing one request: its model and id, the message prefixed with
+    its code as tts_stream writes its errors (``[UNAVAILABLE] ...``, which clients map as they
+    map a status code), and the final flag: nothing more comes for that request."""
+    info = infer_request(request)
+    response = grpc_types.service_pb2.ModelStreamInferResponse(
+        error_message=stream_error_message(code.name, message)
+    )
+    if info is not None:
+        response.infer_response.model_name = info.model or ""
+        response.infer_response.id = info.id
+    response.infer_response.parameters[FINAL_RESPONSE].bool_param = True
+    return response.SerializeToString()
+
+
+def _match(tickets: list[Ticket], response: StreamResponse) -> Ticket | None:
+    """The admitted request a stream's final response ends: by model and id, else the
+    oldest of its model (clients need not set ids), else (no model named) none."""
+    same = [t for t in tickets if t.model == response.model]
+    for ticket in same or tickets:
+        if response.id and ticket.id == response.id:
+            return ticket
+    return same[0] if same else None
+
+
+def _http_input_bytes(headers: dict[str, str], body: int) -> int:
+    """A body's input bytes: its binary part (the binary tensor extension), else the JSON
+    less what surrounds a text."""
+    header = headers.get("inference-header-content-length")
+    if header and header.isdigit():
+        return max(0, body - int(header))
+    return max(0, body - JSON_OVERHEAD)
+
+
 def _http_error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
     # Triton's own HTTP error body, so tritonclient shows the message.
     return web.json_response({"error": message}, status=status, headers=headers)
@@ -664,7 +908,17 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
     p.add_argument("--http-port", type=int, default=8000, help="0: no HTTP front")
     p.add_argument("--max-request-mib", type=float, default=d.max_request_bytes / MIB)
     p.add_argument("--deadline-s", type=float, default=d.deadline_s)
-    p.add_argument("--admit", default=",".join(d.admitted), help="models under admission control")
+    p.add_argument(
+        "--public-models",
+        default=",".join(d.public_models),
+        help="models served on the public ports ('*': all); the others need the admin key",
+    )
+    p.add_argument("--max-connections", type=int, default=d.max_connections)
+    p.add_argument("--max-connections-per-client", type=int, default=d.max_connections_per_client)
+    p.add_argument("--header-timeout-s", type=float, default=d.header_timeout_s)
+    p.add_argument("--idle-timeout-s", type=float, default=d.idle_timeout_s)
+    p.add_argument("--body-timeout-s", type=float, default=d.body_timeout_s)
+    p.add_argument("--max-buffered-mib", type=float, default=d.max_buffered_bytes / MIB)
     p.add_argument("--min-in-flight", type=int, default=d.min_in_flight)
     p.add_argument(
         "--warmup-requests",
@@ -689,7 +943,13 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
             http_port=a.http_port,
             max_request_bytes=int(a.max_request_mib * MIB),
             deadline_s=a.deadline_s,
-            admitted=tuple(m for m in a.admit.split(",") if m),
+            public_models=tuple(m for m in a.public_models.split(",") if m),
+            max_connections=a.max_connections,
+            max_connections_per_client=a.max_connections_per_client,
+            header_timeout_s=a.header_timeout_s,
+            idle_timeout_s=a.idle_timeout_s,
+            body_timeout_s=a.body_timeout_s,
+            max_buffered_bytes=int(a.max_buffered_mib * MIB),
             min_in_flight=a.min_in_flight,
             warmup_requests=a.warmup_requests,
             window_s=a.window_s,
@@ -709,8 +969,9 @@ async def serve(settings: FrontSettings) -> None:
     print(
         f"front: {', '.join(f'{k} on {settings.bind}:{v}' for k, v in front.ports.items())} -> "
         f"tritonserver (requests over {settings.max_request_bytes / MIB:g} MiB refused; "
-        f"{', '.join(settings.admitted) or 'no model'} admitted within a "
-        f"{settings.deadline_s:g} s deadline)",
+        f"public models {', '.join(settings.public_models)}, admitted by cost within a "
+        f"{settings.deadline_s:g} s deadline; {settings.max_connections} connections, "
+        f"{settings.max_connections_per_client} per client)",
         flush=True,
     )
     stop = asyncio.Event()

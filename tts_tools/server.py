@@ -21,6 +21,7 @@ from pathlib import Path
 from prometheus_client import start_http_server
 
 from .launcher.commands import (
+    FRONT_LIVE_PATH,
     FRONTED_EXIT_TIMEOUT_S,
     free_port,
     front_command,
@@ -112,6 +113,16 @@ def port_open(bind: str, port: int) -> bool:
     try:
         with socket.create_connection((local_host(bind), port), timeout=1):
             return True
+    except OSError:
+        return False
+
+
+def front_live(bind: str, port: int) -> bool:
+    """The front door's own liveness answer (its event loop runs), not Triton's."""
+    try:
+        url = f"http://{local_host(bind)}:{port}{FRONT_LIVE_PATH}"
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
     except OSError:
         return False
 
@@ -272,6 +283,7 @@ def main(argv: list[str] | None = None) -> None:
             shm_prefix=shm_prefix,
             front_cmd=front,
             front_ready=(lambda: port_open(args.bind, args.grpc_port)) if args.grpc_port else None,
+            front_live=(lambda: front_live(args.bind, args.http_port)) if args.http_port else None,
         )
     )
 

@@ -212,3 +212,24 @@ def test_a_crash_loop_leaves_no_shared_memory_behind(exported_repository, tmp_pa
 def regions_of(server: ServerProcess) -> set[str]:
     """This server's /dev/shm regions (its own name prefix; other servers may be running)."""
     return {name for name in os.listdir("/dev/shm") if name.startswith(server.shm_prefix)}
+
+
+def test_a_front_door_that_keeps_dying_is_retried_every_30_s_never_given_up():
+    """Issue 34, item 8: six crashes of the proxy in 35 s made the launcher stop a healthy
+    tritonserver and exit 1."""
+    said, starts = [], []
+
+    def start():
+        starts.append(1)
+        return FakeProcess(1)
+
+    keeper = Keeper(
+        "the front door", start, RestartPolicy(max_restarts=3), said.append, give_up=False
+    )
+    clock = 0.0
+    while clock < 100:
+        assert keeper.check(clock)  # the launcher goes on
+        clock += 0.5
+    assert not keeper.gave_up
+    assert "trying it again every 30 s" in said[3]
+    assert len(starts) == 1 + 3 + 3  # 1, 2, 4 s, then every 30 s (at 37, 67, 97 s)

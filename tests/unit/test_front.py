@@ -7,7 +7,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 
-from tts_tools.front import Admission, FrontSettings, model_name
+from tts_tools.front import REQUEST_BASE_COST, Admission, FrontSettings, model_name, request_cost
+from tts_tools.protowire import infer_request as infer_request_info, stream_response
 
 
 class Clock:
@@ -166,3 +167,57 @@ def test_model_name_of_a_malformed_message_is_none(raw):
 def test_settings_refuse_nonsense(field, value):
     with pytest.raises(ValueError, match=field):
         FrontSettings(**{field: value})
+
+
+def test_admission_weighs_requests_by_cost():
+    """Issue 34: a count let long requests pass at the price of short ones."""
+    clock = Clock()
+    admission = Admission(deadline_s=10, min_in_flight=1, clock=clock)
+    admission.seed(1000.0)  # cost per second
+    assert admission.enter(cost=9000)  # 9 s of work
+    assert not admission.enter(cost=1500)  # (9,000 + 1,500) / 1,000 > 10 s
+    assert admission.enter(cost=900)  # a short one still fits
+    assert admission.work == pytest.approx(9900)
+    admission.leave(1.0, cost=9000)
+    assert admission.work == pytest.approx(900) and admission.in_flight == 1
+    assert admission.enter(cost=9000)
+
+
+def test_unmeasured_requests_count_in_flight_but_not_towards_the_throughput():
+    clock = Clock()
+    admission = Admission(deadline_s=10, min_in_flight=1, clock=clock)
+    admission.enter(cost=400, measured=False)  # a stream, served for minutes at its pace
+    clock.now += 120
+    admission.leave(120.0, cost=400, measured=False)
+    assert admission.throughput() is None and admission.share == 1.0  # not late, not slow
+
+
+def test_request_cost_scales_the_inner_models_to_text():
+    assert request_cost("tts", 100) == REQUEST_BASE_COST + 100
+    # 46 s of audio (the probe's 4,000-frame latent) weighs as ~670 characters, not 3 MB.
+    assert request_cost("vocoder", 192 * 4000 * 4) == pytest.approx(REQUEST_BASE_COST + 666.7, 0.01)
+
+
+def test_infer_request_counts_the_raw_input_bytes():
+    info = infer_request_info(infer_request("tts", b"x" * 500))
+    assert (info.model, info.id, info.input_bytes) == ("tts", "r1", 504)  # 4-byte length + text
+
+
+def stream_reply(**fields) -> bytes:
+    reply = service_pb2.ModelStreamInferResponse(**fields)
+    return reply.SerializeToString()
+
+
+def test_stream_responses_are_read_for_their_final_flag():
+    final = service_pb2.ModelInferResponse(model_name="tts_stream", id="a")
+    final.parameters["triton_final_response"].bool_param = True
+    final.raw_output_contents.append(b"\x00" * 10_000)
+    r = stream_response(stream_reply(infer_response=final))
+    assert (r.error, r.model, r.id, r.final) == ("", "tts_stream", "a", True)
+    middle = service_pb2.ModelInferResponse(model_name="tts_stream", id="a")
+    middle.parameters["triton_final_response"].bool_param = False
+    middle.parameters["other"].string_param = "x"
+    assert stream_response(stream_reply(infer_response=middle)).final is False
+    refused = stream_response(stream_reply(error_message="unknown model"))
+    assert refused.error == "unknown model" and refused.final is None
+    assert stream_response(b"\x0a\xff") is None

@@ -117,6 +117,10 @@ def gateway_command(
     ]
 
 
+# Answered by the front door itself (its event loop runs): the launcher's liveness probe.
+FRONT_LIVE_PATH = "/front/live"
+
+
 def front_command(
     triton_grpc_port: int,
     triton_http_port: int,

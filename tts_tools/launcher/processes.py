@@ -4,6 +4,7 @@ benchmarks): free ports, start and wait for readiness, logs, stop.
 
 from __future__ import annotations
 
+import os
 import secrets
 import signal
 import subprocess
@@ -20,7 +21,7 @@ from .commands import (
     server_command,
 )
 from .environment import server_env
-from .security import KEY_FAILED, SERVER_UMASK, admin_headers, key_works
+from .security import ADMIN_KEY_ENV, KEY_FAILED, SERVER_UMASK, admin_headers, key_works
 from .supervisor import (
     Supervisor,
     die_with_parent,
@@ -174,6 +175,7 @@ class ChildProcess:
         self.command = command
         self.log_path = Path(log_path)
         self.process: subprocess.Popen | None = None
+        self.env: dict[str, str] | None = None  # None: this process's environment
 
     def up(self) -> bool:
         raise NotImplementedError
@@ -185,7 +187,9 @@ class ChildProcess:
         timeout = timeout or self.start_timeout
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "w") as log:
-            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, env=self.env
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -259,6 +263,8 @@ class FrontProcess(ChildProcess, Endpoints):
             extra_args,
         )
         super().__init__(command, log_path)
+        # The server's admin key opens the inner models here too, as under the launcher.
+        self.env = {**os.environ, ADMIN_KEY_ENV: server.admin_key}
 
     def up(self) -> bool:
         return is_ready(self.http_port)

@@ -43,6 +43,7 @@ def supervise(
     shm_prefix: str = "",
     front_cmd: list[str] | None = None,
     front_ready: Callable[[], bool] | None = None,
+    front_live: Callable[[], bool] | None = None,
 ) -> int:
     """Run tritonserver (and the front door and the gateway) as children with the supervisor
     beside them.
@@ -54,7 +55,10 @@ def supervise(
     crash, an OOM kill), with backoff, until ``restarts`` says it keeps dying; then the
     launcher exits with its code. ``front_ready``: whether the front door listens yet (it
     measures a warm-up first); the gateway starts after it, so its start-up does not share
-    the cores with that measurement.
+    the cores with that measurement. ``front_live``: the front door's own liveness probe; one
+    that stops answering is killed and started again. The front door is never given up on: a
+    proxy that keeps crashing is retried every 30 s while tritonserver keeps running (stopping
+    a healthy server for its proxy took the whole service down).
     """
     restarts = restarts or RestartPolicy()
     metrics = metrics or SupervisorMetrics()
@@ -97,6 +101,10 @@ def supervise(
                     ),
                     RestartPolicy(),
                     say,
+                    live=front_live,
+                    give_up=False,
+                    restarts=metrics.child_restarts.labels("front", "exited"),
+                    hangs=metrics.child_restarts.labels("front", "hung"),
                 )
             if front and front_ready:
                 _wait_for(front_ready, front, stopping, timeout_s=180.0)
@@ -235,9 +243,16 @@ def _stop_in_order(
 
 
 class Keeper:
-    """A child the launcher keeps running (the gateway): started again after it exits, after
-    the policy's backoff, until the policy gives up (a taken port made it restart once a
-    second for ever before)."""
+    """A child the launcher keeps running (the gateway, the front door): started again after
+    it exits, after the policy's backoff, until the policy gives up (a taken port made it
+    restart once a second for ever before), or, with ``give_up=False``, every 30 s for ever.
+
+    ``live``: a liveness probe (the child's own answer, not its upstream's); once it has
+    answered since its start, a child that does not answer for ``hang_s`` is killed and
+    started again (a stopped or deadlocked process hung every client before). Until its first
+    answer it has ``start_s`` (the front door measures a warm-up before it listens)."""
+
+    PROBE_EVERY_S = 2.0
 
     def __init__(
         self,
@@ -245,31 +260,78 @@ class Keeper:
         start: Callable[[], subprocess.Popen],
         policy: RestartPolicy,
         say: Callable[[str], None],
+        live: Callable[[], bool] | None = None,
+        give_up: bool = True,
+        hang_s: float = 10.0,
+        start_s: float = 180.0,
+        restarts=None,
+        hangs=None,
     ) -> None:
         self.name, self.start, self.policy, self.say = name, start, policy, say
-        self.process: subprocess.Popen | None = start()
+        self.live, self.give_up, self.hang_s, self.start_s = live, give_up, hang_s, start_s
+        self._restarts, self._hangs = restarts, hangs  # Prometheus counters, or None
+        self.process: subprocess.Popen | None = None
         self.due: float | None = None  # when it is started again
         self.gave_up = False
+        self._run()
+
+    def _run(self) -> None:
+        self.process, self.due = self.start(), None
+        self._started = self._probed = time.monotonic()
+        self._answered: float | None = None  # its last answer to the probe since it started
+
+    def _probe(self, now: float) -> None:
+        """Kill it when it has stopped answering its liveness probe."""
+        if not self.live or now - self._probed < self.PROBE_EVERY_S:
+            return
+        self._probed = now
+        if self.live():
+            self._answered = now
+            return
+        since = self._answered if self._answered is not None else self._started
+        allowed = self.hang_s if self._answered is not None else self.start_s
+        if now - since > allowed:
+            self.say(
+                f"launcher: {self.name} has not answered its liveness probe for "
+                f"{now - since:.0f} s; killing it to start it again"
+            )
+            if self._hangs is not None:
+                self._hangs.inc()
+            self.process.kill()
+            self.process.wait()
 
     def pids(self) -> list[int]:
         return [self.process.pid] if self.process else []
 
     def check(self, now: float) -> bool:
         """Start it again when due; False once it has died too often (the launcher stops)."""
+        if self.process and self.process.poll() is None and self.due is None:
+            self._probe(now)
         if self.process and self.process.poll() is not None and self.due is None:
             code = self.process.returncode
             delay = self.policy.next_delay(now)
-            if delay is None:
+            if delay is None and self.give_up:
                 self.say(
                     f"launcher: {self.name} exited ({code}) {self.policy.describe()}; "
                     "giving up (its error is above)"
                 )
                 self.gave_up = True
                 return False
-            self.say(f"launcher: {self.name} exited ({code}); starting it again in {delay:.0f} s")
+            if delay is None:
+                delay = 30.0
+                self.say(
+                    f"launcher: {self.name} exited ({code}) {self.policy.describe()}; "
+                    "tritonserver keeps serving, trying it again every 30 s (its error is above)"
+                )
+            else:
+                self.say(
+                    f"launcher: {self.name} exited ({code}); starting it again in {delay:.0f} s"
+                )
+            if self._restarts is not None:
+                self._restarts.inc()
             self.due = now + delay
         if self.due is not None and now >= self.due:
-            self.process, self.due = self.start(), None
+            self._run()
         return True
 
     def stop(self, grace: float, kill: bool = True) -> None:

@@ -93,8 +93,12 @@ def stubs_by_model(
     regions: dict[int, str] | None = None,
     shm_prefix: str = "",
 ) -> dict[str, set[int]]:
-    """Living stub processes of ``server_pid`` (None: of any server whose regions carry
-    ``shm_prefix``), by model name (read from /proc).
+    """Living stub processes of ``server_pid`` (None: of any tritonserver of this user whose
+    regions carry ``shm_prefix``), by model name (read from /proc).
+
+    A command line proves nothing (any local user can name a process like a stub, and its exit
+    then read as a dead stub): a stub is a child of the server, or with ``server_pid`` None of
+    a ``tritonserver`` process, and belongs to this process's user.
 
     ``regions``, when given, is filled with each stub's shared-memory region name.
     """
@@ -113,6 +117,13 @@ def stubs_by_model(
             continue
         if server_pid is not None and int(ppid) != server_pid:
             continue
+        if server_pid is None and not _is_tritonserver(int(ppid)):
+            continue
+        try:
+            if proc.stat().st_uid != os.geteuid():
+                continue
+        except OSError:
+            continue
         if shm_prefix and (len(cmdline) < 3 or shm_prefix.encode() not in cmdline[2]):
             continue
         for model in models:
@@ -121,6 +132,14 @@ def stubs_by_model(
                 if regions is not None and len(cmdline) > 2:
                     regions[int(proc.name)] = cmdline[2].decode(errors="replace")
     return found
+
+
+def _is_tritonserver(pid: int) -> bool:
+    try:
+        argv0 = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return False
+    return argv0.rsplit(b"/", 1)[-1] == b"tritonserver"
 
 
 def become_subreaper() -> bool:
@@ -219,6 +238,13 @@ class SupervisorMetrics:
         self.server_restarts = Counter(
             "tts_supervisor_server_restarts",
             "Times the launcher started tritonserver again after it died",
+            registry=self.registry,
+        )
+        self.child_restarts = Counter(
+            "tts_supervisor_child_restarts",
+            "Times the launcher started the front door or the gateway again, by cause: exited "
+            "or hung (no answer to its liveness probe; it was killed)",
+            ["child", "cause"],
             registry=self.registry,
         )
 

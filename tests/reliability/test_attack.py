@@ -1,0 +1,303 @@
+"""The front door under attack (issue 34): each probe of the security review, bounded and on
+loopback, against a front door with short limits (so the figures come in seconds, not
+minutes). Each shows the defect straight to Triton, or failed on the front door before.
+
+- item 1: idle, header-trickle and body-trickle connections are closed; connections over the
+  per-client cap are refused at once; the gRPC port closes connections that never speak;
+- item 2: every message of a ModelStreamInfer stream passes admission;
+- item 3: a duplicated model_name is read as protobuf reads it (the last);
+- item 4: the inner models answer only to the admin key;
+- item 7: request bodies buffered at once have a total budget;
+- item 8: a hung front door is killed and started again; a crash loop never stops Triton;
+- item 9: a process named like a stub, not a child of tritonserver, is not a stub;
+- item 11: a body encoded twice is refused with 415, not passed on undecoded.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+
+from tests.metrics import sample
+from tests.reliability.launcher import Launcher, alive
+from tts_client import TTSClient
+from tts_client.protocol import build_inputs
+from tts_tools.launcher.processes import FrontProcess
+from tts_tools.launcher.supervisor import stubs_by_model
+from tts_tools.texts import SENTENCES
+
+ARGS = [
+    "--header-timeout-s=2",
+    "--idle-timeout-s=3",
+    "--body-timeout-s=3",
+    "--max-connections=400",
+    "--max-connections-per-client=40",
+    "--max-request-mib=4",
+    "--max-buffered-mib=6",
+    "--deadline-s=2",
+    "--min-in-flight=2",
+]
+BOUND_S = 30  # far over every timeout above: a connection still open then was never closed
+
+
+@pytest.fixture(scope="module")
+def front(server, tmp_path_factory):
+    log = tmp_path_factory.mktemp("attack") / "front.log"
+    with FrontProcess(server, log, ARGS) as f:
+        yield f
+
+
+def metric(front, name: str, **labels: str) -> float:
+    return sample(f"{front.http_url}/metrics", name, labels) or 0.0
+
+
+def closed(sock: socket.socket, until: float) -> bytes | None:
+    """What the peer sent before closing ``sock`` (None: still open at ``until``)."""
+    got = b""
+    while time.monotonic() < until:
+        sock.settimeout(max(0.1, until - time.monotonic()))
+        try:
+            data = sock.recv(65536)
+        except TimeoutError:
+            return None
+        except ConnectionResetError:
+            return got
+        if not data:
+            return got
+        got += data
+    return None
+
+
+def infer_request(model: str, text: str, rid: str = "") -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(model_name=model, id=rid)
+    for tensor in build_inputs(grpcclient, text):
+        request.inputs.append(tensor._get_tensor())
+        request.raw_input_contents.append(tensor._get_content())
+    return request
+
+
+def served_by(url: str) -> float:
+    with TTSClient(url) as client:
+        return client.synthesize("Still serving everyone else.").duration
+
+
+def test_idle_and_trickling_connections_are_closed_and_capped(front):
+    until = time.monotonic() + BOUND_S
+    header = socket.create_connection(("127.0.0.1", front.http_port))
+    body = socket.create_connection(("127.0.0.1", front.http_port))
+    idle = [socket.create_connection(("127.0.0.1", front.http_port)) for _ in range(60)]
+    grpc_idle = [socket.create_connection(("127.0.0.1", front.grpc_port)) for _ in range(20)]
+    body.sendall(
+        b"POST /v2/models/tts/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 10000\r\n\r\n{"
+    )
+    try:
+        # A byte at a time: each resets no timer of ours.
+        def trickle(sock: socket.socket, data: bytes) -> None:
+            for byte in data:
+                try:
+                    sock.send(bytes([byte]))
+                except OSError:
+                    return
+                time.sleep(0.5)
+
+        head = b"POST /v2/models/tts/infer HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: y\r\n" * 20
+        for sock, data in ((header, head), (body, b'"inputs": []' * 100)):
+            threading.Thread(target=trickle, args=(sock, data), daemon=True).start()
+        assert served_by(front.grpc_url) > 0.3  # others are served meanwhile
+        answers = [closed(s, until) for s in idle]
+        assert None not in answers, f"{answers.count(None)} idle connections never closed"
+        # 40 per client: the rest refused at once with a 503 that says why.
+        refused = [a for a in answers if a.startswith(b"HTTP/1.1 503")]
+        assert len(refused) >= 20 and b"limit of 40 connections" in refused[0]
+        assert None not in [closed(s, until) for s in grpc_idle], "gRPC handshake never timed out"
+        assert closed(header, until) is not None, "a trickled request head was never cut"
+        body_answer = closed(body, until)
+        assert body_answer is not None and b" 408 " in body_answer.split(b"\r\n")[0]
+        assert metric(front, "tts_front_refused_connections_total") >= 20
+    finally:
+        for s in (*idle, *grpc_idle, header, body):
+            s.close()
+    assert served_by(front.grpc_url) > 0.3
+
+
+def test_every_message_of_a_stream_is_admitted(server, front):
+    """One stream of 150 sentences (the probe: 1,500, with normal clients starved): straight to
+    Triton all are queued; through the front door what does not fit the deadline is refused
+    at once, each with its own error on the stream, which goes on."""
+    n = 150
+
+    def stream(port: int) -> list[service_pb2.ModelStreamInferResponse]:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            requests = [infer_request("tts", SENTENCES[i % 4], f"r{i}") for i in range(n)]
+            responses = []
+            for response in stub.ModelStreamInfer(iter(requests), timeout=600):
+                responses.append(response)
+                if len(responses) == n:
+                    break
+            return responses
+
+    served_before = metric(front, "tts_front_requests_total", model="tts", outcome="served")
+    responses = stream(front.grpc_port)
+    assert len(responses) == n and len({r.infer_response.id for r in responses}) == n
+    refused = [r for r in responses if r.error_message]
+    assert refused, "a stream's messages bypassed admission"
+    assert all(r.error_message.startswith("[UNAVAILABLE] server overloaded") for r in refused)
+    assert len(refused) < n - 2  # min_in_flight at least were served
+    served = metric(front, "tts_front_requests_total", model="tts", outcome="served")
+    assert served - served_before == n - len(refused)
+    assert metric(front, "tts_front_in_flight", model="tts") == 0  # every ticket released
+    assert served_by(front.grpc_url) > 0.3
+
+
+def test_a_duplicated_model_name_is_admitted_as_triton_reads_it(front):
+    tts = infer_request("tts", SENTENCES[0]).SerializeToString()
+    before = metric(front, "tts_front_requests_total", model="tts", outcome="served")
+    with grpc.insecure_channel(f"127.0.0.1:{front.grpc_port}") as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        reply = service_pb2.ModelInferResponse.FromString(call(b"\x0a\x02zz" + tts, timeout=60))
+    assert reply.model_name == "tts"  # Triton served tts ...
+    after = metric(front, "tts_front_requests_total", model="tts", outcome="served")
+    assert after == before + 1  # ... and admission counted it as tts
+
+
+def vocoder_inputs(module) -> list:
+    latent = module.InferInput("latent", [1, 192, 40], "FP32")
+    latent.set_data_from_numpy(np.zeros((1, 192, 40), np.float32))
+    return [latent]
+
+
+def test_the_inner_models_answer_only_to_the_admin_key(server, front):
+    direct = grpcclient.InferenceServerClient(server.grpc_url.removeprefix("grpc://"))
+    assert direct.infer("vocoder", vocoder_inputs(grpcclient)).as_numpy("audio").size > 0
+    client = grpcclient.InferenceServerClient(front.grpc_url.removeprefix("grpc://"))
+    with pytest.raises(InferenceServerException) as e:
+        client.infer("vocoder", vocoder_inputs(grpcclient))
+    assert e.value.status() == "StatusCode.PERMISSION_DENIED"
+    assert "not served on the public ports" in str(e.value) and "admin key" in str(e.value)
+    keyed = client.infer("vocoder", vocoder_inputs(grpcclient), headers=server.admin_headers)
+    assert keyed.as_numpy("audio").size > 0
+    # HTTP: refused before its body is read.
+    conn = http.client.HTTPConnection("127.0.0.1", front.http_port, timeout=30)
+    conn.request("POST", "/v2/models/vocoder/versions/1/infer", body=b"{}")
+    response = conn.getresponse()
+    assert response.status == 403 and b"admin key" in response.read()
+    conn.close()
+    # A stream's message to it: refused on the stream.
+    with grpc.insecure_channel(f"127.0.0.1:{front.grpc_port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        request = service_pb2.ModelInferRequest(model_name="vocoder", id="v")
+        (reply,) = list(stub.ModelStreamInfer(iter([request]), timeout=60))
+    assert reply.error_message.startswith("[PERMISSION_DENIED]") and reply.infer_response.id == "v"
+
+
+def test_buffered_bodies_have_a_total_budget(front):
+    """Two bodies of 3 MiB being sent fill the 6 MiB budget: a third is refused at once (the
+    probe: 12 bodies of 60 MiB took the front door to 2 GB)."""
+    socks = []
+    head = (
+        b"POST /v2/models/tts/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % (4 * 2**20 - 1)
+    )
+    try:
+        for _ in range(2):
+            s = socket.create_connection(("127.0.0.1", front.http_port))
+            s.sendall(head + b" " * (3 * 2**20))
+            socks.append(s)
+        deadline = time.monotonic() + BOUND_S
+        while metric(front, "tts_front_buffered_bytes") < 6 * 2**20 - 512 * 1024:
+            assert time.monotonic() < deadline, "the two bodies were never read"
+            time.sleep(0.2)
+        third = socket.create_connection(("127.0.0.1", front.http_port))
+        socks.append(third)
+        third.sendall(head + b" " * (1 * 2**20))
+        answer = closed(third, time.monotonic() + BOUND_S)
+        assert answer is not None and answer.startswith(b"HTTP/1.1 503"), answer
+        assert b"MiB of request bodies" in answer
+    finally:
+        for s in socks:
+            s.close()
+    assert served_by(front.grpc_url) > 0.3
+
+
+def test_a_body_encoded_twice_is_refused(front):
+    conn = http.client.HTTPConnection("127.0.0.1", front.http_port, timeout=30)
+    conn.request(
+        "POST", "/v2/models/tts/infer", body=b"x", headers={"Content-Encoding": "gzip, gzip"}
+    )
+    response = conn.getresponse()
+    assert response.status == 415 and b"not supported" in response.read()
+    conn.close()
+
+
+def test_a_process_named_like_a_stub_is_not_one(tmp_path):
+    """The probe: a local user's process named like a `tts_stream` stub (argv[0] and the
+    model path), exiting, ended real streams as if their stub had died."""
+    script = tmp_path / "fake" / "tts_stream" / "1" / "model.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("import time\ntime.sleep(60)\n")
+    fake = subprocess.Popen(
+        ["bash", "-c", f'exec -a /opt/tritonserver/backends/python/triton_python_backend_stub '
+         f'{sys.executable} {script} prefix_tts_stream_fake']
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + BOUND_S
+        while b"triton_python_backend_stub" not in open(f"/proc/{fake.pid}/cmdline", "rb").read():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # Its parent is this test, not a tritonserver: it is nobody's stub.
+        assert fake.pid not in stubs_by_model(None, ["tts_stream"])["tts_stream"]
+        assert (
+            fake.pid not in stubs_by_model(None, ["tts_stream"], shm_prefix="prefix")["tts_stream"]
+        )
+    finally:
+        fake.kill()
+        fake.wait()
+
+
+def front_pid(launcher: Launcher) -> int:
+    for pid in launcher.children():
+        try:
+            if b"tts_tools.front" in open(f"/proc/{pid}/cmdline", "rb").read():
+                return pid
+        except OSError:
+            continue
+    raise AssertionError("no front door among the launcher's children")
+
+
+def test_a_hung_front_door_is_restarted_and_triton_keeps_serving(exported_repository, tmp_path):
+    """SIGSTOP to the front door (the probe: every client hung for as long as it lasted): the
+    launcher's liveness probe kills it and starts another; tritonserver is the same process."""
+    launcher = Launcher(exported_repository, tmp_path / "launcher.log")
+    try:
+        launcher.wait_ready()
+        triton, hung = launcher.triton_pid(), front_pid(launcher)
+        os.kill(hung, signal.SIGSTOP)
+        deadline = time.monotonic() + 120
+        while alive(hung):
+            assert time.monotonic() < deadline, launcher.log()[-3000:]
+            time.sleep(0.5)
+        assert "has not answered its liveness probe" in launcher.log()
+        launcher.wait_ready()
+        assert served_by(f"grpc://127.0.0.1:{launcher.grpc}") > 0.3
+        assert launcher.triton_pid() == triton and front_pid(launcher) != hung
+        hung_total = launcher.supervisor_metric("tts_supervisor_child_restarts_total")
+        assert hung_total >= 1
+        launcher.process.send_signal(signal.SIGTERM)
+        assert launcher.process.wait(120) == 0, launcher.log()[-3000:]
+    finally:
+        launcher.close()

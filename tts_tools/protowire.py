@@ -1,0 +1,144 @@
+"""The few fields of Triton's gRPC messages the front door needs, read from the protobuf wire
+format without parsing (and copying) tensors.
+
+Read as protobuf reads them: of a singular field given twice, the last wins (reading the first
+let a request prefixed with another ``model_name`` pass admission as that model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+# Field numbers (grpc_service.proto).
+REQUEST_MODEL_NAME, REQUEST_ID, REQUEST_RAW_INPUT = 1, 3, 7
+STREAM_ERROR, STREAM_RESPONSE = 1, 2
+RESPONSE_MODEL_NAME, RESPONSE_ID, RESPONSE_PARAMETERS = 1, 3, 4
+FINAL_RESPONSE = b"triton_final_response"
+
+
+class Malformed(ValueError):
+    """Not a protobuf message."""
+
+
+def fields(message: bytes | memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
+    """(field number, wire type, value) of each field in order: an int for varints and fixed
+    widths, a memoryview (no copy) for length-delimited ones. Raises Malformed."""
+    view, i, n = memoryview(message), 0, len(message)
+
+    def varint() -> int:
+        nonlocal i
+        value = shift = 0
+        while i < n and shift < 64:
+            byte = view[i]
+            i += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+        raise Malformed("truncated varint")
+
+    while i < n:
+        key = varint()
+        number, kind = key >> 3, key & 7
+        if kind == 0:
+            yield number, kind, varint()
+        elif kind in (1, 5):
+            width = 8 if kind == 1 else 4
+            if i + width > n:
+                raise Malformed("truncated fixed-width field")
+            yield number, kind, int.from_bytes(view[i : i + width], "little")
+            i += width
+        elif kind == 2:
+            length = varint()
+            if i + length > n:
+                raise Malformed("a field runs past the end of the message")
+            yield number, kind, view[i : i + length]
+            i += length
+        else:
+            raise Malformed(f"wire type {kind}")
+
+
+def _text(value: int | memoryview) -> str:
+    if not isinstance(value, memoryview):
+        raise Malformed("a string field is not length-delimited")
+    try:
+        return bytes(value).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise Malformed("a string field is not UTF-8") from e
+
+
+@dataclass(frozen=True)
+class InferRequest:
+    """What admission reads of a ModelInferRequest."""
+
+    model: str | None
+    id: str
+    input_bytes: int  # raw_input_contents, or the whole message when tensors travel inline
+
+
+def infer_request(message: bytes) -> InferRequest | None:
+    """The model, id and input size of a serialized ModelInferRequest; None when malformed."""
+    model, rid, raw = None, "", 0
+    try:
+        for number, _, value in fields(message):
+            if number == REQUEST_MODEL_NAME:
+                model = _text(value)
+            elif number == REQUEST_ID:
+                rid = _text(value)
+            elif number == REQUEST_RAW_INPUT and isinstance(value, memoryview):
+                raw += len(value)
+    except Malformed:
+        return None
+    return InferRequest(model, rid, raw or len(message))
+
+
+def model_name(message: bytes) -> str | None:
+    """Field 1 (``model_name``) of a serialized ModelInferRequest; None when absent or
+    malformed."""
+    request = infer_request(message)
+    return request.model if request else None
+
+
+@dataclass(frozen=True)
+class StreamResponse:
+    """What the front door reads of a ModelStreamInferResponse."""
+
+    error: str  # "" when none
+    model: str
+    id: str
+    final: bool | None  # the triton_final_response parameter; None when absent
+
+
+def _final(entry: memoryview) -> bool | None:
+    key, flag = b"", None
+    for number, _, value in fields(entry):
+        if number == 1 and isinstance(value, memoryview):
+            key = bytes(value)
+        elif number == 2 and isinstance(value, memoryview):
+            for inner, _, v in fields(value):
+                if inner == 1 and isinstance(v, int):  # InferParameter.bool_param
+                    flag = bool(v)
+    return flag if key == FINAL_RESPONSE else None
+
+
+def stream_response(message: bytes) -> StreamResponse | None:
+    """The error, model, id and final flag of a ModelStreamInferResponse; None when
+    malformed. The audio is not read."""
+    error, model, rid, final = "", "", "", None
+    try:
+        for number, _, value in fields(message):
+            if number == STREAM_ERROR:
+                error = _text(value)
+            elif number == STREAM_RESPONSE and isinstance(value, memoryview):
+                for inner, _, v in fields(value):
+                    if inner == RESPONSE_MODEL_NAME:
+                        model = _text(v)
+                    elif inner == RESPONSE_ID:
+                        rid = _text(v)
+                    elif inner == RESPONSE_PARAMETERS and isinstance(v, memoryview):
+                        flag = _final(v)
+                        final = flag if flag is not None else final
+    except Malformed:
+        return None
+    return StreamResponse(error, model, rid, final)
