@@ -5,7 +5,7 @@ One tritonserver, the front door before it; clients alternate between the two so
 the same cores and the same warm server.
 
 1. Cost: `tts` c=1 latency (requests alternate direct / front; medians) and throughput at
-   concurrency 4 (runs in the order direct, front, front, direct).
+   ``--concurrency`` (16; runs in the order direct, front, front, direct).
 2. Overload: ``--burst`` (200) concurrent `tts` requests over gRPC, no client retries, straight
    to Triton and then through the front door: how many were served and how fast (p50, p99,
    max), how many refused and how fast the refusal came.
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NO_RETRY = RetryPolicy(retries=0)
 
 
-def cost(direct: str, front: str, requests: int) -> dict[str, float]:
+def cost(direct: str, front: str, requests: int, concurrency: int = 16) -> dict[str, float]:
     times: dict[str, list[float]] = {direct: [], front: []}
     with TTSClient(direct) as a, TTSClient(front) as b:
         for i in range(requests):
@@ -42,10 +42,10 @@ def cost(direct: str, front: str, requests: int) -> dict[str, float]:
                 client.synthesize(SENTENCES[i % len(SENTENCES)])
                 times[url].append(time.perf_counter() - start)
         rates: dict[str, list[float]] = {direct: [], front: []}
-        texts = [SENTENCES[i % len(SENTENCES)] for i in range(requests)]
+        texts = [SENTENCES[i % len(SENTENCES)] for i in range(max(requests, 3 * concurrency))]
         for url, client in ((direct, a), (front, b), (front, b), (direct, a)):
             start = time.perf_counter()
-            with ThreadPoolExecutor(4) as pool:
+            with ThreadPoolExecutor(concurrency) as pool:
                 audio_s = sum(x.duration for x in pool.map(client.synthesize, texts))
             rates[url].append(audio_s / (time.perf_counter() - start))
     return {
@@ -93,6 +93,7 @@ async def burst(url: str, n: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.front", description=__doc__)
     p.add_argument("--requests", type=int, default=40, help="cost: requests per side")
+    p.add_argument("--concurrency", type=int, default=16, help="cost: throughput's concurrency")
     p.add_argument("--burst", type=int, default=200, help="overload: concurrent requests")
     p.add_argument("--front-args", default="", help="flags of the front door")
     a = p.parse_args(argv)
@@ -104,8 +105,8 @@ def main(argv: list[str] | None = None) -> None:
             supervisor_options={"canary_interval": 0},
         )
         with server, FrontProcess(server, Path(tmp) / "front.log", a.front_args.split()) as front:
-            print(f"cost ({a.requests} requests each side):")
-            for k, v in cost(server.grpc_url, front.grpc_url, a.requests).items():
+            print(f"cost ({a.requests} requests each side; throughput at c={a.concurrency}):")
+            for k, v in cost(server.grpc_url, front.grpc_url, a.requests, a.concurrency).items():
                 print(f"  {k:24s} {v:8.1f}")
             for name, url in (("direct", server.grpc_url), ("front", front.grpc_url)):
                 print(f"overload, {a.burst} concurrent `tts` requests, {name}:")

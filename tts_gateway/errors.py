@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tts_client.errors import InvalidInput, ServerOverloaded, ServerUnavailable, TTSError
+from tts_client.protocol import MODEL_NOT_AVAILABLE
 
 
 @dataclass
@@ -47,6 +48,15 @@ def from_tts_error(error: TTSError, retry_after: int) -> APIError:
             f"the speech server is at capacity, retry later ({message})",
             type="server_error",
             code="overloaded",
+            retry_after=retry_after,
+        )
+    if isinstance(error, ServerUnavailable) and message.startswith(MODEL_NOT_AVAILABLE):
+        # Triton is up, the model is being (re)loaded: the service is briefly unavailable.
+        return APIError(
+            503,
+            f"the speech model is loading, retry shortly ({message})",
+            type="server_error",
+            code="model_unavailable",
             retry_after=retry_after,
         )
     if isinstance(error, ServerUnavailable):

@@ -229,6 +229,9 @@ def not_triton(exc: BaseException, url: str) -> TTSError | None:
     )
 
 
+MODEL_NOT_AVAILABLE = "model not available"
+
+
 def map_error(code: str | None, message: str, server_alive: bool = True) -> TTSError:
     """The client's exception for a status code: decided by the code, never by the text.
 
@@ -242,7 +245,7 @@ def map_error(code: str | None, message: str, server_alive: bool = True) -> TTSE
             return ServerOverloaded(message)
         return ServerUnavailable(f"cannot reach the server: {message}")
     if code == NOT_FOUND:
-        return ServerUnavailable(f"model not available: {message}")
+        return ServerUnavailable(f"{MODEL_NOT_AVAILABLE}: {message}")
     if code == DEADLINE_EXCEEDED:
         return ServerUnavailable(f"request timed out: {message}")
     return InferenceFailed(message)
@@ -263,11 +266,19 @@ def map_exception(exc: BaseException, server_alive: bool = True, url: str = "") 
     return map_error(code, message, server_alive)
 
 
+# Triton's core refusing a request on a stream (which carries no status code) because the
+# model is not loaded: the same refusal is NOT_FOUND on a unary call.
+_MODEL_NOT_LOADED = re.compile(r"^Request for unknown model: ")
+
+
 def _code_and_message(exc: BaseException, message: str) -> tuple[str | None, str]:
     stream_code, stream_message = parse_stream_error(message)
     if stream_code is not None:
         return stream_code, _ENSEMBLE_PREFIX.sub("", stream_message)
-    return error_code(exc), message
+    code = error_code(exc)
+    if code is None and _MODEL_NOT_LOADED.match(message):
+        return NOT_FOUND, message  # a stream's model reloading: unavailable, not failed
+    return code, message
 
 
 def final_follows(exc: BaseException) -> bool:

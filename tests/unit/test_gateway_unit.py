@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 
 from tts_client.audio import Audio, AudioChunk
 from tts_client.errors import InferenceFailed, InvalidInput, ServerOverloaded, ServerUnavailable
+from tts_client.protocol import map_exception
 from tts_gateway.app import create_app
 from tts_gateway.encoding import FORMATS, Encoder, encode_all
 from tts_gateway.settings import GatewaySettings, Voice, load_voices, parse_args
@@ -128,12 +129,31 @@ def test_short_text_is_one_request_long_text_a_stream_and_voice_defaults_apply()
     assert len(short.content) == 2 * int(0.1 * len("Hello there.") * 24000)  # pcm: 24 kHz
 
 
+class _StreamError(Exception):
+    """A stream error as tritonclient raises it: a message, no status code."""
+
+    def message(self) -> str:
+        return str(self.args[0])
+
+    def status(self) -> None:
+        return None
+
+
 @pytest.mark.parametrize(
     "error,status,code,retry_after",
     [
         (InvalidInput("text is too long"), 400, "invalid_input", None),
         (ServerOverloaded("queue full"), 503, "overloaded", "1"),
         (ServerUnavailable("connection refused"), 502, "upstream_unavailable", "1"),
+        # Issue 34, item 11: a model reloading answered 500 (a stream's refusal had no code).
+        (
+            map_exception(
+                _StreamError("Request for unknown model: 'tts_stream' has no available versions")
+            ),
+            503,
+            "model_unavailable",
+            "1",
+        ),
         (InferenceFailed("boom"), 500, "internal", None),
     ],
 )
