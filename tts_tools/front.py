@@ -116,7 +116,10 @@ class FrontSettings:
     body_timeout_s: float = 60.0  # to read one HTTP body
     # Request bodies buffered at once, in all: past it a body is refused (503), not read.
     max_buffered_bytes: int = 256 * MIB
-    max_streams_per_connection: int = 128  # gRPC (HTTP/2) concurrent streams
+    # gRPC (HTTP/2) concurrent streams per connection: the gateway and perf_analyzer carry
+    # hundreds of requests on one connection (at 128, a client's 200 concurrent calls queued
+    # behind each other and its health check timed out).
+    max_streams_per_connection: int = 1024
     # The server's shared-memory prefix: finds its stubs (a stream's model instance died).
     shm_prefix: str = ""
     # SIGUSR1 to the parent (the launcher) once drained while dead stubs' streams stay open.
@@ -918,6 +921,7 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
     p.add_argument("--header-timeout-s", type=float, default=d.header_timeout_s)
     p.add_argument("--idle-timeout-s", type=float, default=d.idle_timeout_s)
     p.add_argument("--body-timeout-s", type=float, default=d.body_timeout_s)
+    p.add_argument("--max-streams-per-connection", type=int, default=d.max_streams_per_connection)
     p.add_argument("--max-buffered-mib", type=float, default=d.max_buffered_bytes / MIB)
     p.add_argument("--min-in-flight", type=int, default=d.min_in_flight)
     p.add_argument(
@@ -950,6 +954,7 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
             idle_timeout_s=a.idle_timeout_s,
             body_timeout_s=a.body_timeout_s,
             max_buffered_bytes=int(a.max_buffered_mib * MIB),
+            max_streams_per_connection=a.max_streams_per_connection,
             min_in_flight=a.min_in_flight,
             warmup_requests=a.warmup_requests,
             window_s=a.window_s,
