@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Literal
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import (
@@ -349,7 +349,10 @@ def _speech_route(app: FastAPI, settings: GatewaySettings, service: SpeechServic
     formats = {**FORMATS, "pcm": pcm}
     voice_names = settings.voice_names()
 
-    def job_for(request: SpeechRequest, word_timestamps: bool) -> SpeechJob:
+    def caller(http: Request) -> str:
+        return http.client.host if http.client else ""
+
+    def job_for(request: SpeechRequest, word_timestamps: bool, client: str = "") -> SpeechJob:
         fmt = formats[request.response_format]
 
         def refuse(error: APIError) -> APIError:
@@ -403,14 +406,14 @@ def _speech_route(app: FastAPI, settings: GatewaySettings, service: SpeechServic
                 )
             ) from None
         streamed = len(text) > settings.direct_max_chars
-        return SpeechJob(text, options, fmt, streamed)
+        return SpeechJob(text, options, fmt, streamed, client)
 
     @app.post(
         "/v1/audio/speech",
         response_class=StreamingResponse,
         responses={200: {"content": {f.media_type: {} for f in FORMATS.values()}}},
     )
-    async def speech(request: SpeechRequest):
+    async def speech(request: SpeechRequest, http: Request):
         sse = request.stream_format == "sse"
         if request.word_timestamps and not sse:
             raise service.refused(
@@ -421,11 +424,11 @@ def _speech_route(app: FastAPI, settings: GatewaySettings, service: SpeechServic
                 ),
                 request.response_format,
             )
-        job = job_for(request, request.word_timestamps)
+        job = job_for(request, request.word_timestamps, caller(http))
         return service.response(await service.open(job), sse=sse)
 
     @app.post("/dev/captioned_speech", response_model=None)
-    async def captioned_speech(request: CaptionedSpeechRequest):
+    async def captioned_speech(request: CaptionedSpeechRequest, http: Request):
         """Kokoro-FastAPI's captioned speech: base64 audio with ``timestamps`` of
         ``{word, start_time, end_time}`` (and where each word is in the input); with
         ``stream`` (its default) one such JSON object per line as the audio comes."""
@@ -437,7 +440,7 @@ def _speech_route(app: FastAPI, settings: GatewaySettings, service: SpeechServic
                 ),
                 request.response_format,
             )
-        speech = await service.open(job_for(request, request.return_timestamps))
+        speech = await service.open(job_for(request, request.return_timestamps, caller(http)))
         if request.stream:
             return service.captioned_lines(speech)
         return JSONResponse(await service.captioned(speech), headers=speech.headers)

@@ -15,6 +15,7 @@ import base64
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -24,7 +25,7 @@ from fastapi.responses import StreamingResponse
 
 from tts_client import protocol
 from tts_client.errors import InvalidInput, ServerUnavailable, TTSError
-from tts_wire import SynthesisOptions
+from tts_wire import FRONT_TOKEN_HEADER, SynthesisOptions
 
 from .encoding import AudioFormat, Encoder
 from .errors import APIError, from_tts_error, timeout
@@ -50,7 +51,10 @@ def default_backend(settings: GatewaySettings) -> SpeechBackend:
     # No retries here: an overloaded Triton is answered with 503 + Retry-After at once, and the
     # caller (the openai SDK retries 429/503) decides. The client's own timeout is a backstop.
     return AsyncTTSClient(
-        settings.triton_url, timeout=settings.request_timeout_s + 5, retry=protocol.NO_RETRY
+        settings.triton_url,
+        timeout=settings.request_timeout_s + 5,
+        retry=protocol.NO_RETRY,
+        headers={FRONT_TOKEN_HEADER: settings.front_token} if settings.front_token else None,
     )
 
 
@@ -159,6 +163,7 @@ class SpeechJob:
     options: SynthesisOptions
     format: AudioFormat
     streamed: bool  # tts_stream (long text) rather than one tts request
+    client: str = ""  # the caller's address (long-text requests are capped per caller)
 
 
 class Spoken(Protocol):
@@ -293,6 +298,7 @@ class SpeechService:
         self.settings = settings
         self.metrics = metrics
         self.slots = Slots(settings.max_concurrent_requests, metrics)
+        self.streams: Counter[str] = Counter()  # long-text requests in progress per caller
         self.drain = Drain(settings.drain_s)
         self._factory = backend_factory
         self._backend: SpeechBackend | None = None
@@ -310,6 +316,26 @@ class SpeechService:
         backend, self._backend = self._backend, None
         if backend is not None:
             await backend.close()
+
+    def _take(self, job: SpeechJob) -> Callable[[], None]:
+        """A slot (and, for long text, one of the caller's streams); the function that gives
+        them back (idempotent)."""
+        slot = self.slots.take()
+        if not job.streamed:
+            return slot
+        self.streams[job.client] += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                slot()
+                self.streams[job.client] -= 1
+                if self.streams[job.client] <= 0:
+                    del self.streams[job.client]
+
+        return release
 
     def refused(self, error: APIError, label: str) -> APIError:
         """Count a request refused before any audio, and return its error to raise."""
@@ -331,7 +357,20 @@ class SpeechService:
                 ),
                 job.format.name,
             )
-        release = self.slots.take()
+        limit = settings.max_streams_per_client
+        if job.streamed and self.streams[job.client] >= limit:
+            raise self.refused(
+                APIError(
+                    429,
+                    f"this client already has {limit} long-text requests in progress (the "
+                    "limit per client); wait for one to finish",
+                    type="rate_limit_error",
+                    code="rate_limit_exceeded",
+                    retry_after=settings.retry_after_s,
+                ),
+                job.format.name,
+            )
+        release = self._take(job)
         backend = self.backend
         # One deadline for the whole request, on the loop's clock (asyncio.timeout_at).
         deadline = asyncio.get_running_loop().time() + settings.request_timeout_s

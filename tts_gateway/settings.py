@@ -119,6 +119,12 @@ class GatewaySettings:
     direct_max_chars: int = 150
     # Requests in flight in this gateway; beyond it, 429 with Retry-After at once.
     max_concurrent_requests: int = 256
+    # Long-text (streamed) requests in progress per caller address; beyond it, 429 at once:
+    # tts_stream serves 16 streams in all, and one caller could hold every one of them.
+    max_streams_per_client: int = 4
+    # Sent to the front door as the tts-front-token header: the launcher sets it, and the
+    # front door then leaves the per-client stream cap to this gateway.
+    front_token: str = ""
     # Deadline for a whole request; past it, 504 (or the stream is cut with an error).
     request_timeout_s: float = 120.0
     # After SIGTERM, requests in flight get this long; a stream still running then ends with
@@ -144,7 +150,13 @@ class GatewaySettings:
     voices: tuple[Voice, ...] = field(default=DEFAULT_VOICES)
 
     def __post_init__(self) -> None:
-        for name in ("port", "max_input_chars", "max_body_bytes", "max_concurrent_requests"):
+        for name in (
+            "port",
+            "max_input_chars",
+            "max_body_bytes",
+            "max_concurrent_requests",
+            "max_streams_per_client",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.request_timeout_s <= 0:

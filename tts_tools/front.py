@@ -32,7 +32,7 @@ import re
 import signal
 import sys
 import time
-from collections import deque
+from collections import Counter as Tally, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -45,12 +45,12 @@ from tritonclient.grpc import aio as grpc_aio
 
 from tts_client.protocol import build_inputs
 from tts_tools.connections import ConnectionGuard, ConnectionLimits, GuardedSite, raise_file_limit
-from tts_tools.launcher.commands import FRONT_LIVE_PATH
+from tts_tools.launcher.commands import FRONT_LIVE_PATH, FRONT_TOKEN_ENV
 from tts_tools.launcher.security import ADMIN_HEADER, GRPC_HEADER_PREFIX, admin_key
 from tts_tools.launcher.supervisor import is_ready, stubs_by_model
 from tts_tools.protowire import StreamResponse, infer_request, model_name, stream_response
 from tts_tools.texts import SENTENCES
-from tts_wire import FINAL_RESPONSE, stream_error_message
+from tts_wire import FINAL_RESPONSE, FRONT_TOKEN_HEADER, stream_error_message
 
 log = logging.getLogger("tts_front")
 
@@ -120,6 +120,9 @@ class FrontSettings:
     # hundreds of requests on one connection (at 128, a client's 200 concurrent calls queued
     # behind each other and its health check timed out).
     max_streams_per_connection: int = 1024
+    # `tts_stream` requests in progress per client address (the gateway, trusted by the
+    # launcher's token, caps its own callers): 16 from one client held every stream slot.
+    max_streams_per_client: int = 4
     # The server's shared-memory prefix: finds its stubs (a stream's model instance died).
     shm_prefix: str = ""
     # SIGUSR1 to the parent (the launcher) once drained while dead stubs' streams stay open.
@@ -320,6 +323,11 @@ class Ticket:
     cost: float = 0.0
     measured: bool = False
     id: str = ""  # the request's id (a stream's responses are matched to it)
+    client: str | None = None  # counted against this client's streams
+
+
+class TooMany(Exception):
+    """A client holding its limit of streams."""
 
 
 FREE = Ticket(None, 0.0)
@@ -389,6 +397,9 @@ class Front:
         self._closing = asyncio.Event()  # set: close even the streams of dead stubs
         # The admin key opens the inner models (a random one nobody has when none is set).
         self._admin_key = admin_key()[0]
+        # The launcher's token, which the gateway sends (it caps streams per caller itself).
+        self._token = os.environ.get(FRONT_TOKEN_ENV, "")
+        self._streams: Tally[str] = Tally()  # streams in progress per client
         self._guard = ConnectionGuard(
             ConnectionLimits(
                 settings.max_connections,
@@ -415,22 +426,41 @@ class Front:
 
     # ----- admission shared by both protocols -----
 
-    def enter(self, model: str | None, cost: float, rid: str = "") -> Ticket | None:
-        """A ticket for a request to ``model`` of ``cost`` (None: refused for overload)."""
+    def enter(
+        self, model: str | None, cost: float, rid: str = "", client: str | None = None
+    ) -> Ticket | None:
+        """A ticket for a request to ``model`` of ``cost`` from ``client`` (None: the trusted
+        gateway, which caps its own callers); None when refused for overload. Raises
+        TooMany when the client holds its limit of streams."""
         if model is None:
             return FREE
-        measured = model in self.settings.measured
-        if model in self.settings.streamed:
+        streamed = model in self.settings.streamed
+        if streamed:
             cost = min(cost, STREAM_COST)
+            limit = self.settings.max_streams_per_client
+            if client is not None and self._streams[client] >= limit:
+                self.metrics.refused.labels(model).inc()
+                raise TooMany(
+                    f"this client already has {limit} {model} requests in progress (the limit "
+                    "per client); wait for one to end"
+                )
+        measured = model in self.settings.measured
         if not self.admission.enter(cost, measured):
             self.metrics.refused.labels(model).inc()
             return None
         self.metrics.in_flight.labels(model).inc()
-        return Ticket(model, time.monotonic(), cost, measured, rid)
+        counted = client if streamed else None
+        if counted is not None:
+            self._streams[counted] += 1
+        return Ticket(model, time.monotonic(), cost, measured, rid, counted)
 
     def leave(self, ticket: Ticket, outcome: str) -> None:
         if ticket.model is None:
             return
+        if ticket.client is not None:
+            self._streams[ticket.client] -= 1
+            if self._streams[ticket.client] <= 0:
+                del self._streams[ticket.client]
         seconds = time.monotonic() - ticket.start
         self.admission.leave(seconds, ticket.cost, ticket.measured)
         self.metrics.in_flight.labels(ticket.model).dec()
@@ -506,7 +536,7 @@ class Front:
     # ----- gRPC -----
 
     def _admit_message(
-        self, request: bytes, admin: bool
+        self, request: bytes, admin: bool, client: str | None
     ) -> tuple[Ticket, None] | tuple[None, tuple[grpc.StatusCode, str]]:
         """(ticket, None) for a ModelInferRequest to pass on, or (None, (code, message))."""
         info = infer_request(request)
@@ -520,15 +550,29 @@ class Front:
         except Closed as e:
             return None, (grpc.StatusCode.PERMISSION_DENIED, str(e))
         cost = request_cost(model, info.input_bytes) if model else 0.0
-        ticket = self.enter(model, cost, info.id)
+        try:
+            ticket = self.enter(model, cost, info.id, client)
+        except TooMany as e:
+            return None, (grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
         if ticket is None:
             return None, (grpc.StatusCode.UNAVAILABLE, self.admission.refusal(cost))
         return ticket, None
 
+    def client(self, headers: dict[str, str], peer: str) -> str | None:
+        """Who a request counts against: its address, or None for the gateway (it carries
+        the launcher's token, and caps streams per caller itself)."""
+        token = headers.get(FRONT_TOKEN_HEADER, "")
+        if token and self._token and hmac.compare_digest(token.encode(), self._token.encode()):
+            return None
+        return peer
+
     async def _unary(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         ticket = FREE
         if method == INFER_METHOD:
-            ticket, refused = self._admit_message(request, self.is_admin(_headers(context)))
+            headers = _headers(context)
+            ticket, refused = self._admit_message(
+                request, self.is_admin(headers), self.client(headers, _peer(context))
+            )
             if refused:
                 await context.abort(*refused)
         outcome = "error"
@@ -554,14 +598,15 @@ class Front:
         released by the response that ends it (the final flag, or an error without one)."""
         stubs: dict[str, set[int]] = {}  # model -> its stubs when this stream first used it
         hold = asyncio.Event()  # set: a stub of this stream died, keep it open upstream
-        admin = self.is_admin(_headers(context))
+        headers = _headers(context)
+        admin, client = self.is_admin(headers), self.client(headers, _peer(context))
         tickets: list[Ticket] = []  # admitted, not yet ended, oldest first
         refusals: asyncio.Queue[bytes] = asyncio.Queue()  # answered here, not by Triton
 
         async def forward() -> AsyncIterator[bytes]:
             try:
                 async for request in requests:
-                    ticket, refused = self._admit_message(request, admin)
+                    ticket, refused = self._admit_message(request, admin, client)
                     if refused:
                         refusals.put_nowait(_stream_error(request, *refused))
                         continue
@@ -698,7 +743,10 @@ class Front:
         if refused is not None:
             return refused
         cost = request_cost(model, _http_input_bytes(headers, len(body))) if model else 0.0
-        ticket = self.enter(model, cost)
+        try:
+            ticket = self.enter(model, cost, client=self.client(headers, request.remote or ""))
+        except TooMany as e:
+            return _http_error(429, str(e), {"Retry-After": "1"})
         if ticket is None:
             return _http_error(429, self.admission.refusal(cost), {"Retry-After": "1"})
         outcome = "error"
@@ -854,6 +902,15 @@ class Front:
         await self.close()
 
 
+def _peer(context: grpc.aio.ServicerContext) -> str:
+    """The client's address without its port ("ipv4:127.0.0.1:5555" -> "127.0.0.1")."""
+    peer = context.peer() or ""
+    kind, _, rest = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return rest.rsplit(":", 1)[0].strip("[]")
+    return peer
+
+
 def _headers(context: grpc.aio.ServicerContext) -> dict[str, str]:
     return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
 
@@ -921,6 +978,7 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
     p.add_argument("--header-timeout-s", type=float, default=d.header_timeout_s)
     p.add_argument("--idle-timeout-s", type=float, default=d.idle_timeout_s)
     p.add_argument("--body-timeout-s", type=float, default=d.body_timeout_s)
+    p.add_argument("--max-streams-per-client", type=int, default=d.max_streams_per_client)
     p.add_argument("--max-streams-per-connection", type=int, default=d.max_streams_per_connection)
     p.add_argument("--max-buffered-mib", type=float, default=d.max_buffered_bytes / MIB)
     p.add_argument("--min-in-flight", type=int, default=d.min_in_flight)
@@ -955,6 +1013,7 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
             body_timeout_s=a.body_timeout_s,
             max_buffered_bytes=int(a.max_buffered_mib * MIB),
             max_streams_per_connection=a.max_streams_per_connection,
+            max_streams_per_client=a.max_streams_per_client,
             min_in_flight=a.min_in_flight,
             warmup_requests=a.warmup_requests,
             window_s=a.window_s,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shlex
 import socket
 import sys
@@ -22,7 +23,9 @@ from prometheus_client import start_http_server
 
 from .launcher.commands import (
     FRONT_LIVE_PATH,
+    FRONT_TOKEN_ENV,
     FRONTED_EXIT_TIMEOUT_S,
+    GATEWAY_FRONT_TOKEN_ENV,
     free_port,
     front_command,
     gateway_command,
@@ -228,6 +231,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     front = None
     if not args.no_front:
+        # The gateway shows the front door this token (the children inherit it; a process's
+        # environment is readable by its own user only): its callers are capped per address
+        # by the gateway, not lumped together as one client of the front door.
+        token = secrets.token_urlsafe(32)
+        os.environ[FRONT_TOKEN_ENV] = os.environ[GATEWAY_FRONT_TOKEN_ENV] = token
         front = front_command(
             triton_grpc,
             triton_http,

@@ -41,8 +41,9 @@ class AsyncTTSClient(ClientCore):
         stream_model: str = DEFAULT_STREAM_MODEL,
         retry: protocol.RetryPolicy | None = None,
         priority: int = 0,
+        headers: dict[str, str] | None = None,
     ) -> None:
-        super().__init__(url, model, timeout, stream_model, retry, priority)
+        super().__init__(url, model, timeout, stream_model, retry, priority, headers)
         if self.endpoint.protocol == "grpc":
             import tritonclient.grpc.aio as aio
 
@@ -146,7 +147,7 @@ class AsyncTTSClient(ClientCore):
             # tts_stream sends its final flag with the last chunk or the error anyway.
             yield {"model_name": self.stream_model, "inputs": inputs}
 
-        responses = self._client.stream_infer(requests())
+        responses = self._client.stream_infer(requests(), headers=self.headers)
         reader = protocol.StreamReader(rate, text if options.word_timestamps else None)
         try:
             while not reader.finished:

@@ -45,10 +45,11 @@ class TTSClient(ClientCore):
         stream_model: str = DEFAULT_STREAM_MODEL,
         retry: protocol.RetryPolicy | None = None,
         priority: int = 0,
+        headers: dict[str, str] | None = None,
     ) -> None:
         """``retry``: how ``synthesize`` retries a request refused for overload (default 3
         retries with jittered exponential backoff; ``protocol.NO_RETRY`` never retries)."""
-        super().__init__(url, model, timeout, stream_model, retry, priority)
+        super().__init__(url, model, timeout, stream_model, retry, priority, headers)
         self.concurrency = concurrency
         try:
             if self.endpoint.protocol == "grpc":
@@ -160,7 +161,9 @@ class TTSClient(ClientCore):
         client = self._module.InferenceServerClient(self.endpoint.address)  # one stream each
         reader = protocol.StreamReader(rate, text if options.word_timestamps else None)
         try:
-            client.start_stream(callback=lambda result, error: results.put((result, error)))
+            client.start_stream(
+                callback=lambda result, error: results.put((result, error)), headers=self.headers
+            )
             client.async_stream_infer(self.stream_model, inputs, enable_empty_final_response=True)
             while not reader.finished:
                 try:

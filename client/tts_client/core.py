@@ -72,8 +72,11 @@ class ClientCore:
         stream_model: str,
         retry: protocol.RetryPolicy | None,
         priority: int,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.endpoint = Endpoint.parse(url)
+        # Sent with every request (gRPC metadata or HTTP headers), e.g. a proxy's credentials.
+        self.headers = dict(headers) if headers else None
         self.model = model
         self.stream_model = stream_model
         self.timeout = timeout
@@ -88,6 +91,8 @@ class ClientCore:
     def _infer_call(self, text: str, options: protocol.SynthesisOptions) -> InferCall:
         priority = self.priority if options.priority is None else options.priority
         kwargs: dict[str, Any] = {"priority": priority}
+        if self.headers:
+            kwargs["headers"] = self.headers
         if self.endpoint.protocol == "grpc":
             # (HTTP's `timeout` is Triton's queue timeout in microseconds, not the client's.)
             kwargs["client_timeout"] = self.timeout

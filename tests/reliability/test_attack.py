@@ -7,6 +7,7 @@ minutes). Each shows the defect straight to Triton, or failed on the front door 
 - item 2: every message of a ModelStreamInfer stream passes admission;
 - item 3: a duplicated model_name is read as protobuf reads it (the last);
 - item 4: the inner models answer only to the admin key;
+- item 5: one client cannot hold every `tts_stream` slot;
 - item 7: request bodies buffered at once have a total budget;
 - item 8: a hung front door is killed and started again; a crash loop never stops Triton;
 - item 9: a process named like a stub, not a child of tritonserver, is not a stub;
@@ -35,9 +36,10 @@ from tests.metrics import sample
 from tests.reliability.launcher import Launcher, alive
 from tts_client import TTSClient
 from tts_client.protocol import build_inputs
+from tts_tools.launcher.commands import FRONT_TOKEN_ENV
 from tts_tools.launcher.processes import FrontProcess
 from tts_tools.launcher.supervisor import stubs_by_model
-from tts_tools.texts import SENTENCES
+from tts_tools.texts import PARAGRAPH, SENTENCES
 
 ARGS = [
     "--header-timeout-s=2",
@@ -47,16 +49,19 @@ ARGS = [
     "--max-connections-per-client=40",
     "--max-request-mib=4",
     "--max-buffered-mib=6",
-    "--deadline-s=2",
-    "--min-in-flight=2",
 ]
 BOUND_S = 30  # far over every timeout above: a connection still open then was never closed
+
+
+TOKEN = "launcher-token-for-the-gateway"
 
 
 @pytest.fixture(scope="module")
 def front(server, tmp_path_factory):
     log = tmp_path_factory.mktemp("attack") / "front.log"
-    with FrontProcess(server, log, ARGS) as f:
+    f = FrontProcess(server, log, ARGS)
+    f.env = {**f.env, FRONT_TOKEN_ENV: TOKEN}
+    with f:
         yield f
 
 
@@ -132,6 +137,42 @@ def test_idle_and_trickling_connections_are_closed_and_capped(front):
         for s in (*idle, *grpc_idle, header, body):
             s.close()
     assert served_by(front.grpc_url) > 0.3
+
+
+def test_one_client_cannot_hold_every_stream_slot(server, front):
+    """The probe: 16 streams of 100,000 characters from one client held every `tts_stream`
+    slot (503 for every other long text). Now a client's 5th stream is refused at once; the
+    gateway, which carries the launcher's token, is capped per caller by itself instead."""
+
+    def stream_request(i: int) -> service_pb2.ModelInferRequest:
+        request = service_pb2.ModelInferRequest(model_name="tts_stream", id=f"s{i}")
+        for tensor in build_inputs(grpcclient, PARAGRAPH * 3, batched=False):
+            request.inputs.append(tensor._get_tensor())
+            request.raw_input_contents.append(tensor._get_content())
+        return request
+
+    def fifth(port: int, headers: dict[str, str] | None = None) -> str:
+        """The first response to the 5th of 5 streams opened at once: its error or ''."""
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            calls = stub.ModelStreamInfer(
+                iter([stream_request(i) for i in range(5)]),
+                timeout=600,
+                metadata=tuple((headers or {}).items()),
+            )
+            try:
+                for response in calls:
+                    if response.infer_response.id == "s4":
+                        return response.error_message
+            finally:
+                calls.cancel()
+        return "no response"
+
+    assert fifth(server.grpc_port) == ""  # straight to Triton: served
+    refused = fifth(front.grpc_port)
+    assert refused.startswith("[RESOURCE_EXHAUSTED] this client already has 4 tts_stream")
+    assert fifth(front.grpc_port, {"tts-front-token": TOKEN}) == ""  # the gateway's token
+    assert metric(front, "tts_front_in_flight", model="tts_stream") == 0
 
 
 def test_every_message_of_a_stream_is_admitted(server, front):

@@ -211,6 +211,40 @@ def test_admission_limit_gives_429_with_retry_after():
     assert second.json()["error"]["type"] == "rate_limit_error"
 
 
+def test_long_text_is_capped_per_caller():
+    """Issue 34, item 5: one caller with 16 long texts held every tts_stream slot."""
+    backend = FakeBackend(delay=0.5)
+    app = create_app(GatewaySettings(max_streams_per_client=2), lambda _s: backend)
+    long = "A sentence that keeps going. " * 10  # over direct_max_chars: streamed
+
+    async def main():
+        import httpx2 as httpx
+
+        body = {"model": "tts-1", "voice": "alloy", "input": long}
+        async with app.router.lifespan_context(app):
+            one = httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app, client=("10.0.0.1", 1)), base_url="http://gw"
+            )
+            other = httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app, client=("10.0.0.2", 1)), base_url="http://gw"
+            )
+            async with one, other:
+                held = [
+                    asyncio.create_task(one.post("/v1/audio/speech", json=body)) for _ in range(2)
+                ]
+                while len(backend.calls) < 2:
+                    await asyncio.sleep(0.01)
+                third = await one.post("/v1/audio/speech", json=body)
+                short = await one.post("/v1/audio/speech", json={**body, "input": "Hi."})
+                elsewhere = await other.post("/v1/audio/speech", json=body)
+                return await asyncio.gather(*held), third, short, elsewhere
+
+    held, third, short, elsewhere = asyncio.run(main())
+    assert [r.status_code for r in held] == [200, 200]
+    assert third.status_code == 429 and "2 long-text requests" in third.json()["error"]["message"]
+    assert short.status_code == 200 and elsewhere.status_code == 200
+
+
 def test_openapi_schema_describes_the_speech_body():
     with client_for(FakeBackend()) as client:
         schema = client.get("/openapi.json").json()

@@ -119,6 +119,11 @@ def gateway_command(
 
 # Answered by the front door itself (its event loop runs): the launcher's liveness probe.
 FRONT_LIVE_PATH = "/front/live"
+# A token the launcher gives the front door and the gateway: requests carrying it come from
+# the gateway, which caps streams per caller itself (the front door sees one address for all
+# its callers).
+FRONT_TOKEN_ENV = "TTS_FRONT_TOKEN"
+GATEWAY_FRONT_TOKEN_ENV = "TTS_GATEWAY_FRONT_TOKEN"  # the gateway's setting front_token
 
 
 def front_command(

@@ -56,6 +56,10 @@ INTERNAL = "INTERNAL"
 # empty final response, which only a reserved request parameter could ask for.
 FINAL_RESPONSE = "triton_final_response"
 
+# The header by which the gateway shows the front door it is the gateway (the launcher gives
+# both the token): the front door then leaves the per-client stream cap to it.
+FRONT_TOKEN_HEADER = "tts-front-token"
+
 # A gRPC stream carries an error's message but not its code: tts_stream writes the code in
 # front, "[INVALID_ARGUMENT] text is empty ...", and parse_stream_error reads it back.
 _STREAM_ERROR = re.compile(r"^\[([A-Z_]+)\] ")
