@@ -8,14 +8,68 @@ contract's (``tts_wire.speed_error``, ``noise_error``), written once.
 from __future__ import annotations
 
 import unicodedata
+from dataclasses import dataclass
 
 from tts_wire import TEXT_TOO_LONG, noise_error, speed_error
 
 from .errors import InvalidInputError
 
 
-def decode_text(raw: bytes | str) -> str:
-    """UTF-8 bytes from a TYPE_STRING tensor to clean text, or InvalidInputError."""
+@dataclass(frozen=True)
+class CleanText:
+    """Text made speakable (NFC, control characters as spaces, whitespace runs as one space,
+    none at the ends), and where each of its characters came from in the text as sent: word
+    spans are found in the clean text and must be given back in the sent one (a decomposed
+    accent or a control character moved every later word's span by one)."""
+
+    text: str
+    starts: tuple[int, ...]  # per character: its first character in the sent text
+    ends: tuple[int, ...]  # per character: one past its last (a base and its marks)
+
+    def sent_span(self, start: int, end: int) -> tuple[int, int]:
+        """The span of the sent text that ``text[start:end]`` came from."""
+        n = len(self.text)
+        if not n:
+            return 0, 0
+        start, end = int(start), int(end)  # (a stream's rows are float32)
+        start = min(max(start, 0), n - 1)
+        end = min(max(end, start + 1), n)
+        return self.starts[start], self.ends[end - 1]
+
+
+def clean_text(text: str) -> CleanText:
+    """:class:`CleanText` of ``text``."""
+    chars: list[str] = []
+    spans: list[tuple[int, int]] = []
+    i, n = 0, len(text)
+    while i < n:
+        # A base character and the combining marks after it compose (NFC) among themselves.
+        j = i + 1
+        while j < n and unicodedata.combining(text[j]):
+            j += 1
+        for c in unicodedata.normalize("NFC", text[i:j]):
+            # Control characters (other than whitespace) are unspeakable and confuse espeak-ng.
+            chars.append(" " if unicodedata.category(c) == "Cc" else c)
+            spans.append((i, j))
+        i = j
+    out: list[str] = []
+    kept: list[tuple[int, int]] = []
+    space: tuple[int, int] | None = None
+    for c, span in zip(chars, spans, strict=True):
+        if c.isspace():
+            space = space or span
+            continue
+        if space is not None and out:
+            out.append(" ")
+            kept.append(space)
+        space = None
+        out.append(c)
+        kept.append(span)
+    return CleanText("".join(out), tuple(a for a, _ in kept), tuple(b for _, b in kept))
+
+
+def decode_clean(raw: bytes | str) -> CleanText:
+    """UTF-8 bytes from a TYPE_STRING tensor to :class:`CleanText`, or InvalidInputError."""
     if isinstance(raw, bytes):
         try:
             text = raw.decode("utf-8")
@@ -25,14 +79,21 @@ def decode_text(raw: bytes | str) -> str:
             ) from None
     else:
         text = raw
-    # Control characters (other than whitespace) are unspeakable and confuse espeak-ng.
-    text = "".join(
-        " " if unicodedata.category(c) == "Cc" else c for c in unicodedata.normalize("NFC", text)
-    )
-    text = " ".join(text.split())
-    if not text:
+    clean = clean_text(text)
+    if not clean.text:
         raise InvalidInputError("text is empty or only whitespace; send at least one word")
-    return text
+    return clean
+
+
+def sent_rows(rows: list, clean: CleanText) -> list:
+    """Word rows ``[a, b, first character, end character]`` with their characters moved from
+    the clean text to the text as sent."""
+    return [[a, b, *clean.sent_span(c0, c1)] for a, b, c0, c1 in rows]
+
+
+def decode_text(raw: bytes | str) -> str:
+    """UTF-8 bytes from a TYPE_STRING tensor to clean text, or InvalidInputError."""
+    return decode_clean(raw).text
 
 
 def validate_speed(speed: float) -> float:

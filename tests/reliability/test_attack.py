@@ -11,6 +11,7 @@ minutes). Each shows the defect straight to Triton, or failed on the front door 
 - item 7: request bodies buffered at once have a total budget;
 - item 8: a hung front door is killed and started again; a crash loop never stops Triton;
 - item 9: a process named like a stub, not a child of tritonserver, is not a stub;
+- item 10: word spans are in the text as sent (decomposed accents, control characters);
 - item 11: a body encoded twice is refused with 415, not passed on undecoded.
 """
 
@@ -283,6 +284,27 @@ def test_a_body_encoded_twice_is_refused(front):
     response = conn.getresponse()
     assert response.status == 415 and b"not supported" in response.read()
     conn.close()
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        (
+            "Cafe\u0301 au lait. Re\u0301sume\u0301 and nai\u0308ve words follow here.",
+            ["Cafe\u0301", "au", "lait.", "Re\u0301sume\u0301", "and", "nai\u0308ve", "words"],
+        ),
+        ("Hello\x00  world,\tand\u2003good night.", ["Hello", "world,", "and", "good", "night."]),
+    ],
+)
+def test_word_spans_are_in_the_text_as_sent(server, text, words):
+    """The probe: decomposed accents (as macOS and iOS paste them) and control characters
+    moved every later word's span by a character (' a', ' lait', ' Re\u0301su', ...)."""
+    with TTSClient(server.grpc_url) as client:
+        spoken = client.synthesize(text, word_timestamps=True).words
+        streamed = [w for c in client.stream(text, word_timestamps=True) for w in c.words]
+    for got in (spoken, streamed):
+        assert [w.text for w in got][: len(words)] == words
+        assert all(text[w.char_start : w.char_end] == w.text for w in got)
 
 
 def test_a_process_named_like_a_stub_is_not_one(tmp_path):

