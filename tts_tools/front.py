@@ -123,6 +123,10 @@ class FrontSettings:
     # `tts_stream` requests in progress per client address (the gateway, trusted by the
     # launcher's token, caps its own callers): 16 from one client held every stream slot.
     max_streams_per_client: int = 4
+    # Of what the server serves within the deadline, the most one client's requests in flight
+    # may take: the rest stays for others, whatever one client sends (the gateway, trusted by
+    # the launcher's token, is not capped: it caps its own callers).
+    client_share: float = 0.75
     # The server's shared-memory prefix: finds its stubs (a stream's model instance died).
     shm_prefix: str = ""
     # SIGUSR1 to the parent (the launcher) once drained while dead stubs' streams stay open.
@@ -149,6 +153,8 @@ class FrontSettings:
             raise ValueError(
                 "body_timeout_s must be positive and max_buffered_bytes at least max_request_bytes"
             )
+        if not 0 < self.client_share <= 1:
+            raise ValueError(f"client_share must be in (0, 1], not {self.client_share}")
         if not 0 <= self.warmup_requests <= 256:
             raise ValueError(f"warmup_requests must be in [0, 256], not {self.warmup_requests}")
 
@@ -222,6 +228,12 @@ class Admission:
         rate = self.throughput()
         return max(self._peak or 0.0, rate or 0.0) or None
 
+    def budget(self) -> float | None:
+        """The cost the server serves within the deadline (None before anything was
+        measured)."""
+        rate = self.capacity()
+        return rate * self.share * self.deadline_s if rate else None
+
     def estimated_wait(self, cost: float = 1.0) -> float | None:
         """Seconds a request of ``cost`` admitted now would take; None before anything was
         measured."""
@@ -242,13 +254,18 @@ class Admission:
         self.admitted += 1
         return True
 
-    def leave(self, seconds: float, cost: float = 1.0, measured: bool = True) -> None:
-        """An admitted request ended after ``seconds`` (served or failed)."""
-        self._account(completions=int(measured), cost=cost if measured else 0.0)
+    def leave(
+        self, seconds: float, cost: float = 1.0, measured: bool = True, served: bool = True
+    ) -> None:
+        """An admitted request ended after ``seconds``: ``served``, or failed (a failure
+        counts towards no throughput: requests refused at once for bad input measured a rate
+        the server cannot serve, and admission then admitted everything)."""
+        credited = measured and served
+        self._account(completions=int(credited), cost=cost if credited else 0.0)
         self.in_flight -= 1
         self.work = max(0.0, self.work - cost)
         self._measured -= measured
-        if not measured:
+        if not credited:
             return
         if seconds > self.deadline_s:
             self.late += 1
@@ -327,7 +344,7 @@ class Ticket:
 
 
 class TooMany(Exception):
-    """A client holding its limit of streams."""
+    """A client holding its limit of streams, or its share of the server."""
 
 
 FREE = Ticket(None, 0.0)
@@ -400,6 +417,7 @@ class Front:
         # The launcher's token, which the gateway sends (it caps streams per caller itself).
         self._token = os.environ.get(FRONT_TOKEN_ENV, "")
         self._streams: Tally[str] = Tally()  # streams in progress per client
+        self._work: Tally[str] = Tally()  # cost in flight per client
         self._guard = ConnectionGuard(
             ConnectionLimits(
                 settings.max_connections,
@@ -444,29 +462,53 @@ class Front:
                     f"this client already has {limit} {model} requests in progress (the limit "
                     "per client); wait for one to end"
                 )
+        elif client is not None and self._work[client] > 0:
+            try:
+                self._check_share(client, cost)
+            except TooMany:
+                self.metrics.refused.labels(model).inc()
+                raise
         measured = model in self.settings.measured
         if not self.admission.enter(cost, measured):
             self.metrics.refused.labels(model).inc()
             return None
         self.metrics.in_flight.labels(model).inc()
-        counted = client if streamed else None
-        if counted is not None:
-            self._streams[counted] += 1
-        return Ticket(model, time.monotonic(), cost, measured, rid, counted)
+        if client is not None:
+            self._work[client] += cost
+            self._streams[client] += streamed
+        return Ticket(model, time.monotonic(), cost, measured, rid, client)
 
     def leave(self, ticket: Ticket, outcome: str) -> None:
         if ticket.model is None:
             return
         if ticket.client is not None:
-            self._streams[ticket.client] -= 1
-            if self._streams[ticket.client] <= 0:
-                del self._streams[ticket.client]
+            c = ticket.client
+            self._work[c] -= ticket.cost
+            self._streams[c] -= ticket.model in self.settings.streamed
+            if self._work[c] <= 1e-6:
+                del self._work[c]
+                self._streams.pop(c, None)
         seconds = time.monotonic() - ticket.start
-        self.admission.leave(seconds, ticket.cost, ticket.measured)
+        self.admission.leave(seconds, ticket.cost, ticket.measured, outcome == "served")
         self.metrics.in_flight.labels(ticket.model).dec()
         self.metrics.requests.labels(ticket.model, outcome).inc()
         self.metrics.seconds.labels(ticket.model).observe(seconds)
         self.metrics.share.set(self.admission.share)
+
+    def _check_share(self, client: str, cost: float) -> None:
+        """Raise TooMany when ``client``'s work in flight would pass its share of what the
+        server serves within the deadline: whatever one client sends, the rest of the budget
+        stays for others (one client's flood had everyone else refused)."""
+        budget = self.admission.budget()
+        share = self.settings.client_share
+        mine = self._work[client] + cost
+        if budget and self.admission.in_flight >= self.settings.min_in_flight:
+            if mine > share * budget:
+                raise TooMany(
+                    f"this client's requests in flight would take {mine / budget:.0%} of what "
+                    f"the server serves within the {self.settings.deadline_s:g} s deadline (the "
+                    f"limit per client is {share:.0%}); wait for some of them to finish"
+                )
 
     def gate(self, model: str | None, admin: bool) -> str | None:
         """The model admission applies to (None: none does: the admin key, or not an
@@ -978,6 +1020,7 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
     p.add_argument("--header-timeout-s", type=float, default=d.header_timeout_s)
     p.add_argument("--idle-timeout-s", type=float, default=d.idle_timeout_s)
     p.add_argument("--body-timeout-s", type=float, default=d.body_timeout_s)
+    p.add_argument("--client-share", type=float, default=d.client_share)
     p.add_argument("--max-streams-per-client", type=int, default=d.max_streams_per_client)
     p.add_argument("--max-streams-per-connection", type=int, default=d.max_streams_per_connection)
     p.add_argument("--max-buffered-mib", type=float, default=d.max_buffered_bytes / MIB)
@@ -1014,6 +1057,7 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
             max_buffered_bytes=int(a.max_buffered_mib * MIB),
             max_streams_per_connection=a.max_streams_per_connection,
             max_streams_per_client=a.max_streams_per_client,
+            client_share=a.client_share,
             min_in_flight=a.min_in_flight,
             warmup_requests=a.warmup_requests,
             window_s=a.window_s,

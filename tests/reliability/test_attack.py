@@ -18,6 +18,7 @@ minutes). Each shows the defect straight to Triton, or failed on the front door 
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import signal
 import socket
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import numpy as np
@@ -176,6 +178,40 @@ def test_one_client_cannot_hold_every_stream_slot(server, front):
     assert metric(front, "tts_front_in_flight", model="tts_stream") == 0
 
 
+def test_one_clients_flood_leaves_room_for_others(front):
+    """One client's 36 concurrent long requests took the whole deadline budget, and everyone
+    else's were refused while it lasted; now one client gets at most 75 % of it."""
+
+    def body(text: str) -> bytes:
+        tensor = {"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": [text]}
+        return json.dumps({"inputs": [tensor]}).encode()
+
+    def post_from(source: str, text: str) -> int:
+        conn = http.client.HTTPConnection(
+            "127.0.0.1", front.http_port, timeout=300, source_address=(source, 0)
+        )
+        try:
+            conn.request("POST", "/v2/models/tts/infer", body=body(text))
+            response = conn.getresponse()
+            response.read()
+            return response.status
+        finally:
+            conn.close()
+
+    long = " ".join(SENTENCES[:8])[:170]  # (tts takes up to about 180 characters)
+    with ThreadPoolExecutor(36) as pool:
+        flood = [pool.submit(post_from, "127.0.0.1", long) for _ in range(36)]
+        deadline = time.monotonic() + BOUND_S
+        while metric(front, "tts_front_in_flight", model="tts") < 5:
+            assert time.monotonic() < deadline, "the flood never got in"
+            time.sleep(0.05)
+        # Another client, meanwhile (36 in flight from one address: under its 40 connections).
+        others = [post_from("127.0.0.2", SENTENCES[5]) for _ in range(3)]
+        flooded = [f.result() for f in flood]
+    assert others == [200, 200, 200]
+    assert 429 in flooded and set(flooded) <= {200, 429}
+
+
 def test_every_message_of_a_stream_is_admitted(server, front):
     """One stream of 150 sentences (the probe: 1,500, with normal clients starved): straight to
     Triton all are queued; through the front door what does not fit the deadline is refused
@@ -198,7 +234,13 @@ def test_every_message_of_a_stream_is_admitted(server, front):
     assert len(responses) == n and len({r.infer_response.id for r in responses}) == n
     refused = [r for r in responses if r.error_message]
     assert refused, "a stream's messages bypassed admission"
-    assert all(r.error_message.startswith("[UNAVAILABLE] server overloaded") for r in refused)
+    # Over the deadline, or (first, as one client sends them all) over its share of it.
+    assert all(
+        r.error_message.startswith(
+            ("[UNAVAILABLE] server overloaded", "[RESOURCE_EXHAUSTED] this client's requests")
+        )
+        for r in refused
+    )
     assert len(refused) < n - 2  # min_in_flight at least were served
     served = metric(front, "tts_front_requests_total", model="tts", outcome="served")
     assert served - served_before == n - len(refused)

@@ -221,3 +221,16 @@ def test_stream_responses_are_read_for_their_final_flag():
     refused = stream_response(stream_reply(error_message="unknown model"))
     assert refused.error == "unknown model" and refused.final is None
     assert stream_response(b"\x0a\xff") is None
+
+
+def test_failed_requests_measure_no_throughput():
+    """Requests refused at once for bad input completed in milliseconds and measured a rate
+    the server cannot serve: admission then admitted everything."""
+    clock = Clock()
+    admission = Admission(deadline_s=10, min_in_flight=1, clock=clock)
+    admission.seed(100.0)
+    for _ in range(50):
+        admission.enter(cost=1000)
+        clock.now += 0.001
+        admission.leave(0.001, cost=1000, served=False)
+    assert admission.capacity() == pytest.approx(100.0)
