@@ -292,6 +292,8 @@ COST_SCALE = {"acoustic": 8.0, "vocoder": 4608.0}
 # A stream's request is admitted at the cost of its first chunk: it is served a chunk at a
 # time, so only that much of it is ever queued ahead of other requests.
 STREAM_COST = REQUEST_BASE_COST + 400
+# A client refused this recently still wants its share (see Front._check_share).
+OTHERS_S = 5.0
 # The JSON around an HTTP request's text ({"inputs":[{"name":"text","shape":[1,1],...}]}).
 JSON_OVERHEAD = 80
 
@@ -418,6 +420,7 @@ class Front:
         self._token = os.environ.get(FRONT_TOKEN_ENV, "")
         self._streams: Tally[str] = Tally()  # streams in progress per client
         self._work: Tally[str] = Tally()  # cost in flight per client
+        self._refused_at: dict[str, float] = {}  # when each client was last refused
         self._guard = ConnectionGuard(
             ConnectionLimits(
                 settings.max_connections,
@@ -467,10 +470,13 @@ class Front:
                 self._check_share(client, cost)
             except TooMany:
                 self.metrics.refused.labels(model).inc()
+                self._refused_at[client] = time.monotonic()
                 raise
         measured = model in self.settings.measured
         if not self.admission.enter(cost, measured):
             self.metrics.refused.labels(model).inc()
+            if client is not None:
+                self._refused_at[client] = time.monotonic()
             return None
         self.metrics.in_flight.labels(model).inc()
         if client is not None:
@@ -497,17 +503,28 @@ class Front:
 
     def _check_share(self, client: str, cost: float) -> None:
         """Raise TooMany when ``client``'s work in flight would pass its share of what the
-        server serves within the deadline: whatever one client sends, the rest of the budget
-        stays for others (one client's flood had everyone else refused)."""
+        server serves within the deadline while another client wants some (has work in
+        flight, or was refused in the last ``OTHERS_S``): the rest of the budget is theirs,
+        whatever one client sends (one client's flood had everyone else refused). A client
+        alone has it all: a burst that fits the deadline is served."""
+        now = time.monotonic()
+        if len(self._refused_at) > 4096:  # forget old refusals (bounded, whatever the peers)
+            self._refused_at = {c: t for c, t in self._refused_at.items() if now - t < OTHERS_S}
+        others = any(c != client for c in self._work) or any(
+            c != client and now - t < OTHERS_S for c, t in self._refused_at.items()
+        )
         budget = self.admission.budget()
         share = self.settings.client_share
         mine = self._work[client] + cost
-        if budget and self.admission.in_flight >= self.settings.min_in_flight:
+        # (Not after min_in_flight: a flooding client refilled those always-admitted places
+        # the moment one freed, and another client never got one.)
+        if others and budget:
             if mine > share * budget:
                 raise TooMany(
                     f"this client's requests in flight would take {mine / budget:.0%} of what "
-                    f"the server serves within the {self.settings.deadline_s:g} s deadline (the "
-                    f"limit per client is {share:.0%}); wait for some of them to finish"
+                    f"the server serves within the {self.settings.deadline_s:g} s deadline, "
+                    f"while others wait (the limit per client is then {share:.0%}); wait for "
+                    "some of them to finish"
                 )
 
     def gate(self, model: str | None, admin: bool) -> str | None:
