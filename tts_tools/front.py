@@ -86,6 +86,9 @@ _INFER_PATH = re.compile(
 )
 
 
+PENDING_CALLS = 16384  # gRPC's queue of calls not yet taken, before it drops any
+
+
 @dataclass(frozen=True)
 class FrontSettings:
     """What the front door enforces; defaults are ``make serve``'s."""
@@ -131,6 +134,10 @@ class FrontSettings:
     # `tts_stream` requests in progress per client address (the gateway, trusted by the
     # launcher's token, caps its own callers): 16 from one client held every stream slot.
     max_streams_per_client: int = 4
+    # gRPC ModelStreamInfer calls open at once per client address, whatever they carry: 5,000
+    # idle ones from one client (5 connections) cost the front door 160 MB and made gRPC
+    # cancel other clients' calls (its queue of calls not yet taken overflowed).
+    max_grpc_streams_per_client: int = 256
     # Of what the server serves within the deadline, the most one client's requests in flight
     # may take: the rest stays for others, whatever one client sends (the gateway, trusted by
     # the launcher's token, is not capped: it caps its own callers).
@@ -427,6 +434,7 @@ class Front:
         # The launcher's token, which the gateway sends (it caps streams per caller itself).
         self._token = os.environ.get(FRONT_TOKEN_ENV, "")
         self._streams: Tally[str] = Tally()  # streams in progress per client
+        self._grpc_streams: Tally[str | None] = Tally()  # ModelStreamInfer calls per client
         self._work: Tally[str] = Tally()  # cost in flight per client
         self._refused_at: dict[str, float] = {}  # when each client was last refused
         self._guard = ConnectionGuard(
@@ -660,6 +668,27 @@ class Front:
     async def _stream(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
+        """A ModelStreamInfer call, refused at once past the client's open calls."""
+        client = self.client(_headers(context), _peer(context))
+        limit = self.settings.max_grpc_streams_per_client
+        if client is not None and self._grpc_streams[client] >= limit:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"this client already has {limit} ModelStreamInfer calls open; "
+                "end one first, or carry more requests on each",
+            )
+        self._grpc_streams[client] += 1
+        try:
+            async for response in self._stream_messages(requests, context):
+                yield response
+        finally:
+            self._grpc_streams[client] -= 1
+            if not self._grpc_streams[client]:
+                del self._grpc_streams[client]
+
+    async def _stream_messages(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
         """A ModelStreamInfer stream: every message is admitted as a unary request is, and
         answered on the stream with an error when refused (the stream goes on); its ticket is
         released by the response that ends it (the final flag, or an error without one)."""
@@ -670,19 +699,41 @@ class Front:
         tickets: list[Ticket] = []  # admitted, not yet ended, oldest first
         refusals: asyncio.Queue[bytes] = asyncio.Queue()  # answered here, not by Triton
 
+        incoming = requests.__aiter__()
+
+        def admitted(request: bytes) -> bool:
+            """Admit one message: True to pass it on; False when refused (its error queued)."""
+            ticket, refused = self._admit_message(request, admin, client)
+            if refused:
+                refusals.put_nowait(_stream_error(request, *refused))
+                return False
+            if ticket.model:
+                tickets.append(ticket)
+            model = ticket.model or model_name(request)
+            if model and model not in stubs:
+                stubs[model] = self.watch.stubs(model, fresh=True)
+            return True
+
+        # Triton's stream is opened by the first message admitted, not by the stream: an idle
+        # stream (a client can open 1,024 per connection) then holds nothing upstream.
+        first = None
+        try:
+            async for request in incoming:
+                if admitted(request):
+                    first = request
+                    break
+                yield refusals.get_nowait()
+        except Exception:  # the client's side ended
+            return
+        if first is None:
+            return
+
         async def forward() -> AsyncIterator[bytes]:
+            yield first
             try:
-                async for request in requests:
-                    ticket, refused = self._admit_message(request, admin, client)
-                    if refused:
-                        refusals.put_nowait(_stream_error(request, *refused))
-                        continue
-                    if ticket.model:
-                        tickets.append(ticket)
-                    model = ticket.model or model_name(request)
-                    if model and model not in stubs:
-                        stubs[model] = self.watch.stubs(model, fresh=True)
-                    yield request
+                async for request in incoming:
+                    if admitted(request):
+                        yield request
             except Exception:  # the client's side ended (this handler returned or aborted)
                 pass
             if hold.is_set():
@@ -902,6 +953,11 @@ class Front:
                     ("grpc.max_allowed_incoming_connections", s.max_connections),
                     ("grpc.server_handshake_timeout_ms", int(s.header_timeout_s * 1000)),
                     ("grpc.max_connection_idle_ms", int(s.idle_timeout_s * 1000)),
+                    # Calls not yet taken by this process: past 1,000 gRPC cancelled calls at
+                    # random, other clients' too, while one client opened 5,000 streams at
+                    # once. Each is taken (and refused, if over a limit) in microseconds.
+                    ("grpc.server.max_pending_requests", PENDING_CALLS),
+                    ("grpc.server.max_pending_requests_hard_limit", 2 * PENDING_CALLS),
                 ]
             )
             self._grpc.add_generic_rpc_handlers((self._grpc_handler(),))
@@ -1047,6 +1103,7 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
     p.add_argument("--body-timeout-s", type=float, default=d.body_timeout_s)
     p.add_argument("--client-share", type=float, default=d.client_share)
     p.add_argument("--max-streams-per-client", type=int, default=d.max_streams_per_client)
+    p.add_argument("--max-grpc-streams-per-client", type=int, default=d.max_grpc_streams_per_client)
     p.add_argument("--max-streams-per-connection", type=int, default=d.max_streams_per_connection)
     p.add_argument("--max-buffered-mib", type=float, default=d.max_buffered_bytes / MIB)
     p.add_argument("--min-in-flight", type=int, default=d.min_in_flight)
@@ -1082,6 +1139,7 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
             max_buffered_bytes=int(a.max_buffered_mib * MIB),
             max_streams_per_connection=a.max_streams_per_connection,
             max_streams_per_client=a.max_streams_per_client,
+            max_grpc_streams_per_client=a.max_grpc_streams_per_client,
             client_share=a.client_share,
             min_in_flight=a.min_in_flight,
             warmup_requests=a.warmup_requests,
