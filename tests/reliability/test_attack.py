@@ -280,14 +280,20 @@ def test_one_clients_flood_leaves_room_for_others(front):
         tensor = {"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": [text]}
         return json.dumps({"inputs": [tensor]}).encode()
 
-    def post_from(source: str, text: str) -> tuple[int, bytes]:
-        conn = http.client.HTTPConnection(
+    def connect(source: str) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(
             "127.0.0.1", front.http_port, timeout=300, source_address=(source, 0)
         )
+
+    def post(conn: http.client.HTTPConnection, text: str) -> tuple[int, bytes]:
+        conn.request("POST", "/v2/models/tts/infer", body=body(text))
+        response = conn.getresponse()
+        return response.status, response.read()
+
+    def post_from(source: str, text: str) -> tuple[int, bytes]:
+        conn = connect(source)
         try:
-            conn.request("POST", "/v2/models/tts/infer", body=body(text))
-            response = conn.getresponse()
-            return response.status, response.read()
+            return post(conn, text)
         finally:
             conn.close()
 
@@ -296,8 +302,14 @@ def test_one_clients_flood_leaves_room_for_others(front):
     flood: list[tuple[int, bytes]] = []
 
     def flooder() -> None:  # a closed loop: each answer is followed by the next request
-        while not stop.is_set():
-            flood.append(post_from("127.0.0.1", long))
+        # On one kept-alive connection: a new one per request (thousands a second, refused
+        # at once) left 28,000 in TIME_WAIT, and later tests found no free port.
+        conn = connect("127.0.0.1")
+        try:
+            while not stop.is_set():
+                flood.append(post(conn, long))
+        finally:
+            conn.close()
 
     # 36 from one address: under its 40 connections.
     threads = [threading.Thread(target=flooder, daemon=True) for _ in range(36)]
@@ -321,9 +333,7 @@ def test_one_clients_flood_leaves_room_for_others(front):
         stop.set()
         for t in threads:
             t.join(300)
-    # (503: a new connection of the flood's before the front door saw its last one close,
-    # over the 40 per client)
-    assert {status for status, _ in flood} <= {200, 429, 503}
+    assert {status for status, _ in flood} <= {200, 429}
     assert any(b"while others wait" in text for _, text in flood)
 
 
