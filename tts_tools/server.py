@@ -19,8 +19,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-from prometheus_client import start_http_server
-
 from .launcher.commands import (
     FRONT_LIVE_PATH,
     FRONT_TOKEN_ENV,
@@ -33,6 +31,7 @@ from .launcher.commands import (
     taken_port,
 )
 from .launcher.environment import has_gpu, server_env
+from .launcher.liveness import LIVE_PATH, Heartbeat, serve as serve_metrics
 from .launcher.repository import repository_voices
 from .launcher.security import (
     ADMIN_HEADER,
@@ -270,10 +269,12 @@ def main(argv: list[str] | None = None) -> None:
         )
     headers = admin_headers(key)
     metrics = SupervisorMetrics()
+    heartbeat = Heartbeat()
     if args.supervisor_metrics_port:
-        start_http_server(args.supervisor_metrics_port, args.bind, registry=metrics.registry)
+        serve_metrics(args.supervisor_metrics_port, args.bind, metrics.registry, heartbeat)
         print(
-            f"supervisor: outage metrics on {args.bind}:{args.supervisor_metrics_port}/metrics",
+            f"supervisor: outage metrics on {args.bind}:{args.supervisor_metrics_port}/metrics, "
+            f"the launcher's liveness on {LIVE_PATH}",
             flush=True,
         )
     env = server_env(key=key, cache_dir=args.cache_dir)
@@ -292,6 +293,7 @@ def main(argv: list[str] | None = None) -> None:
             front_cmd=front,
             front_ready=(lambda: port_open(args.bind, args.grpc_port)) if args.grpc_port else None,
             front_live=(lambda: front_live(args.bind, args.http_port)) if args.http_port else None,
+            heartbeat=heartbeat,
         )
     )
 

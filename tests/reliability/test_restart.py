@@ -12,6 +12,7 @@ import time
 import httpx2 as httpx
 
 from tests.reliability.launcher import Launcher, alive
+from tts_tools.launcher.liveness import LIVE_PATH
 from tts_tools.launcher.supervisor import python_models, stubs_by_model
 
 
@@ -33,7 +34,18 @@ def test_a_killed_tritonserver_is_started_again(exported_repository, tmp_path):
         # init (they were seen alive for minutes; issue 20, item 5).
         left = [pid for pid in regions if alive(pid)]
         statuses = set()
+        # Liveness as the kubelet probed it (Triton's, through the front door) and as it
+        # probes now (the launcher's own /live, deploy/base/deployment.yaml).
+        triton_live, launcher_live = set(), set()
         while time.monotonic() - killed < 120:
+            for url, seen in (
+                (f"http://127.0.0.1:{launcher.http}/v2/health/live", triton_live),
+                (f"http://127.0.0.1:{launcher.supervisor_metrics}{LIVE_PATH}", launcher_live),
+            ):
+                try:
+                    seen.add(httpx.get(url, timeout=5).status_code)
+                except httpx.HTTPError as e:
+                    seen.add(type(e).__name__)
             try:
                 response = httpx.post(f"{launcher.url}/v1/audio/speech", json=body, timeout=30)
                 statuses.add(response.status_code)
@@ -48,6 +60,8 @@ def test_a_killed_tritonserver_is_started_again(exported_repository, tmp_path):
         print(f"\nback after {back:.1f} s; answers meanwhile: {sorted(map(str, statuses))}")
         assert 200 in statuses and new != old, log[-3000:]
         assert statuses <= {200, 502, 503}, statuses
+        # Triton's liveness failed while it was restarted in place; the launcher's never did.
+        assert triton_live - {200} and launcher_live == {200}, (triton_live, launcher_live)
         assert "tritonserver exited (-9); starting it again" in log
         assert launcher.supervisor_metric("tts_supervisor_server_restarts_total") == 1
         for region in regions.values():

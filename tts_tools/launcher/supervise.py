@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .commands import GATEWAY_DRAIN_S
 from .environment import server_env
+from .liveness import Heartbeat
 from .processes import stop_process
 from .security import ADMIN_HEADER, KEY_FAILED, RESTRICTED, SERVER_UMASK, key_works
 from .supervisor import (
@@ -44,6 +45,7 @@ def supervise(
     front_cmd: list[str] | None = None,
     front_ready: Callable[[], bool] | None = None,
     front_live: Callable[[], bool] | None = None,
+    heartbeat: Heartbeat | None = None,
 ) -> int:
     """Run tritonserver (and the front door and the gateway) as children with the supervisor
     beside them.
@@ -58,10 +60,12 @@ def supervise(
     the cores with that measurement. ``front_live``: the front door's own liveness probe; one
     that stops answering is killed and started again. The front door is never given up on: a
     proxy that keeps crashing is retried every 30 s while tritonserver keeps running (stopping
-    a healthy server for its proxy took the whole service down).
+    a healthy server for its proxy took the whole service down). ``heartbeat``: beaten at least
+    every second while the launcher's loop runs (its ``/live``, liveness.py).
     """
     restarts = restarts or RestartPolicy()
     metrics = metrics or SupervisorMetrics()
+    beat = (heartbeat or Heartbeat()).beat
     stopping = threading.Event()
     say = functools.partial(print, flush=True)
 
@@ -79,7 +83,7 @@ def supervise(
     gateway: Keeper | None = None
     front: Keeper | None = None
     while True:
-        process = _start_server(cmd, env, http_port, headers, restricted, stopping, say)
+        process = _start_server(cmd, env, http_port, headers, restricted, stopping, say, beat)
         if process is None:
             return 1
         supervisor: Supervisor | None = None
@@ -107,7 +111,7 @@ def supervise(
                     hangs=metrics.child_restarts.labels("front", "hung"),
                 )
             if front and front_ready:
-                _wait_for(front_ready, front, stopping, timeout_s=180.0)
+                _wait_for(front_ready, front, stopping, beat, timeout_s=180.0)
             if gateway_cmd and gateway is None:
                 gateway = Keeper(
                     "the gateway",
@@ -123,6 +127,7 @@ def supervise(
                 stopping.set()
                 break
             end_orphans(keep={process.pid, *(p for k in keepers for p in k.pids())})
+            beat()
             stopping.wait(0.5)
         if stopping.is_set():
             break
@@ -143,7 +148,7 @@ def supervise(
             return code or 1
         say(f"launcher: tritonserver exited ({code}); starting it again in {delay:.0f} s")
         metrics.server_restarts.inc()
-        if stopping.wait(delay):
+        if _pause(delay, stopping, beat):
             for keeper in keepers:
                 keeper.stop(drain_s)
             return 0  # stopped on request while the server was down: nothing left to stop
@@ -152,8 +157,22 @@ def supervise(
     return 1 if any(k and k.gave_up for k in (gateway, front)) else code
 
 
+def _pause(seconds: float, stopping: threading.Event, beat: Callable[..., None]) -> bool:
+    """Wait ``seconds`` before starting tritonserver again, beating (as a start) meanwhile;
+    True when a stop was asked."""
+    until = time.monotonic() + seconds
+    while not stopping.is_set() and time.monotonic() < until:
+        beat(starting=True)
+        stopping.wait(min(1.0, max(0.0, until - time.monotonic())))
+    return stopping.is_set()
+
+
 def _wait_for(
-    ready: Callable[[], bool], keeper: Keeper, stopping: threading.Event, timeout_s: float
+    ready: Callable[[], bool],
+    keeper: Keeper,
+    stopping: threading.Event,
+    beat: Callable[..., None],
+    timeout_s: float,
 ) -> None:
     """Until ``ready()``, the keeper's child exits (its own restart handles it), a stop is
     asked, or ``timeout_s`` passes."""
@@ -161,6 +180,7 @@ def _wait_for(
     while not ready() and not stopping.is_set() and time.monotonic() < until:
         if keeper.process is None or keeper.process.poll() is not None:
             return
+        beat()
         stopping.wait(0.2)
 
 
@@ -172,6 +192,7 @@ def _start_server(
     restricted: str,
     stopping: threading.Event,
     say: Callable[[str], None],
+    beat: Callable[..., None],
 ) -> subprocess.Popen | None:
     """tritonserver started and waited for (ready, or dead, or a stop asked); None when its
     admin key does not work (it is killed: the launcher fails closed)."""
@@ -184,6 +205,7 @@ def _start_server(
         preexec_fn=die_with_parent,
     )
     while process.poll() is None and not stopping.is_set() and not is_ready(http_port):
+        beat(starting=True)
         stopping.wait(0.5)
     key = headers.get(ADMIN_HEADER, "")
     if (
