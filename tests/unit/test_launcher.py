@@ -29,7 +29,26 @@ def test_an_installed_triton_is_used_with_its_own_backends_and_libraries(tmp_pat
     assert not (tmp_path / "cache").exists()  # nothing copied from the wheel
     env = environment.server_env(base={"LD_LIBRARY_PATH": "/x"})
     assert "nvidia_pytriton.libs" not in env["LD_LIBRARY_PATH"]
-    assert env["LD_LIBRARY_PATH"].endswith(os.pathsep + "/x")
+    assert env["LD_LIBRARY_PATH"].split(os.pathsep)[-1] == "/x"
+
+
+@pytest.mark.parametrize(
+    ("libdir", "listed"),
+    [("/usr/lib/x86_64-linux-gnu", False), ("/usr/lib", False), ("/opt/py/lib", True)],
+)
+def test_only_a_python_outside_the_system_folders_puts_its_libraries_first(
+    libdir, listed, monkeypatch
+):
+    """Ubuntu's Python (the NGC image's) has LIBDIR /usr/lib/x86_64-linux-gnu: first on the
+    path, that folder's older cuDNN came before torch's own."""
+    real = environment.sysconfig.get_config_var
+    monkeypatch.setattr(
+        environment.sysconfig,
+        "get_config_var",
+        lambda name: libdir if name == "LIBDIR" else real(name),
+    )
+    folders = environment.server_env(base={})["LD_LIBRARY_PATH"].split(os.pathsep)
+    assert (folders[0] == libdir) if listed else libdir not in folders
 
 
 def test_without_it_the_wheels_tritonserver_runs(monkeypatch):
@@ -85,3 +104,21 @@ def test_the_gateway_is_given_the_repositorys_voices(tmp_path):
     assert repository_voices(tmp_path) == ["joe"]
     (version / "voices.json").write_text('{"voices": ["joe", "joe_slow"]}')
     assert repository_voices(tmp_path) == ["joe", "joe_slow"]
+
+
+def test_an_unreadable_admin_key_file_says_how_to_fix_it(tmp_path, monkeypatch):
+    """Compose mounts a secret with the host file's owner and mode; 0600 of the host's user is
+    unreadable to the image's uid 10001 (root reads anything, so the refusal is simulated)."""
+    from tts_tools.launcher import security
+
+    key = tmp_path / "key"
+    key.write_text("k")
+    with pytest.raises(SystemExit, match="does not exist"):
+        security.admin_key({security.ADMIN_KEY_FILE_ENV: str(tmp_path / "missing")})
+
+    def refused(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(security.Path, "read_text", refused)
+    with pytest.raises(SystemExit, match="is not readable by uid .*chmod 0644"):
+        security.admin_key({security.ADMIN_KEY_FILE_ENV: str(key)})

@@ -94,6 +94,16 @@ def server_shim(cache_dir: Path) -> Path:
     return library
 
 
+SYSTEM_LIBRARY_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64")
+
+
+def system_library_dir(path: str) -> bool:
+    """A folder the dynamic loader searches without LD_LIBRARY_PATH (multiarch ones too)."""
+    found = Path(path).resolve()
+    system = {Path(d).resolve() for d in SYSTEM_LIBRARY_DIRS}
+    return found in system or (found.parent in system and found.name.endswith("-linux-gnu"))
+
+
 def server_env(
     base: dict[str, str] | None = None, key: str | None = None, cache_dir: Path | None = None
 ) -> dict[str, str]:
@@ -102,7 +112,11 @@ def server_env(
     if key is not None:
         env[KEY_ENV] = key
         env["LD_PRELOAD"] = str(server_shim(cache_dir or Path(".cache/triton")).resolve())
-    ld = [sysconfig.get_config_var("LIBDIR")]
+    # The stub needs this Python's libpython. A system Python's LIBDIR is where the loader
+    # looks anyway, and first on the path it put that folder's libraries (an older cuDNN on
+    # Ubuntu's, in the NGC image) before torch's own.
+    libdir = sysconfig.get_config_var("LIBDIR")
+    ld = [] if not libdir or system_library_dir(libdir) else [libdir]
     if triton_home() is None:  # the wheel's tritonserver needs the wheel's libraries
         ld.append(str(Path(pytriton_dir()).parent.parent / "nvidia_pytriton.libs"))
     if env.get("LD_LIBRARY_PATH"):

@@ -26,7 +26,19 @@ def admin_key(environ: dict[str, str] | None = None) -> tuple[str, bool]:
     if env.get(ADMIN_KEY_ENV):
         return env[ADMIN_KEY_ENV], True
     if env.get(ADMIN_KEY_FILE_ENV):
-        key = Path(env[ADMIN_KEY_FILE_ENV]).read_text().strip()
+        path = Path(env[ADMIN_KEY_FILE_ENV])
+        try:
+            key = path.read_text().strip()
+        except PermissionError:
+            # Compose mounts a secret file with its host owner and mode: 0600 of the host's
+            # user is unreadable to the image's uid 10001 (it restarted in a loop, unexplained).
+            raise SystemExit(
+                f"{path} is not readable by uid {os.getuid()}: make the secret file readable "
+                "to it (Compose keeps the host file's owner and mode: chmod 0644 the file "
+                "inside a 0700 folder; Kubernetes: the Secret's defaultMode)"
+            ) from None
+        except FileNotFoundError:
+            raise SystemExit(f"{path} does not exist: mount the admin key there") from None
         if not key:
             raise SystemExit(f"{env[ADMIN_KEY_FILE_ENV]} is empty: put the admin key in it")
         return key, True
