@@ -20,6 +20,8 @@ import pytest
 import yaml
 
 from tests.unit.test_install import ALL, norm, pins
+from tts_tools.launcher.commands import STOP_BUDGET_S
+from tts_tools.launcher.liveness import LIVE_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker/Dockerfile"
@@ -80,6 +82,9 @@ def test_the_entrypoint_is_the_launcher_with_flags_it_takes():
 
     steps = instructions()
     (entrypoint,) = [json.loads(a) for i, a in steps if i == "ENTRYPOINT"]
+    # NGC's entrypoint (CUDA forward compatibility on older data-center drivers) runs it.
+    nvidia, *entrypoint = entrypoint
+    assert nvidia == "/opt/nvidia/nvidia_entrypoint.sh"
     assert entrypoint[:3] == ["python", "-m", "tts_tools.server"]
     commands = [json.loads(a) for i, a in steps if i == "CMD"]
     assert commands == [[], ["--model-config-name=gpu"]]  # the cpu and gpu stages, in order
@@ -276,7 +281,7 @@ def test_the_manifests_do_what_the_issue_asks(rendered):
         # Ready when every model is (per model), live on the server; never root.
         assert container["readinessProbe"]["exec"]["command"][:3] == [
             "python", "-m", "tts_tools.healthcheck"]  # fmt: skip
-        assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+        assert container["livenessProbe"]["httpGet"]["path"] == LIVE_PATH
         assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"]
         assert container["securityContext"]["readOnlyRootFilesystem"]
         assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
@@ -304,6 +309,91 @@ def test_the_manifests_do_what_the_issue_asks(rendered):
         inside = {p["port"] for r in rules if "from" in r for p in r["ports"]}
         assert inside == {8000, 8001, 8002, 8003}
         assert docs["Service/tts-gateway"]["spec"]["ports"][0]["targetPort"] == "gateway"
+
+
+def admitted(policy: dict, labels: dict, namespace: str, namespace_labels: dict) -> set[int]:
+    """The ports a NetworkPolicy admits from a pod (matchLabels only, as deploy/ uses)."""
+
+    def matches(selector: dict | None, have: dict) -> bool:
+        return selector is not None and selector.get("matchLabels", {}).items() <= have.items()
+
+    ports = set()
+    for rule in policy["spec"]["ingress"]:
+        peers = rule.get("from")
+        ok = peers is None or any(
+            (
+                matches(peer["namespaceSelector"], namespace_labels)
+                if "namespaceSelector" in peer
+                else namespace == policy["metadata"]["namespace"]
+            )
+            and ("podSelector" not in peer or matches(peer["podSelector"], labels))
+            for peer in peers
+        )
+        if ok:
+            ports |= {p["port"] for p in rule["ports"]}
+    return ports
+
+
+def test_the_manifests_hold_on_a_real_cluster(rendered):
+    """Issue 27: what a real cluster would have hit, read from the rendered manifests."""
+    rule_file = ROOT / "deploy/monitoring/prometheus-adapter-rules.yaml"
+    query = yaml.safe_load(rule_file.read_text())["rules"]["custom"][0]["metricsQuery"]
+    monitor = yaml.safe_load((ROOT / "deploy/monitoring/servicemonitor.yaml").read_text())
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    for overlay in ("cpu", "gpu"):
+        docs = documents(rendered[overlay])
+        # 1. A client pod labelled tts-client=true, as the docs say, reaches Triton; an
+        # unlabelled one only the gateway; Prometheus' pods, wherever they run, the metrics.
+        policy = docs["NetworkPolicy/tts"]
+        ns = {"kubernetes.io/metadata.name": "tts"}
+        assert admitted(policy, {"tts-client": "true"}, "tts", ns) == {8080, 8000, 8001}
+        assert admitted(policy, {"app": "other"}, "tts", ns) == {8080}
+        prometheus = {"app.kubernetes.io/name": "prometheus"}
+        observability = {"kubernetes.io/metadata.name": "observability"}
+        assert admitted(policy, prometheus, "observability", observability) >= {8002, 8003}
+        # Every selector finds the pods it is meant for.
+        deployment = docs["Deployment/tts"]
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        for kind_name in ("Deployment/tts", "PodDisruptionBudget/tts"):
+            assert docs[kind_name]["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+        assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+        for name in ("tts-gateway", "tts-triton", "tts-metrics"):
+            assert docs[f"Service/{name}"]["spec"]["selector"].items() <= pod_labels.items()
+        # 2. Liveness is the launcher's own, on its port: not Triton's through the front door.
+        pod = deployment["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        for probe in ("livenessProbe", "startupProbe"):
+            assert container[probe]["httpGet"] == {"path": LIVE_PATH, "port": "supervisor"}
+        assert ports["supervisor"] == 8003
+        # 3. Endpoints stop sending before the drain; the grace period covers both.
+        sleep = container["lifecycle"]["preStop"]["exec"]["command"]
+        assert sleep[0] == "sleep" and int(sleep[1]) >= 5
+        assert pod["terminationGracePeriodSeconds"] >= int(sleep[1]) + STOP_BUDGET_S
+        # 4. A GPU rollout never waits for a GPU that a full pool does not have.
+        update = deployment["spec"]["strategy"]["rollingUpdate"]
+        if overlay == "gpu":
+            assert update == {"maxSurge": 0, "maxUnavailable": 1}
+        # 5. The ServiceMonitor finds the metrics Service and its ports.
+        service = docs["Service/tts-metrics"]
+        assert (
+            monitor["spec"]["selector"]["matchLabels"].items()
+            <= service["metadata"]["labels"].items()
+        )
+        named = {p["name"] for p in service["spec"]["ports"]}
+        assert {e["port"] for e in monitor["spec"]["endpoints"]} <= named
+        # 7. /dev/shm holds the gpu profile's largest batches (two vocoder instances).
+        shm = next(v for v in pod["volumes"] if v["name"] == "shm")["emptyDir"]["sizeLimit"]
+        assert int(shm.rstrip("Gi")) >= (2 if overlay == "gpu" else 1)
+    # 5. The rule's window holds at least 4 scrapes of the ServiceMonitor's interval (and 2
+    # of Prometheus' default 1 m).
+    windows = {int(w) for w in re.findall(r"\[(\d+)m\]", query)}
+    intervals = {int(e["interval"].rstrip("s")) for e in monitor["spec"]["endpoints"]}
+    assert windows and min(windows) * 60 >= max(4 * max(intervals), 2 * 60)
+    # 3. Compose: a stop gets the launcher's whole drain.
+    grace = compose["x-tts"]["stop_grace_period"]
+    assert int(grace.rstrip("s")) >= STOP_BUDGET_S
+    assert int(compose["services"]["tts-gpu"]["shm_size"].rstrip("g")) >= 2
 
 
 def test_the_gpu_bundle_installs_by_the_images_own_script(tmp_path, monkeypatch):

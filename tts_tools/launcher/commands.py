@@ -22,6 +22,11 @@ from .supervisor import (
 GATEWAY_DRAIN_S = 40.0
 # tritonserver's exit timeout behind the front door (which drains first).
 FRONTED_EXIT_TIMEOUT_S = 5
+# The longest a SIGTERM'd launcher takes (supervise._stop_in_order): the gateway drains (up to
+# GATEWAY_DRAIN_S), then the front door (as long again), then tritonserver (its exit timeout),
+# then a front door still holding streams of dead stubs gets 10 s. An orchestrator's grace
+# period must cover it (deploy/base/deployment.yaml, docker-compose.yml; tested).
+STOP_BUDGET_S = 2 * GATEWAY_DRAIN_S + FRONTED_EXIT_TIMEOUT_S + 10.0
 
 
 def server_command(
