@@ -294,6 +294,13 @@ def test_text_phoneme_type_is_phonemized_by_piper(exported_repository, tmp_path)
     model = load_model(repo, "phonemizer", {"normalize_text": "false"})
     (response,) = model.execute([text_request(b"abc")])
     assert not response.has_error()
+    # The ids piper gives the characters themselves (an espeak phonemization would not be
+    # "a", "b", "c": "abc" is spoken "ˈeɪbˌiːsˈiː").
+    from piper.phoneme_ids import phonemes_to_ids
+
+    voice = json.loads((repo / "phonemizer" / "1" / "voice.json").read_text())
+    expected = phonemes_to_ids(list("abc"), voice["phoneme_id_map"])
+    assert response.output("phoneme_ids")[0].tolist() == expected
 
 
 def test_huge_latents_are_refused_and_non_finite_audio_is_an_error(exported_repository):
