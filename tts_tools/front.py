@@ -669,7 +669,8 @@ class Front:
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
         """A ModelStreamInfer call, refused at once past the client's open calls."""
-        client = self.client(_headers(context), _peer(context))
+        headers = _headers(context)
+        client = self.client(headers, _peer(context))
         limit = self.settings.max_grpc_streams_per_client
         if client is not None and self._grpc_streams[client] >= limit:
             await context.abort(
@@ -679,7 +680,8 @@ class Front:
             )
         self._grpc_streams[client] += 1
         try:
-            async for response in self._stream_messages(requests, context):
+            admin = self.is_admin(headers)
+            async for response in self._stream_messages(requests, context, admin, client):
                 yield response
         finally:
             self._grpc_streams[client] -= 1
@@ -687,15 +689,17 @@ class Front:
                 del self._grpc_streams[client]
 
     async def _stream_messages(
-        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+        self,
+        requests: AsyncIterator[bytes],
+        context: grpc.aio.ServicerContext,
+        admin: bool,
+        client: str | None,
     ) -> AsyncIterator[bytes]:
         """A ModelStreamInfer stream: every message is admitted as a unary request is, and
         answered on the stream with an error when refused (the stream goes on); its ticket is
         released by the response that ends it (the final flag, or an error without one)."""
         stubs: dict[str, set[int]] = {}  # model -> its stubs when this stream first used it
         hold = asyncio.Event()  # set: a stub of this stream died, keep it open upstream
-        headers = _headers(context)
-        admin, client = self.is_admin(headers), self.client(headers, _peer(context))
         tickets: list[Ticket] = []  # admitted, not yet ended, oldest first
         refusals: asyncio.Queue[bytes] = asyncio.Queue()  # answered here, not by Triton
 
