@@ -21,6 +21,10 @@ def test_a_killed_tritonserver_is_started_again(exported_repository, tmp_path):
     body = {"model": "tts-1", "voice": "alloy", "input": "Back again.", "response_format": "wav"}
     try:
         launcher.wait_ready()
+        # The autoscaler's rule counts this pod's queue time from 2 minutes after this moment
+        # (the front door's warm-up done): set once, and not again by a restart in place.
+        since = launcher.supervisor_metric("tts_serving_since_timestamp_seconds")
+        assert 0 < since <= time.time(), since
         old = launcher.triton_pid()
         regions: dict[int, str] = {}
         stubs_by_model(old, python_models(exported_repository), regions)
@@ -64,6 +68,7 @@ def test_a_killed_tritonserver_is_started_again(exported_repository, tmp_path):
         assert triton_live - {200} and launcher_live == {200}, (triton_live, launcher_live)
         assert "tritonserver exited (-9); starting it again" in log
         assert launcher.supervisor_metric("tts_supervisor_server_restarts_total") == 1
+        assert launcher.supervisor_metric("tts_serving_since_timestamp_seconds") == since
         for region in regions.values():
             assert not os.path.exists(f"/dev/shm/{region}"), region
         assert not left, (left, log[-3000:])

@@ -19,6 +19,7 @@ from .liveness import Heartbeat
 from .processes import stop_process
 from .security import ADMIN_HEADER, KEY_FAILED, RESTRICTED, SERVER_UMASK, key_works
 from .supervisor import (
+    SERVING_SINCE,
     Supervisor,
     SupervisorMetrics,
     become_subreaper,
@@ -112,6 +113,8 @@ def supervise(
                 )
             if front and front_ready:
                 _wait_for(front_ready, front, stopping, beat, timeout_s=180.0)
+            if not metrics.value(SERVING_SINCE):  # once: a restart in place does not warm up
+                metrics.serving_since.set_to_current_time()
             if gateway_cmd and gateway is None:
                 gateway = Keeper(
                     "the gateway",

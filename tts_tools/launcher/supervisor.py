@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 STUB = "triton_python_backend_stub"
 # The flags a supervised tritonserver needs: models loaded at start, reloadable by the API.
@@ -217,6 +217,12 @@ def cpu_seconds(pids: set[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+# The autoscaler's rule ignores a pod's queue time until 2 minutes after this gauge: the front
+# door's warm-up queues on purpose (16 in flight) and would read as overload
+# (deploy/monitoring/prometheus-adapter-rules.yaml, docs/scaling.md).
+SERVING_SINCE = "tts_serving_since_timestamp_seconds"
+
+
 class SupervisorMetrics:
     """Outage counters of one launcher (one registry, so several can live in one process)."""
 
@@ -245,6 +251,12 @@ class SupervisorMetrics:
             "Times the launcher started the front door or the gateway again, by cause: exited "
             "or hung (no answer to its liveness probe; it was killed)",
             ["child", "cause"],
+            registry=self.registry,
+        )
+        self.serving_since = Gauge(
+            SERVING_SINCE,
+            "Unix time the launcher began serving: the front door's admission warm-up done and "
+            "its ports open (0 until then)",
             registry=self.registry,
         )
 
