@@ -125,6 +125,8 @@ class GatewaySettings:
     # Sent to the front door as the tts-front-token header: the launcher sets it, and the
     # front door then leaves the per-client stream cap to this gateway.
     front_token: str = ""
+    # Or a file holding it (a mounted Secret: the gpu overlay's gateway pods).
+    front_token_file: str = ""
     # Deadline for a whole request; past it, 504 (or the stream is cut with an error).
     request_timeout_s: float = 120.0
     # After SIGTERM, requests in flight get this long; a stream still running then ends with
@@ -174,6 +176,14 @@ class GatewaySettings:
                 f"max_body_bytes ({self.max_body_bytes}) must be at least 6 x max_input_chars "
                 f"({6 * self.max_input_chars})"
             )
+        if self.front_token_file and not self.front_token:
+            try:
+                token = Path(self.front_token_file).read_text().strip()
+            except OSError as e:
+                raise ValueError(f"front_token_file: cannot read it ({e.strerror})") from None
+            if not token:
+                raise ValueError(f"front_token_file: {self.front_token_file} is empty")
+            object.__setattr__(self, "front_token", token)
         if self.voices_file and self.voices is DEFAULT_VOICES:
             object.__setattr__(self, "voices", load_voices(self.voices_file))
         elif self.triton_voices and self.voices is DEFAULT_VOICES:

@@ -22,6 +22,7 @@ from pathlib import Path
 from .launcher.commands import (
     FRONT_LIVE_PATH,
     FRONT_TOKEN_ENV,
+    FRONT_TOKEN_FILE_ENV,
     FRONTED_EXIT_TIMEOUT_S,
     GATEWAY_FRONT_TOKEN_ENV,
     free_port,
@@ -41,6 +42,7 @@ from .launcher.security import (
     RESTRICTED,
     admin_headers,
     admin_key,
+    secret_setting,
 )
 from .launcher.supervise import supervise
 from .launcher.supervisor import (
@@ -232,8 +234,11 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_front:
         # The gateway shows the front door this token (the children inherit it; a process's
         # environment is readable by its own user only): its callers are capped per address
-        # by the gateway, not lumped together as one client of the front door.
-        token = secrets.token_urlsafe(32)
+        # by the gateway, not lumped together as one client of the front door. A token given
+        # ($TTS_FRONT_TOKEN or $TTS_FRONT_TOKEN_FILE) is kept: a gateway in pods of its own
+        # (deploy/overlays/gpu) holds the same one, from a Secret.
+        given = secret_setting(FRONT_TOKEN_ENV, FRONT_TOKEN_FILE_ENV, "the front door's token")
+        token = given or secrets.token_urlsafe(32)
         os.environ[FRONT_TOKEN_ENV] = os.environ[GATEWAY_FRONT_TOKEN_ENV] = token
         front = front_command(
             triton_grpc,

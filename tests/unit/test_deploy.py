@@ -20,8 +20,14 @@ import pytest
 import yaml
 
 from tests.unit.test_install import ALL, norm, pins
-from tts_tools.launcher.commands import STOP_BUDGET_S
+from tts_gateway.settings import GatewaySettings
+from tts_tools.launcher.commands import (
+    FRONT_TOKEN_FILE_ENV,
+    GATEWAY_FRONT_TOKEN_ENV,
+    STOP_BUDGET_S,
+)
 from tts_tools.launcher.liveness import LIVE_PATH
+from tts_tools.launcher.supervisor import SERVING_SINCE
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker/Dockerfile"
@@ -62,8 +68,10 @@ def test_the_image_is_built_on_a_patched_triton_as_a_non_root_user():
     steps = instructions()
     base = next(a for i, a in steps if i == "ARG" and a.startswith("TRITON_IMAGE="))
     release = re.fullmatch(r"TRITON_IMAGE=nvcr\.io/nvidia/tritonserver:(\d\d)\.(\d\d)-py3", base)
-    # 25.08: the first release with the Python-backend fixes of August 2025 (CVE-2025-23316).
-    assert release and (int(release[1]), int(release[2])) >= (25, 8), base
+    # 26.04: the first release with the fixes of NVIDIA's bulletin 5828 (May 2026: HTTP
+    # authentication bypasses CVE-2026-24206/24207, path traversals -24208/24209); 25.08 before
+    # it had those of August 2025 (CVE-2025-23316) and not these.
+    assert release and (int(release[1]), int(release[2])) >= (26, 4), base
     stages = [a.split(" AS ")[-1] for i, a in steps if i == "FROM" and " AS " in a]
     assert {"build-cpu", "build-gpu", "runtime", "cpu", "gpu"} <= set(stages)
     assert ("USER", "10001:10001") in steps
@@ -334,6 +342,53 @@ def admitted(policy: dict, labels: dict, namespace: str, namespace_labels: dict)
     return ports
 
 
+def check_the_gateway_pods(docs: dict, server: dict, gateway: dict) -> None:
+    """Issue 27, item 6: the gpu overlay's gateway Deployment, sized from the measured cost."""
+    from bench.gateway_cost import SIZED
+
+    assert "--gateway-port=0" in server["args"]  # none in the GPU pods
+    assert "--gateway-url" not in " ".join(server["readinessProbe"]["exec"]["command"])
+    pod = gateway["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    ns = {"kubernetes.io/metadata.name": "tts"}
+    assert admitted(docs["NetworkPolicy/tts"], pod["metadata"]["labels"], "tts", ns) >= {8001}
+    assert "--triton-url=grpc://tts-triton:8001" in container["args"]
+    assert any(p["port"] == 8001 for p in docs["Service/tts-triton"]["spec"]["ports"])
+
+    def secret(spec: dict, c: dict, variable: str) -> tuple[str, str]:
+        """(Secret, key) of the file the variable names, through the container's mounts."""
+        path = Path(next(e for e in c["env"] if e["name"] == variable)["value"])
+        mount = next(m for m in c["volumeMounts"] if Path(m["mountPath"]) == path.parent)
+        volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])["secret"]
+        (item,) = [i for i in volume["items"] if i["path"] == path.name]
+        return volume["secretName"], item["key"]
+
+    # The token the front door trusts is the one the gateway shows it.
+    server_pod = docs["Deployment/tts"]["spec"]["template"]["spec"]
+    assert secret(server_pod, server, FRONT_TOKEN_FILE_ENV) == secret(
+        pod["spec"], container, GATEWAY_FRONT_TOKEN_ENV + "_FILE"
+    )
+    # Its own scaling signal, CPU, and a ceiling that covers the GPU replicas' ceiling in MP3
+    # at the measured cost per audio second.
+    hpa = docs["HorizontalPodAutoscaler/tts-gateway"]["spec"]
+    assert hpa["scaleTargetRef"]["name"] == gateway["metadata"]["name"]
+    (metric,) = hpa["metrics"]
+    assert metric["resource"]["name"] == "cpu"
+    usable = float(container["resources"]["limits"]["cpu"]) * (
+        metric["resource"]["target"]["averageUtilization"] / 100
+    )
+    gpu_replicas = docs["HorizontalPodAutoscaler/tts"]["spec"]["maxReplicas"]
+    needed = gpu_replicas * SIZED["audio_rate"] * SIZED["mp3_cpu_s_per_audio_s"]
+    assert hpa["maxReplicas"] * usable >= needed, (hpa["maxReplicas"], needed / usable)
+    # A stop covers the preStop and the gateway's drain.
+    sleep = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
+    drain = GatewaySettings().drain_s
+    assert pod["spec"]["terminationGracePeriodSeconds"] >= sleep + drain
+    assert docs["PodDisruptionBudget/tts-gateway"]["spec"]["selector"]["matchLabels"].items() <= (
+        pod["metadata"]["labels"].items()
+    )
+
+
 def test_the_manifests_hold_on_a_real_cluster(rendered):
     """Issue 27: what a real cluster would have hit, read from the rendered manifests."""
     rule_file = ROOT / "deploy/monitoring/prometheus-adapter-rules.yaml"
@@ -357,7 +412,7 @@ def test_the_manifests_hold_on_a_real_cluster(rendered):
         for kind_name in ("Deployment/tts", "PodDisruptionBudget/tts"):
             assert docs[kind_name]["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
         assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
-        for name in ("tts-gateway", "tts-triton", "tts-metrics"):
+        for name in ("tts-triton", "tts-metrics"):
             assert docs[f"Service/{name}"]["spec"]["selector"].items() <= pod_labels.items()
         # 2. Liveness is the launcher's own, on its port: not Triton's through the front door.
         pod = deployment["spec"]["template"]["spec"]
@@ -382,6 +437,14 @@ def test_the_manifests_hold_on_a_real_cluster(rendered):
         )
         named = {p["name"] for p in service["spec"]["ports"]}
         assert {e["port"] for e in monitor["spec"]["endpoints"]} <= named
+        # 6. The gateway: in the server pods on CPU; on GPU in pods of its own, scaled on CPU.
+        gateway = docs.get("Deployment/tts-gateway", deployment)
+        gateway_labels = gateway["spec"]["template"]["metadata"]["labels"]
+        assert docs["Service/tts-gateway"]["spec"]["selector"].items() <= gateway_labels.items()
+        if overlay == "gpu":
+            check_the_gateway_pods(docs, container, gateway)
+        else:
+            assert "Deployment/tts-gateway" not in docs and "args" not in container
         # 7. /dev/shm holds the gpu profile's largest batches (two vocoder instances).
         shm = next(v for v in pod["volumes"] if v["name"] == "shm")["emptyDir"]["sizeLimit"]
         assert int(shm.rstrip("Gi")) >= (2 if overlay == "gpu" else 1)
@@ -390,6 +453,12 @@ def test_the_manifests_hold_on_a_real_cluster(rendered):
     windows = {int(w) for w in re.findall(r"\[(\d+)m\]", query)}
     intervals = {int(e["interval"].rstrip("s")) for e in monitor["spec"]["endpoints"]}
     assert windows and min(windows) * 60 >= max(4 * max(intervals), 2 * 60)
+    # 5. A pod's value waits until its window no longer holds the front door's warm-up (16 in
+    # flight: about 0.5 s of queue per request, 5x the CPU target, on every new pod), on the
+    # supervisor's gauge, which the ServiceMonitor scrapes (port 8003).
+    gate = re.search(r"time\(\) - max by \(<<\.GroupBy>>\) \((\w+)\{[^}]*\}\) > (\d+)", query)
+    assert gate and gate[1] == SERVING_SINCE, query
+    assert int(gate[2]) >= max(windows) * 60 and query.count(" and on (<<.GroupBy>>)") == 1
     # 3. Compose: a stop gets the launcher's whole drain.
     grace = compose["x-tts"]["stop_grace_period"]
     assert int(grace.rstrip("s")) >= STOP_BUDGET_S

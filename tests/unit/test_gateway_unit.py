@@ -305,6 +305,20 @@ def test_bad_voices_files_are_refused_with_the_reason(tmp_path, content, message
         load_voices(path)
 
 
+def test_the_front_doors_token_is_read_from_a_mounted_file(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("t0k3n\n")
+    assert GatewaySettings(front_token_file=str(token)).front_token == "t0k3n"
+    assert GatewaySettings(front_token="direct", front_token_file=str(token)).front_token == (
+        "direct"
+    )
+    with pytest.raises(ValueError, match="front_token_file: cannot read it"):
+        GatewaySettings(front_token_file=str(tmp_path / "missing"))
+    token.write_text("")
+    with pytest.raises(ValueError, match="is empty"):
+        GatewaySettings(front_token_file=str(token))
+
+
 def test_settings_refuse_a_body_limit_below_the_input_limit():
     with pytest.raises(ValueError, match="max_body_bytes"):
         GatewaySettings(max_input_chars=100_000, max_body_bytes=100_000)

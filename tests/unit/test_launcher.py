@@ -122,3 +122,23 @@ def test_an_unreadable_admin_key_file_says_how_to_fix_it(tmp_path, monkeypatch):
     monkeypatch.setattr(security.Path, "read_text", refused)
     with pytest.raises(SystemExit, match="is not readable by uid .*chmod 0644"):
         security.admin_key({security.ADMIN_KEY_FILE_ENV: str(key)})
+
+
+def test_the_front_doors_token_comes_from_a_variable_or_a_mounted_file(tmp_path):
+    """The gpu overlay's gateway pods and GPU pods share it through a Secret's file."""
+    from tts_tools.launcher.commands import FRONT_TOKEN_ENV, FRONT_TOKEN_FILE_ENV
+    from tts_tools.launcher.security import secret_setting
+
+    token = tmp_path / "token"
+    token.write_text("t0k3n\n")
+    what = "the front door's token"
+    assert secret_setting(FRONT_TOKEN_ENV, FRONT_TOKEN_FILE_ENV, what, {}) == ""
+    assert secret_setting(FRONT_TOKEN_ENV, FRONT_TOKEN_FILE_ENV, what,
+                          {FRONT_TOKEN_FILE_ENV: str(token)}) == "t0k3n"  # fmt: skip
+    both = {FRONT_TOKEN_ENV: "direct", FRONT_TOKEN_FILE_ENV: str(token)}
+    assert secret_setting(FRONT_TOKEN_ENV, FRONT_TOKEN_FILE_ENV, what, both) == "direct"
+    token.write_text(" \n")
+    with pytest.raises(SystemExit, match="is empty: put the front door's token in it"):
+        secret_setting(
+            FRONT_TOKEN_ENV, FRONT_TOKEN_FILE_ENV, what, {FRONT_TOKEN_FILE_ENV: str(token)}
+        )

@@ -128,6 +128,7 @@ FRONT_LIVE_PATH = "/front/live"
 # the gateway, which caps streams per caller itself (the front door sees one address for all
 # its callers).
 FRONT_TOKEN_ENV = "TTS_FRONT_TOKEN"
+FRONT_TOKEN_FILE_ENV = "TTS_FRONT_TOKEN_FILE"  # or a file holding it (a mounted Secret)
 GATEWAY_FRONT_TOKEN_ENV = "TTS_GATEWAY_FRONT_TOKEN"  # the gateway's setting front_token
 
 

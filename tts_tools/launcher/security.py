@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import secrets
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 ADMIN_HEADER = "tts-admin-key"
@@ -17,32 +18,41 @@ ADMIN_KEY_FILE_ENV = "TTS_ADMIN_KEY_FILE"
 DEFAULT_BIND = "127.0.0.1"
 
 
-def admin_key(environ: dict[str, str] | None = None) -> tuple[str, bool]:
+def admin_key(environ: Mapping[str, str] | None = None) -> tuple[str, bool]:
     """(key, configured): from $TTS_ADMIN_KEY or the file named by $TTS_ADMIN_KEY_FILE.
 
     With neither, a random key nobody is told: the admin APIs are then refused to everyone.
     """
+    key = secret_setting(ADMIN_KEY_ENV, ADMIN_KEY_FILE_ENV, "the admin key", environ)
+    return (key, True) if key else (secrets.token_urlsafe(32), False)
+
+
+def secret_setting(
+    name: str, file_name: str, what: str, environ: Mapping[str, str] | None = None
+) -> str:
+    """$name, else the content of the file $file_name names (a mounted secret), else "".
+    A file that is named but unreadable, missing or empty stops the launcher, saying why."""
     env = os.environ if environ is None else environ
-    if env.get(ADMIN_KEY_ENV):
-        return env[ADMIN_KEY_ENV], True
-    if env.get(ADMIN_KEY_FILE_ENV):
-        path = Path(env[ADMIN_KEY_FILE_ENV])
-        try:
-            key = path.read_text().strip()
-        except PermissionError:
-            # Compose mounts a secret file with its host owner and mode: 0600 of the host's
-            # user is unreadable to the image's uid 10001 (it restarted in a loop, unexplained).
-            raise SystemExit(
-                f"{path} is not readable by uid {os.getuid()}: make the secret file readable "
-                "to it (Compose keeps the host file's owner and mode: chmod 0644 the file "
-                "inside a 0700 folder; Kubernetes: the Secret's defaultMode)"
-            ) from None
-        except FileNotFoundError:
-            raise SystemExit(f"{path} does not exist: mount the admin key there") from None
-        if not key:
-            raise SystemExit(f"{env[ADMIN_KEY_FILE_ENV]} is empty: put the admin key in it")
-        return key, True
-    return secrets.token_urlsafe(32), False
+    if env.get(name):
+        return env[name]
+    if not env.get(file_name):
+        return ""
+    path = Path(env[file_name])
+    try:
+        value = path.read_text().strip()
+    except PermissionError:
+        # Compose mounts a secret file with its host owner and mode: 0600 of the host's
+        # user is unreadable to the image's uid 10001 (it restarted in a loop, unexplained).
+        raise SystemExit(
+            f"{path} is not readable by uid {os.getuid()}: make the secret file readable "
+            "to it (Compose keeps the host file's owner and mode: chmod 0644 the file "
+            "inside a 0700 folder; Kubernetes: the Secret's defaultMode)"
+        ) from None
+    except FileNotFoundError:
+        raise SystemExit(f"{path} does not exist: mount {what} there") from None
+    if not value:
+        raise SystemExit(f"{path} is empty: put {what} in it")
+    return value
 
 
 def admin_headers(key: str) -> dict[str, str]:
