@@ -58,9 +58,6 @@ class Stage:
     threads: int  # units of the pool one batch uses at full speed
     max_queue: int  # Triton's max_queue_size: beyond it a request is refused
     pool: str = "cpu"
-    # The instance stays busy this long after the work, using none of the pool (the Python
-    # backend's hop: inputs and outputs through shared memory, the response sent).
-    hold_s: float = 0.0
 
     def batch_seconds(self, n: int) -> float:
         return self.single_s * (1 + self.growth * (n - 1))
@@ -104,10 +101,10 @@ class ServiceCurve:
 
 # CPU, 2 cores, each stage one instance with 2 ONNX Runtime threads (model_repository/*/
 # config.pbtxt), the sentences of bench.queue_signal (3 to 5 s of speech): fitted to what that
-# benchmark measured (docs/scaling.md: batch sizes and times and p99 within about 15% up to 80%
-# load; the model's queue metric is lower, 65 ms where the replica measured 107 ms at 7.4
-# requests/s, hence model_target_s). The target: the measured metric at 80% of the capacity
-# at a 2 s p99 (9.5 requests/s measured, 9.3 simulated).
+# benchmark measured (docs/scaling.md: the vocoder's batch times and the p99 within about 15%
+# from 60 to 80% load, further apart past it; the model's queue metric is lower, 65 ms where
+# the replica measured 107 ms at 7.4 requests/s, hence model_target_s). The target: the
+# measured metric at 80% of the capacity at a 2 s p99 (9.5 requests/s measured, 9.3 simulated).
 CPU = ServiceCurve(
     "cpu",
     (
@@ -308,8 +305,6 @@ def simulate(
             start = env.now
             pod.served.extend((start, start - here) for _, here in batch)
             yield pool.work(stage.batch_seconds(len(batch)), stage.threads)
-            if stage.hold_s:
-                yield env.timeout(stage.hold_s)
             counts = out.stages.setdefault(stage.name, [0, 0, 0.0, 0.0])
             counts[0] += 1
             counts[1] += len(batch)
