@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from tts_serving.triton.model_config import defaults, doc, parse_settings, pbtxt_parameters
+from tts_serving.model_config import defaults, doc, parse_settings, pbtxt_parameters
 
 ONNX_GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
 DEVICES = ("auto", "cpu", "cuda")

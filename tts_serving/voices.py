@@ -19,9 +19,14 @@ from typing import Generic, TypeVar
 
 from piper.config import PiperConfig
 
-from tts_serving.text.phonemize import load_voice_config
-
 from .errors import InvalidInputError, ModelConfigError
+
+
+def load_voice_config(path: str | Path) -> PiperConfig:
+    """Read a Piper ``.onnx.json`` voice config."""
+    with open(path, encoding="utf-8") as f:
+        return PiperConfig.from_dict(json.load(f))
+
 
 INDEX = "voices.json"
 FOLDER = "voices"

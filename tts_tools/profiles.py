@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tts_serving.triton.model_config import TRITON_PARAMETERS
+from tts_serving.model_config import TRITON_PARAMETERS
 
 REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
 

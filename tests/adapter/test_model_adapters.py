@@ -14,7 +14,7 @@ from tests import fake_pb_utils as pb
 pb.install()
 
 from tts_serving.errors import ModelConfigError  # noqa: E402
-from tts_serving.triton.model_config import read_model_config  # noqa: E402
+from tts_serving.model_config import read_model_config  # noqa: E402
 
 
 def load_model(repository, name, params=None, max_batch_size=16):

@@ -19,10 +19,10 @@ from tests.conftest import REPOSITORY
 from tests.integration.test_intelligibility import transcribe, words
 from tts_client import AsyncTTSClient, InvalidInput
 from tts_serving.engines.loudness import active_level_dbfs
+from tts_serving.model_config import parse_settings, pbtxt_parameters
 from tts_serving.settings import StreamSettings
 from tts_serving.stream.plan import finish_chunk
 from tts_serving.text import normalize
-from tts_serving.triton.model_config import parse_settings, pbtxt_parameters
 from tts_tools.statistics import model_statistics
 from tts_tools.texts import PARAGRAPH
 

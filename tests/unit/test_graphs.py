@@ -10,8 +10,8 @@ import torch
 from tests.unit.test_repository import REPO
 from tts_serving.engines import torch_engine
 from tts_serving.engines.torch_engine import TorchOptions, bind_device, graph_cells, pick_bucket
+from tts_serving.model_config import parse_settings, pbtxt_parameters
 from tts_serving.settings import SETTINGS
-from tts_serving.triton.model_config import parse_settings, pbtxt_parameters
 
 BATCHES, FRAMES = (1, 2, 4, 8, 16, 32, 64), (128, 256, 512, 1024)
 

@@ -58,7 +58,7 @@ import tts_gateway.__main__, tts_gateway.app
 import tts_serving.triton.phonemizer, tts_serving.triton.acoustic
 import tts_serving.triton.vocoder, tts_serving.triton.tts_stream
 import tts_serving.engines.onnx, tts_serving.engines.models
-import tts_serving.triton.model_config, tritonclient.grpc, tritonclient.http
+import tts_serving.model_config, tritonclient.grpc, tritonclient.http
 import google.protobuf.text_format, tritonclient.grpc.model_config_pb2
 import tts_client, tts_client.aio, soundfile
 import json

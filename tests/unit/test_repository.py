@@ -7,13 +7,13 @@ import pytest
 from tritonclient.grpc import model_config_pb2
 
 from tts_serving.errors import ModelConfigError
-from tts_serving.settings import SETTINGS, AcousticSettings, knob_table
-from tts_serving.triton.model_config import (
+from tts_serving.model_config import (
     defaults,
     parse_settings,
     pbtxt_parameters,
     read_model_config,
 )
+from tts_serving.settings import SETTINGS, AcousticSettings, knob_table
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO = ROOT / "model_repository"

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import re
 import unicodedata
-from pathlib import Path
 
 from piper import PiperVoice
 from piper.config import PhonemeType, PiperConfig
@@ -13,14 +11,8 @@ from piper.config import PhonemeType, PiperConfig
 from tts_wire import TEXT_TOO_LONG
 
 from ..errors import InvalidInputError, ModelConfigError
+from ..voices import load_voice_config  # noqa: F401 (where its callers have found it)
 from .words import word_spans
-
-
-def load_voice_config(path: str | Path) -> PiperConfig:
-    """Read a Piper ``.onnx.json`` voice config."""
-    with open(path, encoding="utf-8") as f:
-        return PiperConfig.from_dict(json.load(f))
-
 
 # espeak-ng 1.52 (in piper-tts 1.8.0) segfaults on long runs of spelled letters or symbols,
 # in one word ("A.B.C.D..." past about 80 letters, "Ａ.Ａ.Ａ..." sooner: dotted abbreviations

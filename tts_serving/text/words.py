@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 _TOKEN = re.compile(r"\S+")
 # What joining words into one group (or a word over two groups) costs in the alignment, in
 # units of edit distance: espeak-ng joins only a few short words, so a join must pay off.
@@ -297,3 +299,14 @@ def word_spans(
         at = later[0].first_id if later else (spans[-1].end_id if spans else 0)
         spans.append(WordSpan(at, at, start, stop))
     return sorted(spans, key=lambda s: (s.char_start, s.first_id))
+
+
+def word_times(words: np.ndarray, durations: np.ndarray, seconds_per_frame: float) -> np.ndarray:
+    """Rows (start s, end s, first char, end char): a word starts after the frames of the ids
+    before it and ends with the frames of its own (the frames the vocoder turns into audio)."""
+    out = np.zeros((len(words), 4), np.float32)
+    if len(words):  # most requests ask for none
+        at = np.concatenate([[0], np.cumsum(durations, dtype=np.int64)]) * seconds_per_frame
+        out[:, 0], out[:, 1] = at[words[:, 0]], at[words[:, 1]]
+        out[:, 2:] = words[:, 2:]
+    return out

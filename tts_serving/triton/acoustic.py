@@ -19,6 +19,7 @@ from ..engines.models import AcousticModel, AcousticResult, load_acoustic, model
 from ..errors import InvalidInputError
 from ..inputs import validate_noise, validate_speed
 from ..settings import AcousticSettings
+from ..text.words import word_times
 from ..voices import VoiceTable
 from .adapter import ModelContext, execute_batched, output_or_error, scalar, single_item, voice_name
 
@@ -30,17 +31,6 @@ class AcousticItem:
     scales: np.ndarray  # float32 (noise_scale, length_scale, noise_w, speed)
     words: np.ndarray  # int32 [W, 4] (first id, end id, first char, end char); W = 0: not asked
     seconds_per_frame: float  # the voice's hop length over its sample rate
-
-
-def word_times(words: np.ndarray, durations: np.ndarray, seconds_per_frame: float) -> np.ndarray:
-    """Rows (start s, end s, first char, end char): a word starts after the frames of the ids
-    before it and ends with the frames of its own (the frames the vocoder turns into audio)."""
-    out = np.zeros((len(words), 4), np.float32)
-    if len(words):  # most requests ask for none
-        at = np.concatenate([[0], np.cumsum(durations, dtype=np.int64)]) * seconds_per_frame
-        out[:, 0], out[:, 1] = at[words[:, 0]], at[words[:, 1]]
-        out[:, 2:] = words[:, 2:]
-    return out
 
 
 class Acoustic:

@@ -17,9 +17,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from tts_serving.engines.batching import is_numpy
-from tts_serving.stream.scheduler import StageError
-from tts_serving.triton.model_config import config_parameters, parse_settings
-from tts_wire import UNAVAILABLE, VOICE
+from tts_serving.model_config import config_parameters, parse_settings
+from tts_wire import VOICE
 
 from ..errors import InvalidInputError, ModelConfigError
 from ..voices import VoiceFiles, decode_voice, discover, exported
@@ -150,42 +149,6 @@ def flag(request, name: str, default: bool) -> bool:
     """An optional BOOL input of one value (batched models)."""
     value = _one_value(request, name)
     return default if value is None else bool(value)
-
-
-def stream_option(request, name: str, default: Any) -> Any:
-    """One value of a non-batched input (``tts_stream``: shape [1]), or ``default``.
-
-    Bytes stay bytes (text), BOOL becomes bool, numbers become float.
-    """
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    if tensor is None:
-        return default
-    array = tensor.as_numpy().reshape(-1)
-    if array.size != 1:
-        raise InvalidInputError(f"input {name!r} must hold one value, got {array.size}")
-    value = array[0]
-    if isinstance(value, bytes | str):
-        return value
-    if array.dtype == np.bool_:
-        return bool(value)
-    return float(value)
-
-
-SHUTTING_DOWN = "Server not ready"  # Triton's answer to a request during shutdown
-
-
-def stage_error(model: str, error) -> Exception:
-    """The exception for a BLS call's error response: bad input, a full queue, or a failure."""
-    message = error.message()
-    if error.code() == pb_utils.TritonError.INVALID_ARG:
-        return InvalidInputError(message)
-    if error.code() == pb_utils.TritonError.UNAVAILABLE:
-        return StageError(UNAVAILABLE, f"{model}: {message}")
-    if SHUTTING_DOWN in message:
-        # After SIGTERM Triton 2.51 refuses new requests, a stream's own BLS calls included;
-        # the stream cannot finish here: say so with a code a client retries elsewhere.
-        return StageError(UNAVAILABLE, "the server is shutting down; retry on another instance")
-    return RuntimeError(f"{model} failed: {message}")
 
 
 def all_finite(array: np.ndarray) -> bool:

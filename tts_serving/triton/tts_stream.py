@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -43,10 +44,47 @@ from ..errors import InvalidInputError, ModelConfigError
 from ..inputs import CleanText, check_encoded_size, decode_clean, sent_rows
 from ..settings import StreamSettings
 from ..stream.plan import PlannedChunk, finish_chunk, plan_chunks
-from ..stream.scheduler import InFlight, StreamResponse, run_stream
+from ..stream.scheduler import InFlight, StageError, StreamResponse, run_stream
 from ..text.isolation import voice_phonemizers
 from ..voices import decode_voice
-from .adapter import ModelContext, check_normalizer, stage_error, stream_option
+from .adapter import ModelContext, check_normalizer
+
+
+def stream_option(request, name: str, default: Any) -> Any:
+    """One value of a non-batched input (``tts_stream``: shape [1]), or ``default``.
+
+    Bytes stay bytes (text), BOOL becomes bool, numbers become float.
+    """
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        return default
+    array = tensor.as_numpy().reshape(-1)
+    if array.size != 1:
+        raise InvalidInputError(f"input {name!r} must hold one value, got {array.size}")
+    value = array[0]
+    if isinstance(value, bytes | str):
+        return value
+    if array.dtype == np.bool_:
+        return bool(value)
+    return float(value)
+
+
+SHUTTING_DOWN = "Server not ready"  # Triton's answer to a request during shutdown
+
+
+def stage_error(model: str, error) -> Exception:
+    """The exception for a BLS call's error response: bad input, a full queue, or a failure."""
+    message = error.message()
+    if error.code() == pb_utils.TritonError.INVALID_ARG:
+        return InvalidInputError(message)
+    if error.code() == pb_utils.TritonError.UNAVAILABLE:
+        return StageError(UNAVAILABLE, f"{model}: {message}")
+    if SHUTTING_DOWN in message:
+        # After SIGTERM Triton 2.51 refuses new requests, a stream's own BLS calls included;
+        # the stream cannot finish here: say so with a code a client retries elsewhere.
+        return StageError(UNAVAILABLE, "the server is shutting down; retry on another instance")
+    return RuntimeError(f"{model} failed: {message}")
+
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 # What each chunk's acoustic request carries of a stream's options (the voice goes apart).

@@ -18,6 +18,7 @@ from ..engines.loudness import LOUDNESS_FILE, VoiceLoudness, apply_gain, peak_no
 from ..engines.models import Vocoder as VocoderModel, load_vocoder, model_file
 from ..engines.onnx import LATENT_CHANNELS
 from ..errors import InvalidInputError, ModelConfigError
+from ..model_config import cpu_only_inputs
 from ..settings import VocoderSettings
 from ..voices import VoiceTable
 from .adapter import (
@@ -28,7 +29,6 @@ from .adapter import (
     single_item,
     voice_name,
 )
-from .model_config import cpu_only_inputs
 
 # The acoustic model's latents stay within a few units; far larger values are not a latent
 # (3e38 gave all-NaN audio) and are refused before any work.

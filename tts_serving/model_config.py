@@ -7,7 +7,7 @@ from dataclasses import MISSING, Field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import ModelConfigError
+from .errors import ModelConfigError
 
 T = TypeVar("T")
 
