@@ -15,6 +15,7 @@ import threading
 import time
 
 from tests.conftest import ROOT
+from tests.metrics import sample
 from tests.reliability.launcher import Launcher
 from tts_client import ServerUnavailable
 from tts_tools.launcher.processes import ServerProcess
@@ -71,9 +72,17 @@ def test_sigterm_ends_everything_clearly_and_leaves_nothing(exported_repository,
                 t.start()
             streaming.wait(60)
             threads += [threading.Thread(target=request, args=(k,)) for k in range(8)]
+            metrics = f"http://127.0.0.1:{server.metrics_port}/metrics"
+            phonemized = {"model": "phonemizer", "version": "1"}
+            before = sample(metrics, "nv_inference_request_success_total", phonemized) or 0
             for t in threads[2:]:
                 t.start()
-            time.sleep(0.3)  # let the 8 requests reach the server
+            # SIGTERM once all 8 are inside Triton (past its first stage): a test that signalled
+            # before they arrived passed on refusals of requests the server never held.
+            deadline = time.monotonic() + 30
+            while sample(metrics, "nv_inference_request_success_total", phonemized) < before + 8:
+                assert time.monotonic() < deadline, "the 8 requests never reached the server"
+                time.sleep(0.02)
             server.process.send_signal(signal.SIGTERM)
             for t in threads:
                 t.join(120)
@@ -87,6 +96,9 @@ def test_sigterm_ends_everything_clearly_and_leaves_nothing(exported_repository,
     served = [results[k] for k in range(8)]
     # Each request is either served or refused with a retryable error (ServerOverloaded is one).
     assert all(isinstance(r, float) or isinstance(r, ServerUnavailable) for r in served), served
+    # ... and a refusal says why: the server is stopping (all 8 were inside it at SIGTERM).
+    refusals = [str(r) for r in served if not isinstance(r, float)]
+    assert all("stopping" in r or "shutting down" in r for r in refusals), refusals
     for k in range(2):  # a stream either finished or ended with a clear, retryable error
         r = results[f"stream{k}"]
         assert isinstance(r, int) or isinstance(r, ServerUnavailable), r
