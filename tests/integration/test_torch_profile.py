@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import urllib.request
+
 import jiwer
 import numpy as np
 import pytest
@@ -29,9 +32,21 @@ def torch_server(exported_repository, tmp_path_factory):
         yield srv
 
 
-def test_the_profile_serves_the_torch_engine(torch_server):
+def test_the_profile_serves_the_torch_engine(torch_server, grpc_client):
     log = torch_server.log_path.read_text()
     assert "acoustic ready on torch" in log and "vocoder ready on torch" in log
+    # The configs Triton loaded say torch (a log line alone passed with the wrong config) ...
+    for model in ("acoustic", "vocoder"):
+        url = f"{torch_server.http_url}/v2/models/{model}/config"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            parameters = json.load(response)["parameters"]
+        assert parameters["engine"]["string_value"] == "torch", (model, parameters)
+    # ... and the audio is torch's: within float rounding of ONNX Runtime's, never identical.
+    text = SENTENCES[3]
+    with TTSClient(torch_server.grpc_url) as client:
+        ours = client.synthesize(text, **EXACT).samples
+    theirs = grpc_client.synthesize(text, **EXACT).samples
+    assert ours.shape == theirs.shape and 0 < np.max(np.abs(ours - theirs)) < 1e-3
 
 
 def test_batched_equals_alone_and_equals_onnxruntime(torch_server, grpc_client):
