@@ -61,18 +61,22 @@ async def burst(url: str, n: int) -> list[tuple[str, float]]:
 
 
 async def capacity(url: str, concurrency: int = 16, requests: int = 96) -> float:
-    """Requests per second of a closed loop at ``concurrency``."""
+    """Requests served per second by a closed loop at ``concurrency`` (a refusal comes back at
+    once and is not capacity: only served requests count)."""
     client = grpc_aio.InferenceServerClient(url)
     queue = list(range(requests))
+    served = 0
 
     async def worker() -> None:
+        nonlocal served
         while queue:
-            await one(client, queue.pop())
+            outcome, _ = await one(client, queue.pop())
+            served += outcome == "served"  # after the await: workers interleave there
 
     start = time.monotonic()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     await client.close()
-    return requests / (time.monotonic() - start)
+    return served / (time.monotonic() - start)
 
 
 async def open_loop(url: str, rate: float, seconds: float) -> list[tuple[str, float]]:

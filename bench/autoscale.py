@@ -223,6 +223,17 @@ class Replica:
 
 
 @dataclass
+class StageCounts:
+    """One stage's counters, as Triton keeps them: batches (exec count), requests (inference
+    count), queue seconds and batch seconds summed over its requests (compute duration)."""
+
+    batches: int = 0
+    requests: int = 0
+    queue_s: float = 0.0
+    batch_s: float = 0.0
+
+
+@dataclass
 class Outcome:
     """What one run produced: a row per autoscaler tick, and every request's latency."""
 
@@ -231,9 +242,13 @@ class Outcome:
     refused: int = 0
     arrived: int = 0
     replica_seconds: float = 0.0
-    # per stage: [batches, requests, queue seconds, batch seconds summed over requests], as
-    # Triton's counters have them (exec count, inference count, queue and compute durations)
-    stages: dict[str, list[float]] = field(default_factory=dict)
+    stages: dict[str, StageCounts] = field(default_factory=dict)
+
+    def queue_time_per_request(self, last: str = "vocoder") -> float:
+        """The adapter rule's quantity over the whole run: every stage's queue seconds over the
+        ``last`` stage's requests + 1."""
+        served = self.stages.get(last, StageCounts()).requests
+        return sum(c.queue_s for c in self.stages.values()) / (served + 1)
 
     def percentile(self, q: float) -> float:
         if not self.latencies:
@@ -305,11 +320,11 @@ def simulate(
             start = env.now
             pod.served.extend((start, start - here) for _, here in batch)
             yield pool.work(stage.batch_seconds(len(batch)), stage.threads)
-            counts = out.stages.setdefault(stage.name, [0, 0, 0.0, 0.0])
-            counts[0] += 1
-            counts[1] += len(batch)
-            counts[2] += sum(start - here for _, here in batch)
-            counts[3] += (env.now - start) * len(batch)
+            counts = out.stages.setdefault(stage.name, StageCounts())
+            counts.batches += 1
+            counts.requests += len(batch)
+            counts.queue_s += sum(start - here for _, here in batch)
+            counts.batch_s += (env.now - start) * len(batch)
             if k + 1 < len(curve.stages):
                 out.refused += sum(not pod.enqueue(k + 1, a, env.now) for a, _ in batch)
             else:
@@ -404,17 +419,17 @@ def capacity(curve: ServiceCurve, p99_s: float, seconds: float = 600.0) -> float
 def signal_row(curve: ServiceCurve, rate: float, seconds: float = 1_800.0) -> str:
     """One replica at a steady ``rate``: a row of bench.queue_signal's table, simulated."""
     run = simulate(curve, lambda _t: rate, seconds, replicas=1)
-    last = curve.stages[-1].name
-    served = run.stages.get(last, [0, 0, 0.0, 0.0])[1]
-    queues = {n: c[2] / (served + 1) for n, c in run.stages.items()}
-    shares = " / ".join(f"{queues.get(s.name, 0) * 1000:.0f}" for s in curve.stages)
+    counts = [run.stages.get(s.name, StageCounts()) for s in curve.stages]
+    served = counts[-1].requests
+    shares = " / ".join(f"{c.queue_s / (served + 1) * 1000:.0f}" for c in counts)
     batches = " / ".join(
-        f"{c[1] / max(c[0], 1):.1f}, {c[3] / max(c[1], 1) * 1000:.0f}"
-        for c in (run.stages.get(s.name, [0, 0, 0.0, 0.0]) for s in curve.stages)
+        f"{c.requests / max(c.batches, 1):.1f}, {c.batch_s / max(c.requests, 1) * 1000:.0f}"
+        for c in counts
     )
+    metric = run.queue_time_per_request(curve.stages[-1].name)
     return (
         f"| {rate:.2f}/s | {len(run.latencies)}, {run.percentile(50):.2f} / "
-        f"{run.percentile(99):.2f} s | {run.refused} | **{sum(queues.values()) * 1000:.0f} ms** "
+        f"{run.percentile(99):.2f} s | {run.refused} | **{metric * 1000:.0f} ms** "
         f"| {shares} ms | {batches} |"
     )
 

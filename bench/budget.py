@@ -21,7 +21,8 @@ import numpy as np
 from tts_serving.engines.models import AcousticModel, Vocoder
 from tts_serving.engines.onnx import create_session
 from tts_serving.settings import load_settings
-from tts_serving.text.phonemize import Phonemizer, load_voice_config
+from tts_serving.text.phonemize import Phonemizer
+from tts_serving.voices import load_voice_config
 from tts_tools.texts import SENTENCES
 
 

@@ -34,7 +34,8 @@ import onnxruntime as ort
 from tts_serving.engines.models import load_acoustic
 from tts_serving.settings import EngineSettings
 from tts_serving.text import normalize
-from tts_serving.text.phonemize import Phonemizer, load_voice_config
+from tts_serving.text.phonemize import Phonemizer
+from tts_serving.voices import load_voice_config
 from tts_tools.texts import PARAGRAPH
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,7 +22,8 @@ import onnxruntime as ort
 from tts_serving.engines.models import AcousticModel
 from tts_serving.engines.onnx import create_session
 from tts_serving.settings import EngineSettings
-from tts_serving.text.phonemize import Phonemizer, load_voice_config
+from tts_serving.text.phonemize import Phonemizer
+from tts_serving.voices import load_voice_config
 
 COUNTED = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 TEXTS = (

@@ -68,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--formats", nargs="+", default=["pcm", "mp3", "opus", "wav"])
     p.add_argument("--requests", type=int, default=96)
     p.add_argument("--concurrency", type=int, default=16)
-    p.add_argument("--audio-rate", type=float, default=1844.0, help="audio s/s to size for")
+    p.add_argument(
+        "--audio-rate", type=float, default=SIZED["audio_rate"], help="audio s/s to size for"
+    )
     p.add_argument("--pod-cpu", type=float, default=1.0, help="CPUs of one gateway pod")
     p.add_argument("--utilization", type=float, default=0.7, help="the gateway HPA's target")
     a = p.parse_args(argv)

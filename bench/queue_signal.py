@@ -59,14 +59,18 @@ def counters(url: str) -> dict[tuple[str, str], float]:
     return found
 
 
+def grown(before: dict, after: dict, name: str, stage: str) -> float:
+    """How much counter ``name`` of ``stage`` grew between the two readings."""
+    return after.get((name, stage), 0.0) - before.get((name, stage), 0.0)
+
+
 def rule_metric(before: dict, after: dict) -> tuple[float, dict[str, float]]:
     """(the adapter rule's value in seconds, each stage's queue seconds per vocoder request)."""
-
-    def grew(name: str, stage: str) -> float:
-        return after.get((name, stage), 0.0) - before.get((name, stage), 0.0)
-
-    served = grew("nv_inference_request_success", "vocoder")
-    per_stage = {s: grew("nv_inference_queue_duration_us", s) / (served + 1) / 1e6 for s in STAGES}
+    served = grown(before, after, "nv_inference_request_success", "vocoder")
+    per_stage = {
+        s: grown(before, after, "nv_inference_queue_duration_us", s) / (served + 1) / 1e6
+        for s in STAGES
+    }
     return sum(per_stage.values()), per_stage
 
 
@@ -74,19 +78,10 @@ def batches(before: dict, after: dict) -> dict[str, tuple[float, float]]:
     """Each stage's (mean batch size, mean seconds a batch took) between the two readings."""
     out = {}
     for s in STAGES:
-        grew = {
-            n: after.get((n, s), 0.0) - before.get((n, s), 0.0)
-            for n in (
-                "nv_inference_count",
-                "nv_inference_exec_count",
-                "nv_inference_compute_infer_duration_us",
-            )
-        }
-        items, runs = grew["nv_inference_count"], grew["nv_inference_exec_count"]
-        out[s] = (
-            items / max(runs, 1),
-            grew["nv_inference_compute_infer_duration_us"] / max(items, 1) / 1e6,
-        )
+        items = grown(before, after, "nv_inference_count", s)
+        runs = grown(before, after, "nv_inference_exec_count", s)
+        seconds = grown(before, after, "nv_inference_compute_infer_duration_us", s) / 1e6
+        out[s] = (items / max(runs, 1), seconds / max(items, 1))
     return out
 
 

@@ -23,7 +23,8 @@ import numpy as np
 from tts_client import TTSClient
 from tts_serving.settings import load_settings
 from tts_serving.stream.plan import plan_chunks
-from tts_serving.text.phonemize import Phonemizer, load_voice_config
+from tts_serving.text.phonemize import Phonemizer
+from tts_serving.voices import load_voice_config
 from tts_tools.launcher.processes import ServerProcess
 from tts_tools.texts import PARAGRAPH, SENTENCES
 

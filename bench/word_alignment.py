@@ -24,8 +24,9 @@ import soundfile
 from tts_serving.engines.models import load_acoustic, load_vocoder
 from tts_serving.settings import EngineSettings
 from tts_serving.text import normalize
-from tts_serving.text.phonemize import Phonemizer, load_voice_config
+from tts_serving.text.phonemize import Phonemizer
 from tts_serving.text.words import word_spans
+from tts_serving.voices import load_voice_config
 from tts_tools.texts import PARAGRAPH, SENTENCES
 
 REPO = "model_repository"

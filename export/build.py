@@ -26,8 +26,7 @@ from export.torch_weights import convert
 from tts_serving.engines import WEIGHTS_FILE
 from tts_serving.engines.loudness import LOUDNESS_FILE, VoiceLoudness
 from tts_serving.settings import load_settings
-from tts_serving.text.phonemize import load_voice_config
-from tts_serving.voices import FOLDER, INDEX, check_name
+from tts_serving.voices import FOLDER, INDEX, check_name, load_voice_config
 
 from .graph import make_scales_per_item, split
 from .verify import torch_installed, verify

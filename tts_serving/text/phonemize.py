@@ -11,7 +11,6 @@ from piper.config import PhonemeType, PiperConfig
 from tts_wire import TEXT_TOO_LONG
 
 from ..errors import InvalidInputError, ModelConfigError
-from ..voices import load_voice_config  # noqa: F401 (where its callers have found it)
 from .words import word_spans
 
 # espeak-ng 1.52 (in piper-tts 1.8.0) segfaults on long runs of spelled letters or symbols,
