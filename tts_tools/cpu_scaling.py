@@ -17,7 +17,8 @@ since the stages take turns more than they overlap):
 Measured on this machine (``python -m bench.cpu_cores``, docs/performance.md: the default
 config pinned with ``taskset`` to one core, then two; the mean of four closed-loop runs each):
 1 core 6.3 requests/s at c=16, 2 cores 11.0. Beyond 2 the figures are a **prediction**: each
-doubling of the cores keeps the 87% of linear that 1 -> 2 kept. Memory bandwidth, Triton's per-model scheduling and NUMA are not modelled.
+doubling of the cores keeps the 87% of linear that 1 -> 2 kept. Memory bandwidth, Triton's
+per-model scheduling and NUMA are not modelled.
 """
 
 from __future__ import annotations
