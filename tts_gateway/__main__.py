@@ -33,6 +33,10 @@ def main(argv: list[str] | None = None) -> None:
         # Our own drain ends streams cleanly at drain_s; uvicorn's limit is only the backstop.
         timeout_graceful_shutdown=int(settings.drain_s) + 5,
         access_log=False,
+        # WebSockets (voice-agent sessions) through wsproto, a pinned dependency; a frame over
+        # the largest text message allowed (4 bytes a character, JSON around it) closes with 1009.
+        ws="wsproto",
+        ws_max_size=4 * settings.session_max_message_chars + 1024,
     )
     DrainingServer(config).run()
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
+import json
 import logging
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Literal
+from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -31,6 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tts_wire import MAX_SPEED, MIN_SPEED, SynthesisOptions
 
+from . import sessions
 from .encoding import FORMATS
 from .errors import APIError, bad_request
 from .metrics import Metrics
@@ -178,25 +181,54 @@ class BodyLimit:
 class Access:
     """On /v1/: the API key when one is configured (``Authorization: Bearer``, compared in
     constant time; 401), and JSON for a POST body (415 naming the header, instead of a
-    validation error about a missing dict)."""
+    validation error about a missing dict). A WebSocket also takes the key as ``?api_key=``
+    (a browser cannot set the header), and must come from this page's origin or a CORS one
+    (browsers let any page open a WebSocket anywhere): else an error frame and close 1008."""
 
-    def __init__(self, app, api_key: str) -> None:
+    def __init__(self, app, api_key: str, origins: tuple[str, ...] = ()) -> None:
         self.app = app
         self.key = api_key.encode()
+        self.origins = origins
+
+    def _key_ok(self, headers: dict, query: bytes = b"") -> bool:
+        if not self.key:
+            return True
+        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.key):
+            return True
+        given = parse_qs(query.decode("latin-1")).get("api_key", [""])[0].encode("latin-1")
+        return bool(query) and hmac.compare_digest(given, self.key)
+
+    async def _websocket(self, scope, receive, send) -> None:
+        headers = dict(scope.get("headers") or ())
+        origin = headers.get(b"origin", b"").decode("latin-1")
+        own = {f"{s}://{headers.get(b'host', b'').decode('latin-1')}" for s in ("http", "https")}
+        problem = None
+        if not self._key_ok(headers, scope.get("query_string", b"")):
+            problem = "a valid API key is needed: 'Authorization: Bearer <key>' or ?api_key="
+        elif origin and origin not in own and origin not in self.origins:
+            problem = f"origin {origin!r} may not open sessions here (--cors-origins)"
+        if problem is None:
+            return await self.app(scope, receive, send)
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        error = {"type": "error", "message": problem, "code": "forbidden"}
+        await send({"type": "websocket.send", "text": json.dumps(error)})
+        await send({"type": "websocket.close", "code": 1008, "reason": "forbidden"})
 
     async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "websocket" and scope["path"].startswith("/v1/"):
+            return await self._websocket(scope, receive, send)
         if scope["type"] != "http" or not scope["path"].startswith(("/v1/", "/dev/")):
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or ())
-        if self.key:
-            scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(token.strip(), self.key):
-                error = APIError(
-                    401,
-                    "a valid API key is needed: send 'Authorization: Bearer <key>'",
-                    code="invalid_api_key",
-                )
-                return await _error_response(error)(scope, receive, send)
+        if not self._key_ok(headers):
+            error = APIError(
+                401,
+                "a valid API key is needed: send 'Authorization: Bearer <key>'",
+                code="invalid_api_key",
+            )
+            return await _error_response(error)(scope, receive, send)
         content_type = headers.get(b"content-type")
         if scope["method"] == "POST" and content_type is not None:
             media = content_type.split(b";")[0].strip().lower()
@@ -253,6 +285,7 @@ def create_app(
     _error_handlers(app, metrics)
     _info_routes(app, settings, service)
     _speech_route(app, settings, service)
+    sessions.add_routes(app, settings, service)
     _middleware(app, settings)
     return app
 
@@ -450,8 +483,8 @@ def _middleware(app: FastAPI, settings: GatewaySettings) -> None:
     # Outermost last: CORS (a preflight needs no key), then the key and the content type,
     # then the body limit.
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
-    app.add_middleware(Access, api_key=settings.api_key)
     origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
+    app.add_middleware(Access, api_key=settings.api_key, origins=tuple(origins))
     if origins:
         app.add_middleware(
             CORSMiddleware,

@@ -45,3 +45,6 @@ class Metrics:
         self.in_flight = Gauge(
             "tts_gateway_requests_in_flight", "Speech requests being answered", registry=r
         )
+        self.sessions = Gauge(
+            "tts_gateway_sessions_open", "Voice-agent WebSocket connections open", registry=r
+        )

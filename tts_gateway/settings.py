@@ -149,6 +149,14 @@ class GatewaySettings:
     # At start, one short request per Triton voice the voice table names: refuse to start on
     # one Triton does not serve (a typo would otherwise fail every request for that voice).
     check_voices: bool = True
+    # Voice-agent sessions (WebSocket /v1/audio/speech/stream, docs/sessions.md): how many
+    # connections at once (beyond it, closed at once with 1013), a message's size, a session's
+    # text, a connection's length, and how long a session may stay silent with nothing to say.
+    max_sessions: int = 256
+    session_max_message_chars: int = 65_536
+    session_max_chars: int = 100_000
+    session_max_s: float = 3600.0
+    session_idle_s: float = 30.0
     voices: tuple[Voice, ...] = field(default=DEFAULT_VOICES)
 
     def __post_init__(self) -> None:
@@ -158,6 +166,11 @@ class GatewaySettings:
             "max_body_bytes",
             "max_concurrent_requests",
             "max_streams_per_client",
+            "max_sessions",
+            "session_max_message_chars",
+            "session_max_chars",
+            "session_max_s",
+            "session_idle_s",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")

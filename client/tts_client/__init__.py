@@ -17,16 +17,19 @@ from .errors import (
     TTSError,
 )
 from .protocol import SynthesisOptions
+from .session import BufferRule, SpeechSession
 
 __all__ = [
     "AsyncTTSClient",
     "Audio",
     "AudioChunk",
+    "BufferRule",
     "Endpoint",
     "InferenceFailed",
     "InvalidInput",
     "ServerOverloaded",
     "ServerUnavailable",
+    "SpeechSession",
     "SynthesisOptions",
     "TTSClient",
     "TTSError",

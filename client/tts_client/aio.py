@@ -10,6 +10,7 @@ from . import protocol
 from .audio import Audio, AudioChunk, join_chunks
 from .core import DEFAULT_MODEL, DEFAULT_STREAM_MODEL, ClientCore
 from .errors import InvalidInput, ServerUnavailable, TTSError
+from .session import BufferRule, SpeechSession
 
 if TYPE_CHECKING:  # (annotations only: typing.Unpack is Python 3.11+, the client runs on 3.10)
     from typing_extensions import Unpack
@@ -183,3 +184,19 @@ class AsyncTTSClient(ClientCore):
             raise InvalidInput("synthesize_many takes a list of texts; use synthesize for one")
         opts = protocol.options(options, **keywords)
         return list(await asyncio.gather(*(self._synthesize(t, opts) for t in texts)))
+
+    def session(
+        self,
+        options: protocol.SynthesisOptions | None = None,
+        *,
+        rule: BufferRule | None = None,
+        ahead: int = 2,
+        **keywords: Unpack[protocol.OptionKeywords],
+    ) -> SpeechSession:
+        """A voice-agent session: ``send`` text as it is written, iterate the audio in order
+        (:class:`AudioChunk` s whose words are timed from the session's start). Each piece the
+        ``rule`` releases is one ``tts`` request, batched with everyone else's; at most
+        ``ahead`` are in flight or unread. Use it as ``async with client.session(...) as s``.
+        """
+        opts = protocol.options(options, **keywords)
+        return SpeechSession(lambda text: self._synthesize(text, opts), rule, ahead)

@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 from tts_client.audio import Audio, AudioChunk
 from tts_client.errors import InferenceFailed, InvalidInput, ServerOverloaded, ServerUnavailable
 from tts_client.protocol import map_exception
+from tts_client.session import SpeechSession
 from tts_gateway.app import create_app
 from tts_gateway.encoding import FORMATS, Encoder, encode_all
 from tts_gateway.settings import GatewaySettings, Voice, load_voices, parse_args
@@ -56,6 +57,9 @@ class FakeBackend:
             if self.fail and index == (self.fail_after or 0):
                 raise self.fail
             yield AudioChunk(tone(0.1 * len(part) / speed), RATE, part, index)
+
+    def session(self, options, *, rule) -> SpeechSession:
+        return SpeechSession(lambda text: self.synthesize(text, options=options), rule)
 
     async def is_ready(self) -> bool:
         return True
@@ -441,8 +445,11 @@ def test_the_gateway_refuses_to_start_on_a_voice_triton_does_not_serve():
     backend = Picky()
     asyncio.run(check_voices(backend, voices[:2]))
     assert [c[-1] for c in backend.calls] == ["joe_slow"]  # one check per Triton voice
-    # Triton unreachable at start: a warning, not a refusal (/ready tells the rest).
-    asyncio.run(check_voices(FakeBackend(fail=ServerUnavailable("down")), voices[:2]))
+    # Triton unreachable at start: a warning once wait_s has passed, not a refusal (/ready
+    # tells the rest).
+    down = FakeBackend(fail=ServerUnavailable("down"))
+    asyncio.run(check_voices(down, voices[:2], wait_s=0.6))
+    assert len(down.calls) >= 2  # it kept trying until wait_s ran out
 
 
 def test_bool_settings_read_true_and_false(tmp_path):

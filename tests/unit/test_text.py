@@ -2,10 +2,10 @@ import time
 
 import pytest
 
-from tts_serving.text import cardinal, normalize, ordinal, split_text
+from tts_serving.text import cardinal, normalize, ordinal
 from tts_serving.text.numbers import year
-from tts_serving.text.split import estimate_ids
 from tts_tools.texts import hostile_texts
+from tts_wire.split import estimate_ids, split_text
 
 
 @pytest.mark.parametrize(

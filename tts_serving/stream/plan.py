@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from tts_serving.text.phonemize import Phonemizer
+from tts_wire.split import Chunk, split_text
 
 from ..errors import InvalidInputError, PhonemizerCrashError
 from ..settings import StreamSettings
-from ..text import normalize as normalize_english, split_text
-from ..text.split import Chunk
+from ..text import normalize as normalize_english
 from ..text.words import original_spans, unspoken_tokens
 
 # Raw text is normalized in blocks of about this many characters, cut at whitespace.

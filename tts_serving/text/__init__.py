@@ -1,7 +1,6 @@
-"""English text normalization and splitting for speech."""
+"""English text normalization for speech (splitting is tts_wire.split, shared with the client)."""
 
 from .normalize import normalize
 from .numbers import cardinal, ordinal
-from .split import split_text
 
-__all__ = ["cardinal", "normalize", "ordinal", "split_text"]
+__all__ = ["cardinal", "normalize", "ordinal"]

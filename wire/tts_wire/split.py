@@ -1,5 +1,8 @@
 """Split long text into chunks for synthesis: sentences, then clauses, then words.
 
+Shared by the server (tts_stream plans its chunks with it) and the client (a speech session
+finds where buffered text may be spoken with the same sentence and clause marks).
+
 Every chunk measures at most ``max_len`` (in the units of ``measure``, e.g. phoneme ids);
 consecutive short sentences are packed together up to ``target_len`` so no chunk is needlessly
 tiny; the first chunk may be capped lower (``first_len``) so the first audio comes fast.
@@ -11,8 +14,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
-_CLAUSE_END = re.compile(r"(?<=[,;:\u2014\u2013])\s+|\s+(?=[\u2014\u2013]\s)|\s+-\s+")
+SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
+CLAUSE_END = re.compile(r"(?<=[,;:\u2014\u2013])\s+|\s+(?=[\u2014\u2013]\s)|\s+-\s+")
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ def _split_long(sentence: str, max_len: int, measure: Callable[[str], int]) -> l
     if measure(sentence) <= max_len:
         return [sentence]
     pieces: list[str] = []
-    for clause in _pack(_CLAUSE_END.split(sentence), max_len, measure):
+    for clause in _pack(CLAUSE_END.split(sentence), max_len, measure):
         if measure(clause) <= max_len:
             pieces.append(clause)
             continue
@@ -85,7 +88,7 @@ def split_text(
     """Chunks of ``text`` in order, each with ``measure(chunk) <= max_len``."""
     target_len = min(target_len or max_len, max_len)
     chunks: list[Chunk] = []
-    for sentence in (s.strip() for s in _SENTENCE_END.split(text)):
+    for sentence in (s.strip() for s in SENTENCE_END.split(text)):
         if not sentence:
             continue
         pieces = _split_long(sentence, max_len, measure)

@@ -1,0 +1,259 @@
+"""Speech sessions for voice agents: text in as an LLM writes it, audio out in order.
+
+``async with client.session(voice="joe") as s``: ``await s.send(piece)`` as text arrives,
+``await s.flush()`` to speak what is buffered now, ``await s.cancel()`` on barge-in,
+``await s.done()`` when the text is complete; ``async for chunk in s`` yields the audio in
+order. Each piece of text becomes one ``tts`` request as soon as :class:`BufferRule` says it
+may be spoken, so every session's pieces are batched in Triton with everyone else's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from tts_wire.split import CLAUSE_END, SENTENCE_END
+
+from .audio import Audio, AudioChunk, Word
+from .errors import InvalidInput
+
+# Words whose trailing "." ends no sentence ("Dr. Smith", "vs. them"); initials ("J.") and
+# dotted forms ("e.g.", "U.S.") are recognised by their shape.
+ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof sr jr st mt ft vs etc no vol fig approx dept inc ltd co corp jan feb "
+    "mar apr jun jul aug sep sept oct nov dec mon tue wed thu fri sat sun".split()
+)
+
+
+@dataclass(frozen=True)
+class BufferRule:
+    """When buffered text is spoken. Nothing is cut before the space after a mark has
+    arrived ("3." may go on as "3.5", "Dr." as "Dr. Smith"); then a piece ends at
+
+    - a sentence end (``.``, ``!``, ``?``, closing quotes or brackets, a space), unless the
+      word before it is an abbreviation or an initial;
+    - a clause boundary (``,`` ``;`` ``:`` or a dash, then a space) once the piece holds
+      ``first_words`` words, if it is the first of a turn (the start, or after a flush or a
+      cancel): the first audio comes early, at a place where a pause sounds natural;
+    - a clause boundary once the piece holds ``clause_words`` words (long sentences);
+    - the last space before ``max_chars`` characters (text without punctuation).
+    """
+
+    first_words: int = 4
+    clause_words: int = 20
+    max_chars: int = 300
+
+    def __post_init__(self) -> None:
+        for name in ("first_words", "clause_words", "max_chars"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Text ready to speak and where it starts in the session's text."""
+
+    text: str
+    char_start: int
+
+
+def _ends_abbreviation(text: str, end: int) -> bool:
+    """Whether the "." just before ``end`` closes an abbreviation or an initial."""
+    word = text[:end].rsplit(None, 1)[-1].rstrip(".!?\"')]").lstrip("\"'([")
+    return word.lower() in ABBREVIATIONS or len(word) == 1 or "." in word
+
+
+class TextBuffer:
+    """Text received and not yet spoken; hands out :class:`Piece` s by a :class:`BufferRule`."""
+
+    def __init__(self, rule: BufferRule | None = None) -> None:
+        self.rule = rule or BufferRule()
+        self.text = ""
+        self.start = 0  # where ``text`` begins in the session's text
+        self.first = True  # the next piece is the first of a turn
+
+    def add(self, text: str) -> list[Piece]:
+        """Append ``text``; the pieces it completes."""
+        self.text += text
+        pieces = []
+        while (cut := self._cut()) is not None:
+            pieces += self._take(cut)
+        return pieces
+
+    def flush(self) -> list[Piece]:
+        """Everything buffered, as one piece (none if nothing speakable); a new turn begins."""
+        pieces = self._take(len(self.text))
+        self.first = True
+        return pieces
+
+    def drop(self) -> int:
+        """Forget what is buffered (barge-in); the number of characters dropped."""
+        dropped = len(self.text)
+        self._take(dropped)
+        self.first = True
+        return dropped
+
+    def _cut(self) -> int | None:
+        text, rule = self.text, self.rule
+        cuts = []
+        for match in SENTENCE_END.finditer(text):
+            if not (text[match.start() - 1] == "." and _ends_abbreviation(text, match.start())):
+                cuts.append(match.end())
+                break
+        words = rule.first_words if self.first else rule.clause_words
+        for match in CLAUSE_END.finditer(text):
+            if len(text[: match.start()].split()) >= words:
+                cuts.append(match.end())
+                break
+        if not cuts and len(text) >= rule.max_chars:
+            space = text.rfind(" ", 0, rule.max_chars)
+            cuts.append(space + 1 if space > 0 else rule.max_chars)
+        return min(cuts) if cuts else None
+
+    def _take(self, cut: int) -> list[Piece]:
+        head, self.text = self.text[:cut], self.text[cut:]
+        start, self.start = self.start, self.start + cut
+        spoken = head.strip()
+        if not any(c.isalnum() for c in spoken):
+            return []  # only spaces or marks: nothing to say
+        self.first = False
+        return [Piece(spoken, start + len(head) - len(head.lstrip()))]
+
+
+class SpeechSession:
+    """One voice-agent session over ``tts``: see the module's docstring.
+
+    At most ``ahead`` pieces are in Triton or waiting to be taken at a time, so a consumer
+    that reads slowly holds back new work instead of piling it up; :meth:`cancel` and
+    :meth:`close` cancel the requests in flight (Triton drops those still queued).
+    """
+
+    def __init__(
+        self,
+        synthesize: Callable[[str], Awaitable[Audio]],
+        rule: BufferRule | None = None,
+        ahead: int = 2,
+    ) -> None:
+        if ahead < 1:
+            raise ValueError(f"ahead must be >= 1, got {ahead!r}")
+        self._synthesize = synthesize
+        self._buffer = TextBuffer(rule)
+        self._ahead = ahead
+        self._waiting: deque[Piece] = deque()  # ready, not yet sent
+        self._running: deque[tuple[Piece, asyncio.Task]] = deque()  # sent, in order
+        self._changed = asyncio.Event()
+        self._input_done = False
+        self._closed = False
+        self._index = 0
+        self._seconds = 0.0  # audio handed out so far
+        self.turn = 0  # bumped by cancel(): a chunk taken before it belongs to an older turn
+
+    async def __aenter__(self) -> SpeechSession:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    def __aiter__(self) -> SpeechSession:
+        return self
+
+    @property
+    def buffered(self) -> str:
+        """Text received and not yet handed to Triton."""
+        return self._buffer.text
+
+    @property
+    def busy(self) -> bool:
+        """Whether text is buffered or pieces are waiting, in Triton or unread."""
+        return bool(self._buffer.text.strip() or self._waiting or self._running)
+
+    async def send(self, text: str) -> None:
+        """Add text (any piece: a token, a word, a sentence)."""
+        if not isinstance(text, str):
+            raise InvalidInput(f"send takes text (str), got {type(text).__name__}")
+        self._check_open()
+        self._queue(self._buffer.add(text))
+
+    async def flush(self) -> None:
+        """Speak what is buffered now, even mid-sentence."""
+        self._check_open()
+        self._queue(self._buffer.flush())
+
+    async def done(self) -> None:
+        """No more text: speak the rest; iteration ends after its audio."""
+        self._check_open()
+        self._queue(self._buffer.flush())
+        self._input_done = True
+        self._changed.set()
+
+    async def cancel(self) -> int:
+        """Barge-in: drop the buffered text and every piece not yet taken, cancelling their
+        requests; returns how many pieces were dropped. The session goes on with new text."""
+        self._buffer.drop()
+        dropped = len(self._waiting) + len(self._running)
+        self._waiting.clear()
+        await self._stop_running()
+        self.turn += 1
+        self._changed.set()
+        return dropped
+
+    async def close(self) -> None:
+        """End the session, cancelling whatever is in flight (idempotent)."""
+        self._closed = True
+        self._waiting.clear()
+        await self._stop_running()
+        self._changed.set()
+
+    async def __anext__(self) -> AudioChunk:
+        while True:
+            if self._running:
+                piece, task = self._running[0]
+                await asyncio.wait({task})
+                if not self._running or self._running[0][1] is not task:
+                    continue  # cancelled meanwhile
+                self._running.popleft()
+                self._start()
+                return self._chunk(piece, task.result())  # a TTSError ends the session
+            if self._closed or (self._input_done and not self._waiting):
+                raise StopAsyncIteration
+            self._changed.clear()
+            await self._changed.wait()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidInput("the session is closed")
+        if self._input_done:
+            raise InvalidInput("the session's text is done (done() was called)")
+
+    def _queue(self, pieces: list[Piece]) -> None:
+        if pieces:
+            self._waiting.extend(pieces)
+            self._start()
+            self._changed.set()
+
+    def _start(self) -> None:
+        while self._waiting and len(self._running) < self._ahead:
+            piece = self._waiting.popleft()
+            self._running.append((piece, asyncio.ensure_future(self._synthesize(piece.text))))
+
+    async def _stop_running(self) -> None:
+        running = [task for _, task in self._running]
+        self._running.clear()
+        for task in running:
+            task.cancel()
+        # (gather marks their errors retrieved: no "exception was never retrieved" later)
+        await asyncio.gather(*running, return_exceptions=True)
+
+    def _chunk(self, piece: Piece, audio: Audio) -> AudioChunk:
+        at, shift = self._seconds, piece.char_start
+        words = tuple(
+            Word(w.text, w.start + at, w.end + at, w.char_start + shift, w.char_end + shift)
+            for w in audio.words
+        )
+        chunk = AudioChunk(audio.samples, audio.sample_rate, piece.text, self._index, words)
+        self._index += 1
+        self._seconds += audio.duration
+        return chunk

@@ -1,0 +1,378 @@
+"""Voice-agent sessions without Triton: the buffering rule, the session's order, cancel and
+back-pressure, and the gateway's WebSocket protocol over a fake backend."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+from starlette.testclient import TestClient
+
+from tts_client.audio import Audio, Word
+from tts_client.errors import InvalidInput, ServerOverloaded
+from tts_client.session import BufferRule, SpeechSession, TextBuffer
+from tts_gateway.app import create_app
+from tts_gateway.settings import GatewaySettings
+
+from .test_gateway_unit import FakeBackend
+
+RATE = 22050
+
+
+def pieces_of(tokens: list[str], rule: BufferRule | None = None) -> tuple[list[str], str]:
+    buffer = TextBuffer(rule)
+    pieces = [p.text for t in tokens for p in buffer.add(t)]
+    return pieces, buffer.text
+
+
+def test_a_sentence_is_released_once_the_space_after_it_arrives():
+    pieces, rest = pieces_of(["Hello", " there", ".", " How", " are"])
+    assert pieces == ["Hello there."] and rest == "How are"
+    # Before the space, "3." may go on as "3.5": nothing is cut.
+    assert pieces_of(["It costs 3."]) == ([], "It costs 3.")
+    assert pieces_of(["It costs 3.5 dollars. Ok"])[0] == ["It costs 3.5 dollars."]
+
+
+def test_the_first_piece_of_a_turn_ends_at_a_clause_once_it_has_enough_words():
+    text = "Well, I looked at your order, and it ships on Monday, before noon. Then we"
+    pieces, rest = pieces_of(text.split(" "))  # tokens without their spaces...
+    assert pieces == []  # ...never reach a boundary: marks need the space after them
+    pieces, rest = pieces_of([w + " " for w in text.split(" ")])
+    # "Well," has 1 word (< 4): on to "... your order," (6); later pieces wait for the sentence.
+    assert pieces == ["Well, I looked at your order,", "and it ships on Monday, before noon."]
+    assert rest == "Then we "
+    pieces, _ = pieces_of([w + " " for w in text.split(" ")], BufferRule(first_words=20))
+    assert pieces == ["Well, I looked at your order, and it ships on Monday, before noon."]
+
+
+def test_abbreviations_initials_and_numbers_are_not_sentence_ends():
+    text = "Dr. Smith met J. R. Jones at 5 p.m. today, e.g. on St. Mark's square. Next"
+    pieces, rest = pieces_of([text], BufferRule(first_words=100))
+    assert pieces == ["Dr. Smith met J. R. Jones at 5 p.m. today, e.g. on St. Mark's square."]
+    assert rest == "Next"
+
+
+def test_long_text_without_marks_is_cut_at_a_space_and_char_offsets_map_back():
+    words = " ".join(f"word{k}" for k in range(100))  # 689 characters, no punctuation
+    buffer = TextBuffer(BufferRule(max_chars=100))
+    pieces = buffer.add("  " + words)
+    assert all(90 <= len(p.text) <= 100 for p in pieces) and len(buffer.text) < 100
+    sent = "  " + words
+    for piece in pieces:  # each piece is exactly the session's text at its offset
+        assert sent[piece.char_start : piece.char_start + len(piece.text)] == piece.text
+    assert " ".join(p.text for p in pieces + buffer.flush()) == words
+
+
+def test_flush_speaks_everything_and_a_mark_alone_is_not_spoken():
+    buffer = TextBuffer()
+    assert buffer.add("half a thought") == []
+    assert [p.text for p in buffer.flush()] == ["half a thought"]
+    assert buffer.add(" ... ") == [] and buffer.flush() == []  # nothing speakable
+    assert buffer.drop() == 0
+
+
+def test_rule_numbers_are_checked():
+    with pytest.raises(ValueError, match="first_words"):
+        BufferRule(first_words=0)
+
+
+class Synth:
+    """A fake ``tts``: 0.01 s of audio per character, one timed word per word, a gate to
+    hold requests in flight, and a record of what was asked and cancelled."""
+
+    def __init__(self, fail_on: str | None = None) -> None:
+        self.asked: list[str] = []
+        self.cancelled: list[str] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.fail_on = fail_on
+
+    async def __call__(self, text: str) -> Audio:
+        self.asked.append(text)
+        try:
+            await self.gate.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(text)
+            raise
+        if text == self.fail_on:
+            raise ServerOverloaded("queue full")
+        words, at, pos = [], 0.0, 0
+        for w in text.split():
+            pos = text.index(w, pos)
+            words.append(Word(w, at, at + 0.01 * len(w), pos, pos + len(w)))
+            at += 0.01 * (len(w) + 1)
+            pos += len(w)
+        return Audio(np.zeros(int(0.01 * len(text) * RATE), np.float32), RATE, tuple(words))
+
+
+def test_a_session_yields_in_order_with_words_on_the_sessions_timeline():
+    async def main():
+        synth = Synth()
+        async with SpeechSession(synth, BufferRule(first_words=2)) as session:
+            for token in "Hi there, you. Second one here. Third".split(" "):
+                await session.send(token + " ")
+            await session.done()
+            return synth, [c async for c in session]
+
+    synth, chunks = asyncio.run(main())
+    text = "Hi there, you. Second one here. Third "
+    assert [c.text for c in chunks] == ["Hi there,", "you.", "Second one here.", "Third"]
+    assert [c.index for c in chunks] == [0, 1, 2, 3]
+    words = [w for c in chunks for w in c.words]
+    assert [text[w.char_start : w.char_end] for w in words] == text.split()
+    starts = [w.start for w in words]
+    assert starts == sorted(starts) and starts[2] == pytest.approx(0.09, abs=1e-3)  # 2nd piece
+    assert synth.asked == [c.text for c in chunks]
+
+
+def test_at_most_ahead_pieces_go_to_triton_before_the_reader_takes_them():
+    async def main():
+        synth = Synth()
+        session = SpeechSession(synth, ahead=2)
+        await session.send("One is here. Two is here. Three is here. Four is here. Five ")
+        await asyncio.sleep(0.05)
+        asked_unread = list(synth.asked)
+        first = await anext(session)
+        await asyncio.sleep(0.05)
+        after_one = list(synth.asked)
+        await session.close()
+        return asked_unread, first, after_one
+
+    asked_unread, first, after_one = asyncio.run(main())
+    assert asked_unread == ["One is here.", "Two is here."]  # a slow reader holds back work
+    assert first.text == "One is here."
+    assert after_one == ["One is here.", "Two is here.", "Three is here."]
+
+
+def test_cancel_drops_buffered_and_queued_text_and_cancels_requests_in_flight():
+    async def main():
+        synth = Synth()
+        synth.gate.clear()  # requests stay in flight
+        session = SpeechSession(synth, ahead=2)
+        await session.send("One is here. Two is here. Three is here. and half")
+        await asyncio.sleep(0.05)
+        turn = session.turn
+        dropped = await session.cancel()
+        synth.gate.set()
+        await session.send("After the barge in. ")
+        await session.done()
+        chunks = [c async for c in session]
+        return synth, dropped, turn, session.turn, chunks
+
+    synth, dropped, turn, new_turn, chunks = asyncio.run(main())
+    assert dropped == 3 and new_turn == turn + 1
+    assert synth.cancelled == ["One is here.", "Two is here."]  # the ones in Triton
+    assert "Three is here." not in synth.asked and "and half" not in " ".join(synth.asked)
+    assert [c.text for c in chunks] == ["After the barge in."]
+    assert chunks[0].words[0].char_start == len("One is here. Two is here. Three is here. and half")
+
+
+def test_a_failed_piece_ends_the_iteration_with_its_error_and_input_after_done_is_refused():
+    async def main():
+        session = SpeechSession(Synth(fail_on="Bad one."))
+        await session.send("Good one. Bad one. Never. ")
+        await session.done()
+        with pytest.raises(InvalidInput, match="done"):
+            await session.send("more")
+        good = await anext(session)
+        with pytest.raises(ServerOverloaded):
+            await anext(session)
+        await session.close()
+        return good
+
+    assert asyncio.run(main()).text == "Good one."
+
+
+# The gateway's WebSocket, over the fake backend (a tone of 0.1 s per character).
+
+
+def ws_client(**settings) -> TestClient:
+    return TestClient(create_app(GatewaySettings(**settings), lambda _s: FakeBackend()))
+
+
+def receive_all(ws) -> list:
+    """Messages until session.done or an error: dicts, and bytes for audio frames."""
+    got = []
+    while True:
+        message = ws.receive()
+        if message.get("bytes") is not None:
+            got.append(message["bytes"])
+            continue
+        if message["type"] == "websocket.close":
+            got.append({"type": "closed", "code": message.get("code")})
+            return got
+        event = json.loads(message["text"])
+        got.append(event)
+        if event["type"] in ("session.done", "error"):
+            return got
+
+
+def test_the_vllm_omni_protocol_in_order_with_one_wav_per_sentence():
+    with ws_client() as client, client.websocket_connect("/v1/audio/speech/stream") as ws:
+        ws.send_json({"type": "session.config", "voice": "alloy", "task_type": "CustomVoice"})
+        for piece in ["Hello ", "there. ", "How are ", "you today? ", "Fine"]:
+            ws.send_json({"type": "input.text", "text": piece})
+        ws.send_json({"type": "input.done"})
+        got = receive_all(ws)
+        kinds = [g["type"] if isinstance(g, dict) else "audio" for g in got]
+        assert kinds == ["audio.start", "audio", "audio.done"] * 3 + ["session.done"]
+        texts = [g["sentence_text"] for g in got if isinstance(g, dict) and "sentence_text" in g]
+        assert texts == ["Hello there.", "How are you today?", "Fine"]
+        for k in range(3):
+            start, audio, done = got[3 * k : 3 * k + 3]
+            assert start["sentence_index"] == done["sentence_index"] == k
+            assert audio[:4] == b"RIFF" and done["total_bytes"] == len(audio)
+        assert got[-1] == {"type": "session.done", "total_sentences": 3}
+        # The connection takes another session, then closes cleanly on session.close.
+        ws.send_json({"type": "session.config", "response_format": "pcm", "stream_audio": True})
+        ws.send_json({"type": "input.text", "text": "A second session of some length."})
+        ws.send_json({"type": "input.done"})
+        got = receive_all(ws)
+        frames = [g for g in got if isinstance(g, bytes)]
+        # 32 characters: 3.2 s of tone, 24 kHz 16-bit pcm in 0.2 s frames of 9,600 bytes.
+        assert len(frames) == 16 and {len(f) for f in frames} == {9600}
+        assert got[-2]["total_bytes"] == sum(map(len, frames))
+        ws.send_json({"type": "session.close"})
+        assert ws.receive()["code"] == 1000
+
+
+@pytest.mark.parametrize(
+    "messages, code, says",
+    [
+        ([{"type": "input.text", "text": "hi"}], 1008, "expected session.config first"),
+        ([{"type": "session.config", "voice": "nobody"}], 1008, "unknown voice 'nobody'"),
+        ([{"type": "session.config", "speed": 9}], 1008, "session.config: speed"),
+        ([{"type": "session.config", "colour": "red"}], 1008, "colour"),
+        ([{"type": "session.config", "stream_audio": True}], 1008, "needs response_format"),
+        ("not json", 1008, "not valid JSON"),
+        ([{"type": "session.config"}, {"type": "input.text", "text": 5}], 1008, "'text' string"),
+        ([{"type": "session.config"}, {"type": "input.fly"}], 1008, "unexpected message"),
+        ([{"type": "session.config"}, {"type": "input.text", "text": "x" * 70_000}], 1009,
+         "over 65536 characters"),
+    ],
+)  # fmt: skip
+def test_a_bad_message_gets_an_error_frame_and_a_clean_close(messages, code, says):
+    with ws_client() as client, client.websocket_connect("/v1/audio/speech/stream") as ws:
+        if isinstance(messages, str):
+            ws.send_text(messages)
+        else:
+            for message in messages:
+                ws.send_json(message)
+        error = ws.receive_json()
+        assert error["type"] == "error" and says in error["message"], error
+        assert ws.receive()["code"] == code
+
+
+def hold_second_frame(app):
+    """The app with its second audio frame held until the server has read ``input.cancel``
+    and run its handler up to waiting for the send lock (a few turns of the event loop, no
+    clock): the cancel lands in the middle of a piece, whatever the machine's speed."""
+
+    async def wrapped(scope, receive, send):
+        if scope["type"] != "websocket":
+            return await app(scope, receive, send)
+        cancel_read, frames = asyncio.Event(), 0
+
+        async def read():
+            message = await receive()
+            if '"input.cancel"' in (message.get("text") or ""):
+                cancel_read.set()
+            return message
+
+        async def write(message):
+            nonlocal frames
+            if message["type"] == "websocket.send" and message.get("bytes") is not None:
+                frames += 1
+                if frames == 2:
+                    await cancel_read.wait()
+                    for _ in range(20):
+                        await asyncio.sleep(0)
+            await send(message)
+
+        await app(scope, read, write)
+
+    return wrapped
+
+
+def test_cancel_cuts_the_piece_being_sent_and_the_session_goes_on():
+    backend = FakeBackend()
+    app = hold_second_frame(create_app(GatewaySettings(), lambda _s: backend))
+    with TestClient(app) as client, client.websocket_connect("/v1/audio/speech/stream") as ws:
+        ws.send_json({"type": "session.config", "response_format": "pcm", "stream_audio": True})
+        ws.send_json({"type": "input.text", "text": "A first sentence. Another one. A third. "})
+        assert ws.receive_json()["type"] == "audio.start"
+        ws.send_json({"type": "input.cancel"})
+        got = []
+        while not (got and isinstance(got[-1], dict) and got[-1]["type"] == "input.cancelled"):
+            message = ws.receive()
+            got.append(message["bytes"] if message.get("bytes") else json.loads(message["text"]))
+        frames = [g for g in got if isinstance(g, bytes)]
+        # Two frames went out (the second was under way); then the piece was closed as cut,
+        # with what was sent, before the answer; no audio of the old turn after it.
+        assert len(frames) == 2 and got[2:] == [
+            {"type": "audio.done", "sentence_index": 0, "total_bytes": 19200, "error": False,
+             "cancelled": True},
+            {"type": "input.cancelled", "dropped_sentences": got[-1]["dropped_sentences"]},
+        ]  # fmt: skip
+        assert got[-1]["dropped_sentences"] >= 1  # "A third." at least was never spoken
+        ws.send_json({"type": "input.text", "text": "After it."})
+        ws.send_json({"type": "input.done"})
+        rest = receive_all(ws)
+        starts = [g["sentence_text"] for g in rest if isinstance(g, dict) and "sentence_text" in g]
+        assert starts == ["After it."] and rest[0]["sentence_text"] == "After it."
+        assert rest[-1] == {"type": "session.done", "total_sentences": 1}
+
+
+def test_sessions_are_refused_over_the_limit_and_a_failure_is_an_error_not_silence():
+    with ws_client(max_sessions=1) as client:
+        with client.websocket_connect("/v1/audio/speech/stream") as first:
+            with client.websocket_connect("/v1/audio/speech/stream") as second:
+                assert "1 sessions already" in second.receive_json()["message"]
+                assert second.receive()["code"] == 1013
+            first.send_json({"type": "session.close"})
+    backend = FakeBackend(fail=ServerOverloaded("queue full"))
+    app = create_app(GatewaySettings(), lambda _s: backend)
+    with TestClient(app) as client, client.websocket_connect("/v1/audio/speech/stream") as ws:
+        ws.send_json({"type": "session.config"})
+        ws.send_json({"type": "input.text", "text": "Some words here."})
+        ws.send_json({"type": "input.done"})
+        error = ws.receive_json()
+        assert error["code"] == "overloaded" and "capacity" in error["message"]
+        assert ws.receive()["code"] == 1013
+
+
+def test_a_session_needs_the_key_and_the_pages_origin():
+    with ws_client(api_key="k3y", cors_origins="https://app.example") as client:
+        for path, headers in [
+            ("/v1/audio/speech/stream", {}),
+            ("/v1/audio/speech/stream?api_key=nope", {}),
+            ("/v1/audio/speech/stream?api_key=k3y", {"origin": "https://evil.example"}),
+        ]:
+            with client.websocket_connect(path, headers=headers) as ws:
+                assert ws.receive_json()["code"] == "forbidden"
+                assert ws.receive()["code"] == 1008
+        for path, headers in [
+            ("/v1/audio/speech/stream?api_key=k3y", {"origin": "http://testserver"}),
+            ("/v1/audio/speech/stream", {"authorization": "Bearer k3y"}),
+            ("/v1/audio/speech/stream?api_key=k3y", {"origin": "https://app.example"}),
+        ]:
+            with client.websocket_connect(path, headers=headers) as ws:
+                ws.send_json({"type": "session.config"})
+                ws.send_json({"type": "input.done"})
+                assert ws.receive_json() == {"type": "session.done", "total_sentences": 0}
+
+
+def test_an_idle_session_is_closed_but_not_while_its_audio_is_being_made():
+    backend = FakeBackend(delay=1.5)
+    app = create_app(GatewaySettings(session_idle_s=0.5), lambda _s: backend)
+    with TestClient(app) as client, client.websocket_connect("/v1/audio/speech/stream") as ws:
+        ws.send_json({"type": "session.config"})
+        ws.send_json({"type": "input.text", "text": "Slow to make."})
+        ws.send_json({"type": "input.done"})
+        got = receive_all(ws)  # 1.5 s of synthesis > the 0.5 s idle limit: still served
+        assert got[-1]["type"] == "session.done" and got[-1]["total_sentences"] == 1
+        error = ws.receive_json()  # then nothing to say, nothing said: closed
+        assert error["code"] == "idle_timeout"
+        assert ws.receive()["code"] == 1008
