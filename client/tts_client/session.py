@@ -41,7 +41,7 @@ class BufferRule:
     - the last space before ``max_chars`` characters (text without punctuation).
     """
 
-    first_words: int = 4
+    first_words: int = 2
     clause_words: int = 20
     max_chars: int = 300
 

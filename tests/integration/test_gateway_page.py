@@ -153,3 +153,30 @@ def test_stop_and_errors_end_playback_and_the_controls_fit(gateway, browser):
     browser.find_element(By.ID, "play").click()
     wait_for(lambda: "speed" in status.text, what="the error message")
     assert src() is None  # the previous audio does not play on under the error
+
+
+def test_type_as_you_go_speaks_each_clause_while_typing_and_cancel_drops_the_rest(
+    gateway, browser
+):
+    from selenium.webdriver.common.by import By
+
+    browser.get(gateway.url + "/")
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#voice option"), what="voices")
+    live = browser.find_element(By.ID, "live")
+    status = browser.find_element(By.ID, "live-status")
+    browser.find_element(By.ID, "live-start").click()
+    wait_for(lambda: "Listening" in status.text, what="the session to open")
+    live.send_keys("Hello there, this is typed. ")
+    # Spoken while the typing goes on: two pieces ("Hello there," and the rest of the
+    # sentence) before anything else is typed or End is pressed.
+    wait_for(lambda: int(live.get_attribute("data-pieces") or 0) >= 2, what="two pieces")
+    assert "after you started typing" in status.text
+    live.send_keys("And this sentence is cut short by a cancel")
+    browser.find_element(By.ID, "live-cancel").click()
+    wait_for(lambda: "Cancelled" in status.text, what="the cancel's answer")
+    live.send_keys(" Then one more. ")
+    browser.find_element(By.ID, "live-end").click()
+    wait_for(lambda: status.text.startswith("Done:"), what="the end of the session")
+    assert status.text == "Done: 3 piece(s)."  # the two, then "Then one more."
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == [], errors

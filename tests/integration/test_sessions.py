@@ -1,0 +1,153 @@
+"""Voice-agent sessions against the real server: vLLM-Omni's protocol through the gateway
+(an outside client), our client's session, batching across sessions, and a dropped
+connection leaving nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import runpy
+import threading
+import time
+
+import httpx2 as httpx
+import numpy as np
+import pytest
+import websocket
+
+from tests.gateway_support import decode, rms_dbfs
+from tts_client import AsyncTTSClient
+from tts_tools.statistics import model_statistics
+from tts_tools.texts import SENTENCES
+
+OUTSIDE = runpy.run_path("examples/vllm_omni_stream_client.py")
+
+
+def ws_url(gateway) -> str:
+    return gateway.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+
+
+def pieces(text: str, size: int = 5) -> list[str]:
+    """The text in pieces of ``size`` characters, as a token stream cuts it (mid-word too)."""
+    return [text[k : k + size] for k in range(0, len(text), size)]
+
+
+def test_an_outside_vllm_omni_client_gets_each_sentence_as_the_alone_request_would(gateway):
+    """The script written from vLLM-Omni's docs, voice joe-exact (no noise): each sentence's
+    WAV equals ``/v1/audio/speech`` of that sentence alone."""
+    text = SENTENCES[0] + " " + SENTENCES[1]
+    got = OUTSIDE["speak"](ws_url(gateway), pieces(text), voice="joe-exact")
+    assert [sentence for sentence, _ in got] == [SENTENCES[0], SENTENCES[1]]
+    for sentence, wav in got:
+        samples, rate = decode(wav, "wav")
+        alone = httpx.post(
+            f"{gateway.url}/v1/audio/speech",
+            json={"model": "tts-1", "voice": "joe-exact", "input": sentence,
+                  "response_format": "wav"},
+            timeout=60,
+        )  # fmt: skip
+        reference, reference_rate = decode(alone.content, "wav")
+        assert rate == reference_rate and len(samples) == len(reference)
+        assert np.abs(samples - reference).max() < 2e-3
+        assert rms_dbfs(samples) > -35  # speech, not silence
+
+
+def test_our_client_times_every_word_of_the_sessions_text(server):
+    text = " ".join(SENTENCES[:3])
+
+    async def main():
+        async with AsyncTTSClient(server.grpc_url) as tts:
+            async with tts.session(word_timestamps=True) as session:
+                for piece in pieces(text, 3):
+                    await session.send(piece)
+                await session.done()
+                return [chunk async for chunk in session]
+
+    chunks = asyncio.run(main())
+    assert [c.index for c in chunks] == list(range(len(chunks))) and len(chunks) >= 3
+    words = [w for c in chunks for w in c.words]
+    assert [text[w.char_start : w.char_end] for w in words] == text.split()
+    starts = [w.start for w in words]
+    assert starts == sorted(starts)
+    total = sum(c.duration for c in chunks)
+    assert words[-1].end <= total + 1e-6 and words[-1].end > total - 1.0
+
+
+def run_sessions(gateway, count: int, text: str) -> list[list]:
+    """``count`` sessions at once through the gateway (threads, websocket-client)."""
+    results: list = [None] * count
+    ready = threading.Barrier(count)
+
+    def one(k: int) -> None:
+        ws = websocket.create_connection(ws_url(gateway), timeout=120)
+        try:
+            ws.send(json.dumps({"type": "session.config", "response_format": "pcm"}))
+            ready.wait()
+            for piece in pieces(text, 12):
+                ws.send(json.dumps({"type": "input.text", "text": piece}))
+            ws.send(json.dumps({"type": "input.done"}))
+            got = []
+            while not got or got[-1].get("type") not in ("session.done", "error"):
+                opcode, data = ws.recv_data()
+                got.append({"bytes": len(data)} if opcode == 2 else json.loads(data))
+            results[k] = got
+        finally:
+            ws.close()
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    return results
+
+
+def test_concurrent_sessions_are_batched_together_in_triton(gateway, server):
+    address = f"localhost:{server.grpc_port}"
+    before = model_statistics(address, ["acoustic", "vocoder"], server.admin_headers)
+    results = run_sessions(gateway, 8, SENTENCES[2] + " " + SENTENCES[3])
+    for got in results:
+        assert got[-1] == {"type": "session.done", "total_sentences": 2}, got[-1]
+        assert sum(g.get("bytes", 0) for g in got) > 24000 * 2  # seconds of audio
+    after = model_statistics(address, ["acoustic", "vocoder"], server.admin_headers)
+    for model in ("acoustic", "vocoder"):
+        delta = after[model] - before[model]
+        assert delta.inferences >= 16
+        assert delta.average_batch > 1.5, (model, delta.batch_sizes)
+
+
+def sessions_open(gateway) -> float:
+    for line in httpx.get(f"{gateway.url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("tts_gateway_sessions_open "):
+            return float(line.split()[1])
+    raise AssertionError("no tts_gateway_sessions_open metric")
+
+
+def test_a_dropped_connection_frees_its_session_and_sends_nothing_more_to_triton(gateway, server):
+    address = f"localhost:{server.grpc_port}"
+    text = " ".join(SENTENCES * 3)  # about 20 sentences
+    before = model_statistics(address, ["tts"], server.admin_headers)["tts"]
+    ws = websocket.create_connection(ws_url(gateway), timeout=60)
+    ws.send(json.dumps({"type": "session.config", "first_words": 100}))
+    ws.send(json.dumps({"type": "input.text", "text": text}))
+    assert json.loads(ws.recv())["type"] == "audio.start"
+    ws.sock.close()  # gone, without a close frame
+    deadline = time.monotonic() + 60
+    while sessions_open(gateway) > 0:
+        assert time.monotonic() < deadline, "the session was never freed"
+        time.sleep(0.2)
+    time.sleep(1.0)  # anything still queued in Triton would finish meanwhile
+    spent = model_statistics(address, ["tts"], server.admin_headers)["tts"] - before
+    # The piece sent, at most two ahead of it, and none of the other ~17 sentences.
+    assert 1 <= spent.requests <= 3, spent
+
+
+@pytest.mark.parametrize("message", ["not json", json.dumps({"type": "input.text"})])
+def test_a_bad_message_over_the_network_is_an_error_frame_and_a_close(gateway, message):
+    ws = websocket.create_connection(ws_url(gateway), timeout=30)
+    ws.send(message)
+    error = json.loads(ws.recv())
+    assert error["type"] == "error" and error["message"]
+    opcode, data = ws.recv_data(control_frame=True)
+    assert opcode == websocket.ABNF.OPCODE_CLOSE and int.from_bytes(data[:2], "big") == 1008
+    ws.close()
