@@ -155,9 +155,7 @@ def test_stop_and_errors_end_playback_and_the_controls_fit(gateway, browser):
     assert src() is None  # the previous audio does not play on under the error
 
 
-def test_type_as_you_go_speaks_each_clause_while_typing_and_cancel_drops_the_rest(
-    gateway, browser
-):
+def test_type_as_you_go_speaks_each_clause_while_typing_and_cancel_drops_the_rest(gateway, browser):
     from selenium.webdriver.common.by import By
 
     browser.get(gateway.url + "/")
