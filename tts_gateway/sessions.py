@@ -286,8 +286,10 @@ class Connection:
             try:
                 data = await self._message(wait)
             except SessionEnd as end:
-                if end.kind == "idle_timeout" and (done or session.busy) and left > wait:
-                    continue  # audio is still being made: the client has nothing to say
+                if end.kind != "idle_timeout":
+                    raise
+                if left <= wait or done or session.busy:
+                    continue  # the length limit (above), or audio still being made
                 raise
             if data is None:
                 return False

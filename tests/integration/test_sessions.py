@@ -151,3 +151,11 @@ def test_a_bad_message_over_the_network_is_an_error_frame_and_a_close(gateway, m
     opcode, data = ws.recv_data(control_frame=True)
     assert opcode == websocket.ABNF.OPCODE_CLOSE and int.from_bytes(data[:2], "big") == 1008
     ws.close()
+
+
+def test_the_agent_example_runs_as_written(server):
+    example = runpy.run_path("examples/agent_session.py")
+    audio = asyncio.run(example["main"](server.grpc_url))
+    reply = example["REPLY"]
+    assert [w.text for w in audio.words] == reply.split()
+    assert audio.duration > len(reply) / 25 and rms_dbfs(audio.samples) > -35

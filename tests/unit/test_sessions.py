@@ -376,3 +376,25 @@ def test_an_idle_session_is_closed_but_not_while_its_audio_is_being_made():
         error = ws.receive_json()  # then nothing to say, nothing said: closed
         assert error["code"] == "idle_timeout"
         assert ws.receive()["code"] == 1008
+
+
+def test_flush_speaks_half_a_sentence_and_the_session_limits_hold():
+    with ws_client(session_max_chars=40) as client:
+        with client.websocket_connect("/v1/audio/speech/stream") as ws:
+            ws.send_json({"type": "session.config"})
+            ws.send_json({"type": "input.text", "text": "no mark at all here"})
+            ws.send_json({"type": "input.flush"})
+            start = ws.receive_json()
+            assert start["sentence_text"] == "no mark at all here"
+            ws.receive_bytes()
+            assert ws.receive_json()["type"] == "audio.done"
+            ws.send_json({"type": "input.text", "text": "x" * 30})  # 19 + 30 > 40
+            error = ws.receive_json()
+            assert error["code"] == "session_too_long" and "40 characters" in error["message"]
+            assert ws.receive()["code"] == 1008
+    with ws_client(session_max_s=0.5) as client:
+        with client.websocket_connect("/v1/audio/speech/stream") as ws:
+            ws.send_json({"type": "session.config"})
+            error = ws.receive_json()  # nothing sent: the connection's time runs out
+            assert error["code"] == "session_too_long" and "0.5 s" in error["message"]
+            assert ws.receive()["code"] == 1008
