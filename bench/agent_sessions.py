@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx2 as httpx
 import websocket
 
-from tts_tools.launcher.processes import GatewayProcess, ServerProcess
+from tts_tools.launcher.processes import server_and_gateway
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 24_000  # the gateway's pcm: 16-bit mono at 24 kHz
@@ -217,11 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = p.parse_args(argv)
     logs = Path(tempfile.mkdtemp(prefix="agent-sessions-"))
-    server = ServerProcess(a.repository, logs / "triton.log", cache_dir=ROOT / ".cache/triton")
-    server.start()
-    gateway = GatewayProcess(server.grpc_url, logs / "gateway.log").start()
     rows = []
-    try:
+    with server_and_gateway(a.repository, logs, ROOT / ".cache/triton") as (_, gateway):
         _agents("session", gateway, 2, a.tokens_per_s, 0.0, False, 0)  # first-use costs away
         for count in a.sessions:
             for stagger in (0.0, a.stagger_s) if count > 1 else (0.0,):
@@ -231,9 +228,6 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append((count, stagger, kind, first, [r.gaps() for r in runs]))
             cancels = agents("session", gateway, count, a.tokens_per_s, 0.0, cancel=True)
             rows.append((count, 0.0, "barge-in", [r.barge_in for r in cancels], None))
-    finally:
-        gateway.stop()
-        server.stop()
     print(
         f"agents at {a.tokens_per_s:g} tokens/s, three-sentence replies, through the gateway:\n"
         "| agents | starts | how | first audio p50 | p90 | agents with a gap | longest gap |\n"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx2 as httpx
 
-from tts_tools.launcher.processes import GatewayProcess, ServerProcess
+from tts_tools.launcher.processes import server_and_gateway
 from tts_tools.launcher.supervisor import cpu_seconds
 from tts_tools.texts import SENTENCES
 
@@ -77,11 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     if "pcm" not in a.formats:
         a.formats.insert(0, "pcm")  # its bytes give the audio seconds
     logs = Path(tempfile.mkdtemp(prefix="gateway-cost-"))
-    server = ServerProcess(a.repository, logs / "triton.log", cache_dir=ROOT / ".cache/triton")
-    server.start()
-    gateway = GatewayProcess(server.grpc_url, logs / "gateway.log").start()
     rows = []
-    try:
+    with server_and_gateway(a.repository, logs, ROOT / ".cache/triton") as (_, gateway):
         pid = gateway.process.pid
         asyncio.run(run(gateway.url, "mp3", 8, 4))  # first-use costs out of the way
         audio_per_request = 0.0
@@ -93,9 +90,6 @@ def main(argv: list[str] | None = None) -> int:
                 audio_per_request = sum(sizes) / 2 / PCM_RATE / len(sizes)
             audio = audio_per_request * len(sizes)
             rows.append((fmt, len(sizes), audio, wall, used))
-    finally:
-        gateway.stop()
-        server.stop()
     print(
         f"through the gateway, c={a.concurrency}, {a.requests} requests a format "
         f"({audio_per_request:.2f} s of audio each):\n"

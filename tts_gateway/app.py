@@ -31,7 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tts_wire import MAX_SPEED, MIN_SPEED, SynthesisOptions
+from tts_wire import MAX_SPEED, MIN_SPEED
 
 from . import sessions
 from .encoding import FORMATS
@@ -423,21 +423,9 @@ def _speech_route(app: FastAPI, settings: GatewaySettings, service: SpeechServic
                 )
             )
         try:
-            # The voice's speed scales the request's; the product must be in range too.
-            options = SynthesisOptions(
-                speed=request.speed * voice.speed,
-                noise_scale=voice.noise_scale,
-                noise_w=voice.noise_w,
-                voice=voice.model_voice,
-                word_timestamps=word_timestamps,
-            )
+            options = voice.options(request.speed, word_timestamps=word_timestamps)
         except ValueError as e:
-            raise refuse(
-                bad_request(
-                    f"{e} (speed {request.speed} x voice {voice.id!r}'s {voice.speed})",
-                    param="speed",
-                )
-            ) from None
+            raise refuse(bad_request(str(e), param="speed")) from None
         streamed = len(text) > settings.direct_max_chars
         return SpeechJob(text, options, fmt, streamed, client)
 

@@ -149,16 +149,11 @@ class Sessions:
         if config.stream_audio and config.response_format != "pcm":
             raise SessionEnd(POLICY, "stream_audio needs response_format 'pcm'")
         try:
-            options = SynthesisOptions(
-                speed=config.speed * voice.speed,
-                noise_scale=voice.noise_scale,
-                noise_w=voice.noise_w,
-                voice=voice.model_voice,
-                priority=config.priority,
-                word_timestamps=config.word_timestamps,
+            options = voice.options(
+                config.speed, priority=config.priority, word_timestamps=config.word_timestamps
             )
         except ValueError as e:
-            raise SessionEnd(POLICY, f"{e} (speed {config.speed} x voice {voice.id!r}'s)") from None
+            raise SessionEnd(POLICY, f"session.config: {e}") from None
         rule = BufferRule(config.first_words, config.clause_words, config.max_chars)
         return options, rule
 

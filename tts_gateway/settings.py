@@ -69,6 +69,20 @@ class Voice:
         except ValueError as e:
             raise ValueError(f"voice {self.id!r}: {e}") from None
 
+    def options(self, speed: float, **options) -> SynthesisOptions:
+        """A request's options with this voice: its speed scales the request's (the product
+        must be in range too), its noise scales and Triton voice apply. ValueError if not."""
+        try:
+            return SynthesisOptions(
+                speed=speed * self.speed,
+                noise_scale=self.noise_scale,
+                noise_w=self.noise_w,
+                voice=self.model_voice,
+                **options,
+            )
+        except ValueError as e:
+            raise ValueError(f"{e} (speed {speed} x voice {self.id!r}'s {self.speed})") from None
+
     @classmethod
     def from_dict(cls, data: dict) -> Voice:
         known = {f.name for f in dataclasses.fields(cls)}

@@ -4,12 +4,14 @@ benchmarks): free ports, start and wait for readiness, logs, stop.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from .commands import (
@@ -280,3 +282,21 @@ def stop_process(process: subprocess.Popen, grace: float, kill: bool = True) -> 
             if kill:
                 process.kill()
                 process.wait()
+
+
+@contextlib.contextmanager
+def server_and_gateway(
+    repository: Path, logs: Path, cache_dir: Path = Path(".cache/triton")
+) -> Iterator[tuple[ServerProcess, GatewayProcess]]:
+    """tritonserver and a gateway on it (logs in ``logs``), both stopped on exit: what the
+    benchmarks that go through the gateway run against."""
+    server = ServerProcess(repository, logs / "triton.log", cache_dir=cache_dir)
+    server.start()
+    try:
+        gateway = GatewayProcess(server.grpc_url, logs / "gateway.log").start()
+        try:
+            yield server, gateway
+        finally:
+            gateway.stop()
+    finally:
+        server.stop()
