@@ -89,16 +89,24 @@ def test_a_batch_is_pipelined_and_a_death_mid_window_costs_only_that_job(monkeyp
 
 
 def test_a_crasher_in_a_window_is_refused_and_the_rest_served(raw_pool):
-    # The real crasher, in one window with texts before and after it (the order that killed a
-    # worker every time in test_a_crasher_is_refused_and_the_next_text_served).
+    # The real crasher, in one window with texts before and after it. espeak-ng's heap
+    # corruption is not a certain segfault: in a fresh clone's `make test` (2026-11-25) this
+    # window once came back whole, the crasher answered as too long. Either way the others
+    # must be right; when it crashed, it is refused as a crasher and remembered. (The death
+    # mid-window itself is made certain in the pipelining test above.)
     local = Phonemizer(load_voice_config(VOICES["joe"]), 400)
     texts = ["Hello world.", RAW_CRASHER, "Sentence number 2, spoken in turn.", "Ca va?"]
     answers = raw_pool.phonemize_many([("joe", t, None) for t in texts])
-    assert isinstance(answers[1], PhonemizerCrashError) and raw_pool.deaths == 2
+    crashed = raw_pool.deaths > 0
+    if crashed:
+        assert isinstance(answers[1], PhonemizerCrashError) and raw_pool.deaths == 2
+    else:
+        assert isinstance(answers[1], InvalidInputError) and "too long" in str(answers[1])
     for n in (0, 2, 3):
         assert answers[n]["ids"] == local.ids(texts[n]), n
     again = raw_pool.phonemize_many([("joe", t, None) for t in texts[1:3]])
-    assert isinstance(again[0], PhonemizerCrashError) and raw_pool.deaths == 2  # remembered
+    if crashed:  # remembered: refused without another death
+        assert isinstance(again[0], PhonemizerCrashError) and raw_pool.deaths == 2
     assert again[1]["ids"] == answers[2]["ids"]
 
 
