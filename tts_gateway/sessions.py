@@ -193,7 +193,8 @@ class Connection:
         try:
             if end.message:
                 await self._json({"type": "error", "message": end.message, "code": end.kind})
-            await self.ws.close(end.code, end.message[:120])
+            # (a close reason holds at most 123 bytes of UTF-8; the error frame has it all)
+            await self.ws.close(end.code, end.message.encode()[:120].decode(errors="ignore"))
         except (WebSocketDisconnect, RuntimeError):
             pass  # gone meanwhile
 
