@@ -167,6 +167,7 @@ class Connection:
         self.ws = websocket
         self.lock = asyncio.Lock()  # one frame at a time, and cancel's frames in order
         self.open_piece: list[int] | None = None  # [index, bytes] between start and done
+        self.sending = False  # the writer has a piece in hand (a slow reader may hold it)
         self.started = time.monotonic()
 
     async def run(self) -> None:
@@ -186,6 +187,9 @@ class Connection:
             await self.end(end)
         except WebSocketDisconnect:
             pass  # the client went away: the session's close cancelled its requests
+        except Exception:
+            log.exception("session failed")  # the trace stays in the log, not in the frame
+            await self.end(SessionEnd(INTERNAL, "internal error", "internal"))
 
     async def end(self, end: SessionEnd) -> None:
         if self.ws.client_state != WebSocketState.CONNECTED:
@@ -247,7 +251,7 @@ class Connection:
     async def _session(self, session: SpeechSession, config: SessionConfig) -> bool:
         """One session to its end; False when the connection closes with it."""
         writer = asyncio.ensure_future(self._write(session, config))
-        reader = asyncio.ensure_future(self._read(session, writer))
+        reader = asyncio.ensure_future(self._read(session))
         try:
             done, _ = await asyncio.wait({writer, reader}, return_when=asyncio.FIRST_COMPLETED)
             if reader in done and reader.exception() is None and not reader.result():
@@ -265,7 +269,7 @@ class Connection:
     def _limit_left(self) -> float:
         return self.started + self.settings.session_max_s - time.monotonic()
 
-    async def _read(self, session: SpeechSession, writer: asyncio.Future) -> bool:
+    async def _read(self, session: SpeechSession) -> bool:
         """Client messages until session.close (False) or an error; the writer ends the
         session otherwise."""
         received = 0
@@ -284,8 +288,8 @@ class Connection:
             except SessionEnd as end:
                 if end.kind != "idle_timeout":
                     raise
-                if left <= wait or done or session.busy:
-                    continue  # the length limit (above), or audio still being made
+                if left <= wait or done or session.busy or self.sending:
+                    continue  # the length limit (above), or audio still being made or sent
                 raise
             if data is None:
                 return False
@@ -338,6 +342,7 @@ class Connection:
         fmt = self.sessions.formats[config.response_format]
         pieces = 0
         while True:
+            self.sending = False
             try:
                 chunk = await anext(session)
             except StopAsyncIteration:
@@ -345,6 +350,7 @@ class Connection:
             except TTSError as e:
                 raise _tts_end(e) from None
             turn = session.turn  # (no await since anext: the turn the chunk belongs to)
+            self.sending = True
             data = await asyncio.to_thread(encode_all, chunk.samples, fmt, chunk.sample_rate, True)
             rate = fmt.sample_rate or chunk.sample_rate
             step = int(rate * PCM_FRAME_S) * 2 if config.stream_audio else len(data) or 1
