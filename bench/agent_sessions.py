@@ -34,6 +34,7 @@ from pathlib import Path
 import httpx2 as httpx
 import websocket
 
+from bench.compare import percentile
 from tts_tools.launcher.processes import server_and_gateway
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -202,11 +203,6 @@ def _agents(kind, gateway, count: int, rate: float, stagger: float, cancel: bool
     return runs
 
 
-def quantile(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.agent_sessions", description=__doc__)
     p.add_argument("--repository", type=Path, default=ROOT / "model_repository")
@@ -246,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         longest = max((max(g) for g in gaps if g), default=0.0)
         print(
             f"| {count} | {starts} | {kind} | {statistics.median(values):.2f} s | "
-            f"{quantile(values, 0.9):.2f} s | {with_gap} of {len(gaps)} | {longest:.2f} s |"
+            f"{percentile(values, 90):.2f} s | {with_gap} of {len(gaps)} | {longest:.2f} s |"
         )
     return 0
 

@@ -7,7 +7,6 @@ validates, routes and encodes.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from contextlib import asynccontextmanager
@@ -31,7 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from tts_wire import MAX_SPEED, MIN_SPEED
 
 from . import sessions
-from .encoding import FORMATS
+from .encoding import FORMATS, served_formats
 from .errors import APIError, bad_request
 from .metrics import Metrics
 from .middleware import Access, BodyLimit, error_response
@@ -256,8 +255,7 @@ def _info_routes(app: FastAPI, settings: GatewaySettings, service: SpeechService
 def _speech_route(app: FastAPI, settings: GatewaySettings, service: SpeechService) -> None:
     """``POST /v1/audio/speech`` and ``/dev/captioned_speech``: validate, then hand the
     request to the speech service."""
-    pcm = dataclasses.replace(FORMATS["pcm"], sample_rate=settings.pcm_sample_rate or None)
-    formats = {**FORMATS, "pcm": pcm}
+    formats = served_formats(settings.pcm_sample_rate)
     voice_names = settings.voice_names()
 
     def caller(http: Request) -> str:

@@ -9,6 +9,7 @@ first (``whole=True``) the muxer gets a seekable buffer and writes real lengths.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import threading
 from dataclasses import dataclass
@@ -163,6 +164,12 @@ class Encoder:
                     self._container.close()
                 except Exception:  # a half-written container may complain; nothing to save
                     pass
+
+
+def served_formats(pcm_sample_rate: int) -> dict[str, AudioFormat]:
+    """FORMATS as a gateway serves them: ``pcm`` at its ``--pcm-sample-rate`` (0: the voice's)."""
+    pcm = dataclasses.replace(FORMATS["pcm"], sample_rate=pcm_sample_rate or None)
+    return {**FORMATS, "pcm": pcm}
 
 
 def encode_all(

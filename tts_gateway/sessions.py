@@ -14,21 +14,20 @@ batched with everyone else's in Triton. docs/sessions.md has the protocol and th
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import time
-from typing import Any, Literal
+from typing import Literal
 
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.websockets import WebSocketState
 
 from tts_client.errors import ServerOverloaded, ServerUnavailable, TTSError
 from tts_client.session import BufferRule, SpeechSession
 from tts_wire import MAX_SPEED, MIN_SPEED, SynthesisOptions
 
-from .encoding import FORMATS, encode_all
+from .encoding import encode_all, served_formats
 from .service import SpeechService, word_json
 from .settings import MODELS, GatewaySettings, known_model
 
@@ -73,16 +72,11 @@ class SessionConfig(BaseModel):
     first_words: int = Field(BufferRule.first_words, ge=1, le=100)
     clause_words: int = Field(BufferRule.clause_words, ge=1, le=500)
     max_chars: int = Field(BufferRule.max_chars, ge=20, le=2000)
-    task_type: Any = None
-    language: Any = None
-    instructions: Any = None
-    max_new_tokens: Any = None
-    initial_codec_chunk_frames: Any = None
-    ref_audio: Any = None
-    ref_text: Any = None
-    x_vector_only_mode: Any = None
-    speaker_embedding: Any = None
-    streaming_mode: Any = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_ignored(cls, data):
+        return {k: v for k, v in data.items() if k not in IGNORED}
 
 
 class SessionEnd(Exception):
@@ -109,10 +103,9 @@ class Sessions:
         self.service = service
         self.open = 0
         self.voices = settings.voice_names()
-        pcm = dataclasses.replace(FORMATS["pcm"], sample_rate=settings.pcm_sample_rate or None)
-        self.formats = {**FORMATS, "pcm": pcm}
+        self.formats = served_formats(settings.pcm_sample_rate)
 
-    def refusal(self, websocket: WebSocket) -> SessionEnd | None:
+    def refusal(self) -> SessionEnd | None:
         """Why a new connection is refused at once, if it is."""
         if self.service.drain.cut_at is not None:
             return SessionEnd(TRY_LATER, "the gateway is shutting down; reconnect", "draining")
@@ -126,7 +119,7 @@ class Sessions:
 
     async def serve(self, websocket: WebSocket) -> None:
         await websocket.accept()
-        refused = self.refusal(websocket)
+        refused = self.refusal()
         connection = Connection(self, websocket)
         if refused is not None:
             return await connection.end(refused)
@@ -254,12 +247,12 @@ class Connection:
         reader = asyncio.ensure_future(self._read(session))
         try:
             done, _ = await asyncio.wait({writer, reader}, return_when=asyncio.FIRST_COMPLETED)
-            if reader in done and reader.exception() is None and not reader.result():
-                return False  # session.close
+            if reader in done and reader.exception() is None:
+                return False  # session.close (the reader ends otherwise only by an error)
             for task in done:
                 if task.exception() is not None:
                     raise task.exception()
-            await writer  # the reader only ends by an error or session.close
+            await writer
             return True
         finally:
             for task in (reader, writer):
@@ -269,9 +262,9 @@ class Connection:
     def _limit_left(self) -> float:
         return self.started + self.settings.session_max_s - time.monotonic()
 
-    async def _read(self, session: SpeechSession) -> bool:
-        """Client messages until session.close (False) or an error; the writer ends the
-        session otherwise."""
+    async def _read(self, session: SpeechSession) -> None:
+        """Client messages until session.close (returns) or an error (raises); otherwise the
+        writer ends the session."""
         received = 0
         done = False
         while True:
@@ -292,7 +285,7 @@ class Connection:
                     continue  # the length limit (above), or audio still being made or sent
                 raise
             if data is None:
-                return False
+                return
             kind = data["type"]
             if kind == "input.text":
                 text = data.get("text")

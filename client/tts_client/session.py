@@ -161,11 +161,6 @@ class SpeechSession:
         return self
 
     @property
-    def buffered(self) -> str:
-        """Text received and not yet handed to Triton."""
-        return self._buffer.text
-
-    @property
     def busy(self) -> bool:
         """Whether text is buffered or pieces are waiting, in Triton or unread."""
         return bool(self._buffer.text.strip() or self._waiting or self._running)
