@@ -23,17 +23,18 @@ from pathlib import Path
 import onnx
 
 from export.torch_weights import convert
-from tts_serving.engines import WEIGHTS_FILE
+from tts_serving.engines import INT8_FILE, WEIGHTS_FILE
 from tts_serving.engines.loudness import LOUDNESS_FILE, VoiceLoudness
 from tts_serving.settings import load_settings
 from tts_serving.voices import FOLDER, INDEX, check_name, load_voice_config
 
 from .graph import make_scales_per_item, split
+from .quantize import export_int8_vocoder
 from .verify import torch_installed, verify
 
 log = logging.getLogger("export")
 
-EXPORT_FORMAT = 6  # bump when the graph surgery or the layout changes, so old exports are redone
+EXPORT_FORMAT = 7  # bump when the graph surgery or the layout changes, so old exports are redone
 MANIFEST = ".export-manifest.json"
 VOICE_JSON_MODELS = ("phonemizer", "acoustic", "vocoder", "tts_stream")
 
@@ -122,6 +123,7 @@ def _outputs(repo: Path, specs: list[VoiceSpec]) -> list[Path]:
                 _folder(repo, "acoustic", specs, spec) / WEIGHTS_FILE,
                 _folder(repo, "vocoder", specs, spec) / "model.onnx",
                 _folder(repo, "vocoder", specs, spec) / WEIGHTS_FILE,
+                _folder(repo, "vocoder", specs, spec) / INT8_FILE,
                 _folder(repo, "vocoder", specs, spec) / LOUDNESS_FILE,
             ]
         files += [_folder(repo, m, specs, spec) / "voice.json" for m in VOICE_JSON_MODELS]
@@ -193,9 +195,15 @@ def export_graphs(source: Path, config: Path, acoustic_dir: Path, vocoder_dir: P
             loudness.peak,
             loudness.gain,
         )
+        t1 = time.perf_counter()
+        export_int8_vocoder(a_path, v_path, voice, v_path.with_name(INT8_FILE))
+        log.info(
+            "quantized the vocoder to int8 (profile cpu-int8) in %.1f s", time.perf_counter() - t1
+        )
         vocoder_dir.mkdir(parents=True, exist_ok=True)
         acoustic_dir.mkdir(parents=True, exist_ok=True)
         loudness.write(vocoder_dir / LOUDNESS_FILE)
+        shutil.move(str(v_path.with_name(INT8_FILE)), vocoder_dir / INT8_FILE)
         for path, folder in ((a_path, acoustic_dir), (v_path, vocoder_dir)):
             shutil.move(str(path), folder / "model.onnx")
             shutil.move(str(path.with_name(WEIGHTS_FILE)), folder / WEIGHTS_FILE)

@@ -18,7 +18,12 @@ from tts_serving.model_config import defaults, doc, parse_settings, pbtxt_parame
 ONNX_GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
 DEVICES = ("auto", "cpu", "cuda")
 ENGINES = ("onnxruntime", "torch", "null")
-DTYPES = ("auto", "float32", "float16", "bfloat16")
+# What each engine runs the voice in (int8: the export's quantized vocoder, profile cpu-int8).
+DTYPES = {
+    "onnxruntime": ("auto", "float32", "int8"),
+    "torch": ("auto", "float32", "float16", "bfloat16"),
+    "null": ("auto",),
+}
 
 
 def int_list(text: str, name: str) -> tuple[int, ...]:
@@ -49,8 +54,9 @@ class EngineSettings:
     dtype: str = field(
         default="auto",
         metadata=doc(
-            "torch only: `auto` (float16 on CUDA, float32 on CPU), `float32`, `float16`, "
-            "`bfloat16`; durations are always float32"
+            "torch: `auto` (float16 on CUDA, float32 on CPU), `float32`, `float16`, "
+            "`bfloat16`, durations always float32; onnxruntime: `auto` or `float32`, or `int8` "
+            "for the vocoder (model.int8.onnx from the export; profile cpu-int8)"
         ),
     )
     cuda_graph_batches: str = field(
@@ -108,8 +114,12 @@ class EngineSettings:
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        dtypes = DTYPES[self.engine]
+        if self.dtype not in dtypes:
+            raise ValueError(
+                f"dtype of engine {self.engine} must be one of {', '.join(dtypes)}, "
+                f"got {self.dtype!r}"
+            )
         if bool(self.graph_batches) != bool(self.graph_frames):
             raise ValueError("set both cuda_graph_batches and cuda_graph_frames, or neither")
         if self.intra_op_threads < 0 or self.inter_op_threads < 0:
@@ -121,8 +131,8 @@ class EngineSettings:
             )
         if self.device not in DEVICES:
             raise ValueError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if self.engine != "torch" and (self.graph_batches or self.dtype != "auto"):
-            raise ValueError("dtype and cuda_graph_* apply to engine torch only")
+        if self.engine != "torch" and self.graph_batches:
+            raise ValueError("cuda_graph_* apply to engine torch only")
         if self.device_tensors and self.engine != "torch":
             raise ValueError("device_tensors applies to engine torch only")
         if self.bucket_max_waste <= 0:
@@ -193,6 +203,9 @@ class AcousticSettings(EngineSettings):
         super().__post_init__()
         if self.max_phoneme_ids < 3:
             raise ValueError("max_phoneme_ids must be >= 3")
+        if self.dtype == "int8":
+            # It gained 1-5% and moved the latents (docs/performance.md): not exported.
+            raise ValueError("dtype int8 is exported for the vocoder only")
 
 
 @dataclass(frozen=True)
@@ -270,10 +283,12 @@ SETTINGS: dict[str, type] = {
 }
 
 
-def load_settings(repository: str | Path, model: str):
-    """The settings a model of ``repository`` runs with, read from its config.pbtxt (so tools
-    and benchmarks measure what the server does)."""
-    path = Path(repository) / model / "config.pbtxt"
+def load_settings(repository: str | Path, model: str, profile: str | None = None):
+    """The settings a model of ``repository`` runs with, read from its config.pbtxt or, for a
+    ``profile``, its ``configs/<profile>.pbtxt`` (so tools and benchmarks measure what the
+    server does)."""
+    name = f"configs/{profile}.pbtxt" if profile else "config.pbtxt"
+    path = Path(repository) / model / name
     return parse_settings(SETTINGS[model], pbtxt_parameters(path), model)
 
 

@@ -11,6 +11,9 @@ few overrides below, so a change to a model's inputs or defaults reaches every p
   phonemizer (espeak-ng, CPU) gets several instances to keep up.
 - ``torch-cpu``: the torch engine on the CPU, everything else as config.pbtxt (what CI uses to
   test the torch engine end to end).
+- ``cpu-int8``: the vocoder in int8 (ONNX Runtime static quantization, the last stage in
+  float32; ``export/quantize.py``), within the quality gates of ``bench.cpu_variants``; not the
+  default (docs/performance.md, "Cheaper arithmetic", says why).
 - ``host-ceiling``, ``gpu-host-ceiling``: BENCHMARK ONLY, the default's and the gpu profile's
   batching with the null engine (silence, no network): the host path's own ceiling.
 """
@@ -82,6 +85,12 @@ PROFILES: dict[str, dict[str, Override]] = {
     "torch-cpu": {
         "acoustic": Override(parameters={"engine": "torch", "device": "cpu"}),
         "vocoder": Override(parameters={"engine": "torch", "device": "cpu"}),
+    },
+    "cpu-int8": {
+        "vocoder": Override(
+            parameters={"dtype": "int8"},
+            why="the vocoder in int8 (ONNX Runtime, model.int8.onnx from the export)",
+        ),
     },
 }
 

@@ -9,13 +9,13 @@ import torch
 from export.torch_weights import onnx_weights
 from tests import fake_pb_utils as pb
 from tests.adapter.test_model_adapters import load_model, text_request
-from tts_serving.engines import WEIGHTS_FILE
+from tts_serving.engines import INT8_FILE, WEIGHTS_FILE
 from tts_serving.engines.models import Vocoder, load_acoustic, load_vocoder, model_file
 from tts_serving.engines.torch_engine import TorchOptions, TorchVocoderNet
 from tts_serving.engines.torch_vits import Decoder
 from tts_serving.engines.torch_weights import fill
 from tts_serving.errors import ModelConfigError
-from tts_serving.settings import EngineSettings
+from tts_serving.settings import AcousticSettings, EngineSettings
 from tts_tools.texts import SENTENCES
 
 ORT = EngineSettings(max_padded_length=0)
@@ -152,14 +152,22 @@ def test_a_batch_out_of_memory_is_served_in_halves(exported_repository, engines,
 def test_engine_settings_are_checked():
     with pytest.raises(ValueError, match="engine must be one of"):
         EngineSettings(engine="tensorrt")
-    with pytest.raises(ValueError, match="dtype must be one of"):
+    with pytest.raises(ValueError, match="dtype of engine torch must be one of"):
         EngineSettings(engine="torch", dtype="float8")
+    with pytest.raises(ValueError, match="dtype of engine torch must be one of"):
+        EngineSettings(engine="torch", dtype="int8")  # int8 is ONNX Runtime's (cpu-int8)
+    with pytest.raises(ValueError, match="dtype of engine onnxruntime must be one of"):
+        EngineSettings(dtype="float16")
+    with pytest.raises(ValueError, match="for the vocoder only"):
+        AcousticSettings(dtype="int8")
     with pytest.raises(ValueError, match="set both"):
         EngineSettings(engine="torch", cuda_graph_batches="1,8")
     with pytest.raises(ValueError, match="comma-separated integers"):
         EngineSettings(engine="torch", cuda_graph_batches="1,x", cuda_graph_frames="8")
     with pytest.raises(ValueError, match="engine torch only"):
-        EngineSettings(dtype="float16")
+        EngineSettings(cuda_graph_batches="1", cuda_graph_frames="8")
+    assert model_file(EngineSettings(dtype="int8")) == INT8_FILE
+    assert model_file(EngineSettings(dtype="float32")) == "model.onnx"
     s = EngineSettings(engine="torch", cuda_graph_batches="1, 8,64", cuda_graph_frames="128")
     assert s.graph_batches == (1, 8, 64) and s.graph_frames == (128,)
 

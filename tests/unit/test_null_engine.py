@@ -41,8 +41,10 @@ def test_the_nets_return_the_real_shapes_in_silence():
 
 def test_it_is_never_a_default_and_only_benchmark_profiles_select_it():
     assert AcousticSettings().engine == "onnxruntime"
-    with pytest.raises(ValueError, match="dtype and cuda_graph_"):
+    with pytest.raises(ValueError, match="dtype of engine null must be one of auto,"):
         AcousticSettings(engine="null", dtype="float16")
+    with pytest.raises(ValueError, match="cuda_graph_"):
+        AcousticSettings(engine="null", cuda_graph_batches="1", cuda_graph_frames="8")
     texts = profiles.expected()
     for path, text in texts.items():
         null = 'key: "engine", value: { string_value: "null" }' in text

@@ -17,7 +17,7 @@ import onnxruntime as ort
 from tts_serving.engines.batching import halve_on_error, pad_stack, run_in_buckets, split_by_lengths
 
 from ..settings import EngineSettings
-from . import WEIGHTS_FILE
+from . import INT8_FILE, WEIGHTS_FILE
 from .null import NullAcousticNet, NullVocoderNet
 from .onnx import OrtAcousticNet, OrtVocoderNet, create_session
 
@@ -26,6 +26,8 @@ def model_file(options: EngineSettings) -> str:
     """The file of a voice half the configured engine loads (both are written by export)."""
     if options.engine == "torch":
         return WEIGHTS_FILE
+    if options.dtype == "int8":
+        return INT8_FILE
     return "model.onnx"  # the null engine reads none, but names the voice's network by it
 
 
