@@ -42,9 +42,10 @@ help:  # the default goal: what each target does
 
 # System packages: libb64 for perf_analyzer (the rest ships in the Python wheels); a C compiler
 # for tts_tools/launcher/server_shim.c (keeps the admin key out of tritonserver's command line); the
-# tests also drive the gateway's web page in Debian's headless Chromium.
+# tests also drive the gateway's web page in Debian's headless Chromium; pesq (bench.cpu_variants)
+# builds against python3-dev.
 SYSTEM_PACKAGES := libb64-0d gcc libc6-dev
-TEST_SYSTEM_PACKAGES := chromium chromium-driver curl
+TEST_SYSTEM_PACKAGES := chromium chromium-driver curl python3-dev
 system-deps:
 	@$(MAKE) --no-print-directory apt-install PACKAGES="$(SYSTEM_PACKAGES)"
 # kubectl renders deploy/ (its built-in kustomize): a machine without one gets Debian's

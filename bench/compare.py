@@ -6,6 +6,10 @@ ratios ours / Piper HTTP, and the average batch size the acoustic and vocoder mo
 
     python -m bench.compare [--concurrency 1 4 16 32] [--rounds 3] [--requests 64]
     python -m bench.compare --systems ours-grpc gateway-mp3 gateway-pcm --concurrency 1 16 64
+    python -m bench.compare --systems ours-grpc ours-grpc@cpu-int8 piper-http
+
+``ours-grpc@PROFILE`` serves ``configs/PROFILE.pbtxt`` on a second tritonserver beside the
+default one (each idles while the others are measured).
 """
 
 from __future__ import annotations
@@ -151,11 +155,10 @@ def statistics_of(server: ServerProcess) -> dict[str, ModelStatistics]:
 
 
 class OursGRPC:
-    name = "ours-grpc"
-
-    def __init__(self, server: ServerProcess) -> None:
+    def __init__(self, server: ServerProcess, name: str = "ours-grpc") -> None:
         from tts_client import TTSClient
 
+        self.name = name
         self.server = server
         self.client = TTSClient(server.grpc_url, concurrency=64)
         self.client.synthesize("Ready.")
@@ -227,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         "--systems",
         nargs="+",
         default=["ours-grpc", "piper-http", "piper-inprocess"],
-        help="of ours-grpc, gateway-mp3, gateway-pcm (and any gateway-<format>), piper-http, "
-        "piper-inprocess",
+        help="of ours-grpc, ours-grpc@<profile>, gateway-mp3, gateway-pcm (and any "
+        "gateway-<format>), piper-http, piper-inprocess",
     )
     parser.add_argument("--repository", type=Path, default=ROOT / "model_repository")
     parser.add_argument("--json", type=Path, help="also write all runs as JSON here")
@@ -238,17 +241,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     log_dir = Path(tempfile.mkdtemp(prefix="bench-"))
-    server = ServerProcess(
-        args.repository,
-        log_dir / "triton.log",
-        cache_dir=ROOT / ".cache/triton",
-        extra_args=[f"--model-config-name={args.profile}"] if args.profile else None,
-    )
+
+    def serving(profile: str | None) -> ServerProcess:
+        return ServerProcess(
+            args.repository,
+            log_dir / f"triton-{profile or 'default'}.log",
+            cache_dir=ROOT / ".cache/triton",
+            extra_args=[f"--model-config-name={profile}"] if profile else None,
+        )
+
+    server = serving(args.profile)
+    profiled = {s: serving(s.split("@", 1)[1]) for s in args.systems if s.startswith("ours-grpc@")}
+    servers = {s: server for s in args.systems} | profiled  # who serves each of ours
     systems = {}
     gateway = None
     try:
         if any(s == "ours-grpc" or s.startswith("gateway-") for s in args.systems):
             server.start()
+        for name, other in profiled.items():
+            systems[name] = OursGRPC(other.start(), name)
         if "ours-grpc" in args.systems:
             systems["ours-grpc"] = OursGRPC(server)
         gateway_formats = [s.split("-", 1)[1] for s in args.systems if s.startswith("gateway-")]
@@ -272,10 +283,11 @@ def main(argv: list[str] | None = None) -> int:
                 )  # alternate who goes first
                 for system in order:
                     run = Run(system.name, c)
-                    before = statistics_of(server) if server.process else None
+                    own = servers[system.name]
+                    before = statistics_of(own) if own.process else None
                     drive(system, texts, c, run)
                     if before is not None and not system.name.startswith("piper"):
-                        after = statistics_of(server)
+                        after = statistics_of(own)
                         run.batch = {m: (after[m] - before[m]).average_batch for m in after}
                     runs.append(run)
                     print(
@@ -294,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             s.close()
         if gateway:
             gateway.stop()
-        server.stop()
+        for s in (server, *profiled.values()):
+            s.stop()
     return 0
 
 
@@ -342,18 +355,21 @@ def report(runs: list[Run], concurrencies: list[int], names: list[str]) -> None:
                     f"| {c} | {name} | {g['tput'] / o['tput']:.3f} | {g['p50'] - o['p50']:+.0f} "
                     f"| {g['p99'] - o['p99']:+.0f} |"
                 )
-    if "ours-grpc" in names and "piper-http" in names:
+    ours = [n for n in names if n.startswith("ours-grpc")]
+    if ours and "piper-http" in names:
         print(
-            "\n| concurrency | throughput ours / Piper HTTP | p50 ours / Piper HTTP "
+            "\n| concurrency | ours | throughput ours / Piper HTTP | p50 ours / Piper HTTP "
             "| p99 ours / Piper HTTP |"
         )
-        print("|---|---|---|---|")
+        print("|---|---|---|---|---|")
         for c in concurrencies:
-            o, p = table[(c, "ours-grpc")], table[(c, "piper-http")]
-            print(
-                f"| {c} | {o['tput'] / p['tput']:.2f} | {o['p50'] / p['p50']:.2f} "
-                f"| {o['p99'] / p['p99']:.2f} |"
-            )
+            p = table[(c, "piper-http")]
+            for name in ours:
+                o = table[(c, name)]
+                print(
+                    f"| {c} | {name} | {o['tput'] / p['tput']:.2f} | {o['p50'] / p['p50']:.2f} "
+                    f"| {o['p99'] / p['p99']:.2f} |"
+                )
 
 
 if __name__ == "__main__":

