@@ -94,14 +94,25 @@ def test_phonemizer_one_response_per_request_bad_items_isolated(exported_reposit
             text_request(b"   "),
             text_request(b"\xc3\x28"),
             text_request(b"Bye."),
+            text_request("Say [[ həlˈoʊ ☃ ]].".encode()),
         ]
     )
-    assert len(responses) == 4
+    assert len(responses) == 5
     assert not responses[0].has_error() and not responses[3].has_error()
     assert responses[0].output("phoneme_ids").shape[0] == 1
     assert responses[1].error().code() == pb.TritonError.INVALID_ARG
     assert "empty" in responses[1].error().message()
     assert "UTF-8" in responses[2].error().message()
+    assert responses[4].error().code() == pb.TritonError.INVALID_ARG
+    assert "unknown phoneme '☃'" in responses[4].error().message()
+
+
+def test_unloading_the_phonemizer_stops_its_espeak_workers(exported_repository):
+    model = load_model(exported_repository, "phonemizer", {"espeak_workers": "2"})
+    workers = list(model.pool.idle.queue)
+    assert len(workers) == 2 and all(w.proc.poll() is None for w in workers)
+    model.finalize()  # it was never called: the method sat after a return in a helper
+    assert all(w.proc.poll() is not None for w in workers)
 
 
 def test_acoustic_and_vocoder_batch_equals_single(exported_repository):

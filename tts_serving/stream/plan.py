@@ -21,6 +21,7 @@ from tts_wire.split import Chunk, split_text
 from ..errors import InvalidInputError, PhonemizerCrashError
 from ..settings import StreamSettings
 from ..text import normalize as normalize_english
+from ..text.inline import check as check_inline, outside_blocks, safe_cut
 from ..text.words import original_spans, unspoken_tokens
 
 # Raw text is normalized in blocks of about this many characters, cut at whitespace.
@@ -56,6 +57,7 @@ def text_blocks(text: str, size: int = BLOCK_CHARACTERS) -> Iterator[tuple[int, 
         if cut <= start:  # one enormous word: cut at the next whitespace after it
             nxt = text.find(" ", end)
             cut = n if nxt < 0 else nxt
+        cut = safe_cut(text, start, cut)  # never inside [[ inline phonemes ]]
         yield start, text[start:cut]
         start = cut
 
@@ -79,10 +81,13 @@ def plan_chunks(
             f"text is {len(text)} characters; the limit is {settings.max_characters}: "
             "send it in several requests"
         )
+    # Inline phonemes are checked on the whole text first: a chunk that cannot be spoken is
+    # skipped below, and a typo in [[ ]] must be an error, not a gap.
+    check_inline(text, phonemizer.config.phoneme_id_map)
     max_ids = settings.max_phoneme_ids
     index = 0
     for block_number, (offset, block) in enumerate(text_blocks(text)):
-        spoken = normalize_english(block) if normalize else " ".join(block.split())
+        spoken = outside_blocks(block, normalize_english if normalize else _collapse)
         if not spoken:
             continue
         first = settings.first_chunk_ids if index == 0 and block_number == 0 else None
@@ -95,6 +100,10 @@ def plan_chunks(
             index += 1
     if index == 0:
         raise InvalidInputError("text has nothing speakable after normalization")
+
+
+def _collapse(text: str) -> str:
+    return " ".join(text.split())
 
 
 Found = tuple[list[int], "np.ndarray | None"]  # a piece's ids and (asked for) its word rows

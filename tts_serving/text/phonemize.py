@@ -11,6 +11,7 @@ from piper.config import PhonemeType, PiperConfig
 from tts_wire import TEXT_TOO_LONG
 
 from ..errors import InvalidInputError, ModelConfigError
+from . import inline
 from .words import word_spans
 
 # espeak-ng 1.52 (in piper-tts 1.8.0) segfaults on long runs of spelled letters or symbols,
@@ -145,16 +146,21 @@ class Phonemizer:
             ) from None
 
     def phonemes(self, text: str) -> list[str]:
-        """One phoneme list for the whole text; sentences joined by a space."""
+        """One phoneme list for the whole text; sentences (and the words of ``[[ ]]`` blocks,
+        which espeak-ng never sees) joined by a space."""
         espeak = self.shape and self.config.phoneme_type == PhonemeType.ESPEAK
-        pieces = espeak_pieces(text) if espeak else [text]
         joined: list[str] = []
-        for piece in pieces:
-            for sentence in self._voice.phonemize(piece):
-                if sentence:
+        for part in inline.pieces(text) if inline.has_blocks(text) else [inline.Piece(text, False)]:
+            if part.phonemes:
+                groups = inline.phoneme_words(part.text)
+            else:
+                texts = espeak_pieces(part.text) if espeak else [part.text]
+                groups = [s for piece in texts for s in self._voice.phonemize(piece)]
+            for group in groups:
+                if group:
                     if joined:
                         joined.append(" ")
-                    joined.extend(sentence)
+                    joined.extend(group)
         return joined
 
     def ids_and_words(self, text: str, original: str) -> tuple[list[int], list[list[int]]]:
@@ -175,6 +181,7 @@ class Phonemizer:
         return self._ids(text, self.phonemes(text))
 
     def _check_readable(self, text: str) -> None:
+        inline.check(text, self.config.phoneme_id_map)
         if self.is_english and not has_latin_text(text):
             # espeak-ng would switch language mid-voice and the voice would babble noise.
             raise InvalidInputError(

@@ -13,6 +13,7 @@ from ..errors import InvalidInputError
 from ..inputs import CleanText, check_characters, check_encoded_size, decode_clean, sent_rows
 from ..settings import PhonemizerSettings
 from ..text import normalize
+from ..text.inline import outside_blocks
 from ..text.isolation import Job, phonemize_jobs, voice_phonemizers
 from .adapter import ModelContext, check_normalizer, execute_batched, flag, single_item, voice_name
 
@@ -53,11 +54,12 @@ class Phonemizer:
         limit = self.settings.max_characters
         clean = decode_clean(check_encoded_size(raw[0], limit))
         sent = check_characters(clean.text, limit)
-        text = sent
+        rewrite = None
         if flag(request, NORMALIZE, self.settings.normalize_text):
             if not phonemizer.is_english:
                 raise InvalidInputError("normalize=true needs an English voice; send false")
-            text = normalize(text)
+            rewrite = normalize
+        text = outside_blocks(sent, rewrite)  # [[ inline phonemes ]] are never rewritten
         words = flag(request, WORD_TIMESTAMPS, False)
         return PhonemizerItem((name, text, sent if words else None), clean if words else None)
 
@@ -80,11 +82,12 @@ class Phonemizer:
     def execute(self, requests: list) -> list:
         return execute_batched(requests, self.parse, self.run, self.logger, "phonemizer")
 
+    def finalize(self) -> None:
+        """Triton unloads the model: the espeak-ng workers go with it."""
+        if self.pool is not None:
+            self.pool.close()
+
 
 def _words(answer: dict, item: PhonemizerItem) -> list:
     rows = answer.get("words", [])
     return sent_rows(rows, item.clean) if item.clean is not None and rows else rows
-
-    def finalize(self) -> None:
-        if self.pool is not None:
-            self.pool.close()

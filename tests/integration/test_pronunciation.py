@@ -1,0 +1,89 @@
+"""Inline phonemes ``[[ ... ]]`` through the real server (issue 29, pronunciation): ``tts``,
+``tts_stream`` and the gateway speak them as written, time their words, and refuse a symbol
+the voice lacks with a message naming it, while the requests beside it are served."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx2 as httpx
+import numpy as np
+import pytest
+
+from tts_client import InvalidInput
+
+EXACT = {"noise_scale": 0.0, "noise_w": 0.0}
+PLAIN = "Say hello world to Dr. Bob at 3 pm."
+# The same words written as espeak-ng says them: the same phoneme ids, so the same audio.
+INLINE = "Say [[ həlˈoʊ wˈɜːld ]] to Dr. Bob at 3 pm."
+BAD = "Say [[ həlˈoʊ ☃ ]] now."
+
+
+def test_tts_speaks_inline_phonemes_as_written_and_times_their_words(grpc_client):
+    plain = grpc_client.synthesize(PLAIN, **EXACT)
+    inline = grpc_client.synthesize(INLINE, word_timestamps=True, **EXACT)
+    assert np.array_equal(inline.samples, plain.samples)
+    words = [w.text for w in inline.words]
+    assert words[:3] == ["Say", "həlˈoʊ", "wˈɜːld"] and "3" in words
+    hello, world = inline.words[1], inline.words[2]
+    assert 0 < hello.start < hello.end <= world.start < world.end <= inline.duration
+
+
+def test_an_unknown_phoneme_is_refused_and_the_batch_beside_it_is_served(grpc_client):
+    texts = [PLAIN, BAD, INLINE, PLAIN]
+
+    def one(text: str):
+        try:
+            return grpc_client.synthesize(text, **EXACT)
+        except InvalidInput as e:
+            return e
+
+    with ThreadPoolExecutor(4) as pool:  # in flight together: batched in the phonemizer
+        results = list(pool.map(one, texts))
+    assert isinstance(results[1], InvalidInput)
+    assert "unknown phoneme '☃' (U+2603)" in str(results[1])
+    assert "Traceback" not in str(results[1])
+    served = [results[k].samples for k in (0, 2, 3)]
+    for s in served:  # batched with each other: equal within padding's rounding
+        assert s.shape == served[0].shape and np.max(np.abs(s - served[0])) < 1e-3
+
+
+def test_a_stream_refuses_a_bad_block_and_speaks_a_good_one(grpc_client):
+    with pytest.raises(InvalidInput, match="unknown phoneme"):
+        list(grpc_client.stream("A first sentence. " * 5 + BAD))
+    chunks = list(grpc_client.stream(INLINE + " " + PLAIN, **EXACT))
+    joined = np.concatenate([c.samples for c in chunks])
+    assert joined.size > 2 * grpc_client.synthesize(PLAIN, **EXACT).samples.size * 0.9
+
+
+def test_the_gateway_passes_inline_phonemes_and_their_errors(gateway):
+    body = {"model": "tts-1", "voice": "alloy", "response_format": "pcm"}
+    ok = httpx.post(f"{gateway.url}/v1/audio/speech", json={**body, "input": INLINE}, timeout=60)
+    assert ok.status_code == 200 and len(ok.content) > 24_000
+    bad = httpx.post(f"{gateway.url}/v1/audio/speech", json={**body, "input": BAD}, timeout=60)
+    assert bad.status_code == 400, bad.text
+    assert "unknown phoneme" in bad.json()["error"]["message"]
+    typo = httpx.post(
+        f"{gateway.url}/v1/audio/speech", json={**body, "input": "Say [[ hə now."}, timeout=60
+    )
+    assert typo.status_code == 400 and "[[ without ]]" in typo.json()["error"]["message"]
+
+
+def test_the_guide_runs_as_written(server, gateway, tmp_path):
+    """docs/pronunciation.md's curl and Python, ports substituted."""
+    import re
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    guide = (ROOT / "docs/pronunciation.md").read_text()
+    (curl,) = re.findall(r"```bash\n(.*?)```", guide, re.S)
+    (code,) = re.findall(r"```python\n(.*?)```", guide, re.S)
+    curl = curl.replace("localhost:8080", gateway.url.split("//", 1)[1])
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", curl], cwd=tmp_path, timeout=120)
+    assert done.returncode == 0 and (tmp_path / "welcome.wav").read_bytes()[:4] == b"RIFF"
+    code = code.replace("localhost:8001", f"localhost:{server.grpc_port}")
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert "('ŋwˈiən'," in ran.stdout, ran.stdout
