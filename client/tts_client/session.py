@@ -60,6 +60,12 @@ class Piece:
     char_start: int
 
 
+def _inside_phonemes(text: str, cut: int) -> bool:
+    """Whether ``cut`` falls inside an ``[[ inline phonemes ]]`` block (the server refuses a
+    piece holding half of one)."""
+    return text.rfind("[[", 0, cut) > text.rfind("]]", 0, cut)
+
+
 def _ends_abbreviation(text: str, end: int) -> bool:
     """Whether the "." just before ``end`` closes an abbreviation or an initial."""
     word = text[:end].rsplit(None, 1)[-1].rstrip(".!?\"')]").lstrip("\"'([")
@@ -100,17 +106,25 @@ class TextBuffer:
         text, rule = self.text, self.rule
         cuts = []
         for match in SENTENCE_END.finditer(text):
+            if _inside_phonemes(text, match.end()):
+                continue
             if not (text[match.start() - 1] == "." and _ends_abbreviation(text, match.start())):
                 cuts.append(match.end())
                 break
         words = rule.first_words if self.first else rule.clause_words
         for match in CLAUSE_END.finditer(text):
             if len(text[: match.start()].split()) >= words:
-                cuts.append(match.end())
-                break
+                if not _inside_phonemes(text, match.end()):
+                    cuts.append(match.end())
+                    break
         if not cuts and len(text) >= rule.max_chars:
             space = text.rfind(" ", 0, rule.max_chars)
-            cuts.append(space + 1 if space > 0 else rule.max_chars)
+            cut = space + 1 if space > 0 else rule.max_chars
+            if _inside_phonemes(text, cut):  # before the block, or after it once it is whole
+                opened = text.rfind("[[", 0, cut)
+                closed = text.find("]]", cut)
+                cut = opened if opened > 0 else (closed + 2 if closed >= 0 else 0)
+            cuts += [cut] if cut else []
         return min(cuts) if cuts else None
 
     def _take(self, cut: int) -> list[Piece]:

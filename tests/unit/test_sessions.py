@@ -65,6 +65,17 @@ def test_long_text_without_marks_is_cut_at_a_space_and_char_offsets_map_back():
     assert " ".join(p.text for p in pieces + buffer.flush()) == words
 
 
+def test_a_piece_never_holds_half_of_an_inline_phoneme_block():
+    # A clause mark and the length limit inside [[ ]]: the cut waits for the block's end.
+    pieces, rest = pieces_of(["Meet [[ ŋw, ˈiən ]], and then", " more"], BufferRule(first_words=1))
+    assert pieces == ["Meet [[ ŋw, ˈiən ]],"] and rest == "and then more"
+    long = "word " * 17 + "[[ " + "ə " * 10 + "]] tail"  # the 100th character is in the block
+    buffer = TextBuffer(BufferRule(max_chars=100))
+    first = buffer.add(long)
+    assert [p.text for p in first] == [("word " * 17).strip()]
+    assert buffer.text.startswith("[[")
+
+
 def test_flush_speaks_everything_and_a_mark_alone_is_not_spoken():
     buffer = TextBuffer()
     assert buffer.add("half a thought") == []
