@@ -87,3 +87,67 @@ def test_the_guide_runs_as_written(server, gateway, tmp_path):
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert "('ŋwˈiən'," in ran.stdout, ran.stdout
+
+
+def test_the_guides_lexicon_example_loads_for_the_voice(exported_repository):
+    """The JSON of docs/pronunciation.md is a lexicon the bundled voice accepts as written."""
+    import json
+    import re
+
+    from tests.conftest import ROOT
+    from tts_serving.text.lexicon import parse
+    from tts_serving.voices import load_voice_config
+
+    guide = (ROOT / "docs/pronunciation.md").read_text()
+    (example,) = re.findall(r"```json\n(.*?)```", guide, re.S)
+    config = load_voice_config(exported_repository / "phonemizer/1/voice.json")
+    lexicons = parse(json.loads(example), {"joe": config.phoneme_id_map})
+    assert lexicons["joe"]("sql and Zorblax") == "sequel and [[ zˈɔːɹblæks ]]"
+
+
+def test_a_lexicon_edited_while_serving_is_used_without_a_restart(
+    server, exported_repository, grpc_client
+):
+    """model_repository/phonemizer/lexicon.json, written, edited and removed while the server
+    runs: tts and tts_stream pick each change up within seconds."""
+    import json
+    import time
+
+    path = exported_repository / "phonemizer" / "lexicon.json"
+    hello = grpc_client.synthesize("Say hello.", **EXACT).samples
+    sequel = grpc_client.synthesize("Say sequel.", **EXACT).samples
+
+    def says(expected: np.ndarray, text: str = "Say Zorblax.") -> bool:
+        got = grpc_client.synthesize(text, **EXACT).samples
+        return got.shape == expected.shape and np.max(np.abs(got - expected)) < 1e-3
+
+    def wait_for(expected: np.ndarray) -> None:
+        deadline = time.monotonic() + 30  # the file is looked at once a second, on use
+        while not says(expected):
+            assert time.monotonic() < deadline, "the lexicon change was never picked up"
+            time.sleep(0.3)
+
+    assert not path.exists()
+    try:
+        path.write_text(json.dumps({"*": {"Zorblax": "[[ həlˈoʊ ]]"}}), encoding="utf-8")
+        wait_for(hello)
+        streamed = [
+            np.concatenate([c.samples for c in grpc_client.stream(text, **EXACT)])
+            for text in ("Say Zorblax.", "Say hello.")
+        ]
+        assert streamed[0].shape == streamed[1].shape
+        assert np.max(np.abs(streamed[0] - streamed[1])) < 1e-3
+        # A bad edit keeps the last good lexicon (and says so in the log) ...
+        path.write_text('{"*": {"Zorblax": "[[ h☃ ]]"}}', encoding="utf-8")
+        time.sleep(1.5)
+        assert says(hello)
+        assert "NOT reloaded, the last good one stays" in server.log_path.read_text()
+        # ... and the next good one replaces it.
+        path.write_text(json.dumps({"*": {"Zorblax": "sequel"}}), encoding="utf-8")
+        wait_for(sequel)
+    finally:
+        path.unlink(missing_ok=True)
+    deadline = time.monotonic() + 30  # removed: the word is read as written again
+    while says(sequel) or says(hello):
+        assert time.monotonic() < deadline, "the removed lexicon was still applied"
+        time.sleep(0.3)

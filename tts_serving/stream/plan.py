@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,13 +68,15 @@ def plan_chunks(
     phonemizer: Phonemizer,
     normalize: bool,
     words: bool = False,
+    lexicon: Callable[[str], str] | None = None,
 ) -> Iterator[PlannedChunk]:
     """Chunks of ``text`` in order, each within ``settings.max_phoneme_ids`` phoneme ids.
 
     Packing uses a cheap estimate; each chunk is then phonemized for real and split further
     (clauses, then words) where the estimate was optimistic. Chunks with nothing speakable
     (a lone symbol) are skipped; a text with nothing speakable at all is an InvalidInputError.
-    ``words``: each chunk also locates its words (``PlannedChunk.words``).
+    ``words``: each chunk also locates its words (``PlannedChunk.words``). ``lexicon``
+    rewrites each block of the text first (tts_serving.text.lexicon).
     """
     if len(text) > settings.max_characters:
         raise InvalidInputError(
@@ -87,7 +89,8 @@ def plan_chunks(
     max_ids = settings.max_phoneme_ids
     index = 0
     for block_number, (offset, block) in enumerate(text_blocks(text)):
-        spoken = outside_blocks(block, normalize_english if normalize else _collapse)
+        said = lexicon(block) if lexicon else block
+        spoken = outside_blocks(said, normalize_english if normalize else _collapse)
         if not spoken:
             continue
         first = settings.first_chunk_ids if index == 0 and block_number == 0 else None

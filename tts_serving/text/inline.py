@@ -12,6 +12,7 @@ one word for the word timestamps, spanning its characters in the text as sent.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -83,13 +84,22 @@ def outside_blocks(text: str, rewrite: Callable[[str], str] | None = None) -> st
     through sentence splitting, espeak-ng's shaping and the word alignment."""
     if not has_blocks(text):
         return rewrite(text) if rewrite else text
-    parts = []
+    out = ""
     for piece in pieces(text):
         if piece.phonemes:
-            parts.append(" ".join(f"{OPEN}{w}{CLOSE}" for w in piece.text.split()))
+            part = " ".join(f"{OPEN}{w}{CLOSE}" for w in piece.text.split())
         else:
-            parts.append(rewrite(piece.text) if rewrite else piece.text)
-    return " ".join(p.strip() for p in parts if p.strip())
+            part = (rewrite(piece.text) if rewrite else piece.text).strip()
+            if out.endswith(CLOSE) and part and is_mark(piece.text[0]):
+                out += part  # "[[x]], y": the mark stays on the block's word, as on a word's
+                continue
+        if part:
+            out = f"{out} {part}" if out else part
+    return out
+
+
+def is_mark(c: str) -> bool:
+    return unicodedata.category(c).startswith("P")
 
 
 def phoneme_words(block: str) -> list[list[str]]:

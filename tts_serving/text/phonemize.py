@@ -12,6 +12,7 @@ from tts_wire import TEXT_TOO_LONG
 
 from ..errors import InvalidInputError, ModelConfigError
 from . import inline
+from .inline import is_mark as _is_punctuation
 from .words import word_spans
 
 # espeak-ng 1.52 (in piper-tts 1.8.0) segfaults on long runs of spelled letters or symbols,
@@ -34,10 +35,6 @@ MAX_WORD_CHARACTERS = 40
 MAX_PIECE_WORDS = 40
 _WORD = re.compile(r"\S+")
 _DOTTED_CHARACTER = re.compile(r"[^\s.]\.")
-
-
-def _is_punctuation(c: str) -> bool:
-    return unicodedata.category(c).startswith("P")
 
 
 def _core(word: str) -> str:
@@ -154,7 +151,14 @@ class Phonemizer:
             if part.phonemes:
                 groups = inline.phoneme_words(part.text)
             else:
-                texts = espeak_pieces(part.text) if espeak else [part.text]
+                text = part.text.lstrip()
+                if joined:  # marks right after a block belong to its last word ("[[x]], y")
+                    while (
+                        text and _is_punctuation(text[0]) and text[0] in self.config.phoneme_id_map
+                    ):
+                        joined.append(text[0])
+                        text = text[1:].lstrip()
+                texts = espeak_pieces(text) if espeak else [text]
                 groups = [s for piece in texts for s in self._voice.phonemize(piece)]
             for group in groups:
                 if group:

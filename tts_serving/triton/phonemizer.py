@@ -15,6 +15,7 @@ from ..settings import PhonemizerSettings
 from ..text import normalize
 from ..text.inline import outside_blocks
 from ..text.isolation import Job, phonemize_jobs, voice_phonemizers
+from ..text.lexicon import lexicon_file
 from .adapter import ModelContext, check_normalizer, execute_batched, flag, single_item, voice_name
 
 
@@ -42,6 +43,9 @@ class Phonemizer:
             self.logger.log_warn,
         )
         check_normalizer(self.voices, self.settings.normalize_text)
+        self.lexicon = lexicon_file(
+            self.ctx.version_dir, self.voices, self.logger.log_info, self.logger.log_error
+        )
         self.logger.log_info(
             f"phonemizer ready: voices {', '.join(self.voices.names)}; {self.settings}"
         )
@@ -59,7 +63,8 @@ class Phonemizer:
             if not phonemizer.is_english:
                 raise InvalidInputError("normalize=true needs an English voice; send false")
             rewrite = normalize
-        text = outside_blocks(sent, rewrite)  # [[ inline phonemes ]] are never rewritten
+        # The lexicon first (it may write [[ inline phonemes ]]), which nothing rewrites.
+        text = outside_blocks(self.lexicon.apply(name, sent), rewrite)
         words = flag(request, WORD_TIMESTAMPS, False)
         return PhonemizerItem((name, text, sent if words else None), clean if words else None)
 

@@ -46,6 +46,7 @@ from ..settings import StreamSettings
 from ..stream.plan import PlannedChunk, finish_chunk, plan_chunks
 from ..stream.scheduler import InFlight, StageError, StreamResponse, run_stream
 from ..text.isolation import voice_phonemizers
+from ..text.lexicon import lexicon_file
 from ..voices import decode_voice
 from .adapter import ModelContext, check_normalizer
 
@@ -132,6 +133,9 @@ class TtsStream:
             self.settings.espeak_timeout_s,
             self.logger.log_warn,
         )
+        self.lexicon = lexicon_file(
+            self.ctx.version_dir, self.voices, self.logger.log_info, self.logger.log_error
+        )
         rates = {p.config.sample_rate for _, p in self.voices}
         if len(rates) != 1:
             raise ModelConfigError(f"every voice must share one sample rate, got {sorted(rates)}")
@@ -179,7 +183,12 @@ class TtsStream:
         tensors = [pb_utils.Tensor(k, np.array([[v]], np.float32)) for k, v in scalars]
         name = pb_utils.Tensor(VOICE, np.array([[voice.encode()]], dtype=np.object_))
         plan = plan_chunks(
-            text, self.settings, phonemizer, bool(options.normalize), options.word_timestamps
+            text,
+            self.settings,
+            phonemizer,
+            bool(options.normalize),
+            options.word_timestamps,
+            lexicon=lambda block: self.lexicon.apply(voice, block),
         )
         return StreamRequest(plan, name, tensors, clean)
 
