@@ -14,7 +14,7 @@ from tts_tools.launcher.processes import GatewayProcess
 # "joe" as served, plus "joe-exact": the same voice without noise, so two requests for one
 # text give the same samples (the format checks compare lengths across requests).
 VOICES = [
-    {"id": "joe", "aliases": ["alloy", "echo"]},
+    {"id": "joe", "aliases": ["alloy", "echo"], "language": "en-us"},
     {"id": "joe-exact", "noise_scale": 0.0, "noise_w": 0.0},
     {"id": "joe-slow", "speed": 0.5, "noise_scale": 0.0, "noise_w": 0.0},
 ]

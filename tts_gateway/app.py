@@ -246,6 +246,7 @@ def _info_routes(app: FastAPI, settings: GatewaySettings, service: SpeechService
                     "description": v.description,
                     "aliases": list(v.aliases),
                     "speed": v.speed,
+                    "language": v.language or None,
                 }
                 for v in settings.voices
             ]

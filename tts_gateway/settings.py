@@ -60,6 +60,7 @@ class Voice:
     speed: float = 1.0
     noise_scale: float | None = None
     noise_w: float | None = None
+    language: str = ""  # the voice's espeak-ng language ("en-us", "de"), as listed
 
     def __post_init__(self) -> None:
         # The wire contract's ranges, checked at start: a bad voices file is refused in one
@@ -105,18 +106,30 @@ def load_voices(path: str | Path) -> tuple[Voice, ...]:
     return tuple(Voice.from_dict(v) for v in data)
 
 
-DEFAULT_VOICES = (Voice("joe", "Piper en_US-joe-medium (US English, male)", OPENAI_VOICES),)
+DEFAULT_VOICES = (
+    Voice("joe", "Piper en_US-joe-medium (US English, male)", OPENAI_VOICES, language="en-us"),
+)
 
 
-def repository_voices(names: list[str]) -> tuple[Voice, ...]:
-    """The voice table for the voices a repository serves (``voices.json``, default first):
-    each offered under its own name, and OpenAI's voice names as aliases of the default (the
-    first), so an OpenAI client's ``alloy`` speaks with the repository's default voice."""
-    if not names:
+def repository_voices(entries: list[str]) -> tuple[Voice, ...]:
+    """The voice table for the voices a repository serves (``voices.json``, default first;
+    entries ``name`` or ``name=language``): each offered under its own name, and OpenAI's voice
+    names as aliases of the default (the first), so an OpenAI client's ``alloy`` speaks with
+    the repository's default voice."""
+    if not entries:
         return DEFAULT_VOICES
-    first = DEFAULT_VOICES[0] if names[0] == DEFAULT_VOICES[0].id else None
-    table = [first or Voice(names[0], f"{names[0]} (the repository's default)", OPENAI_VOICES)]
-    table += [Voice(n, f"{n} (from the model repository)", model_voice=n) for n in names[1:]]
+    pairs = [(n.strip(), lang.strip()) for n, _, lang in (e.partition("=") for e in entries)]
+    (name, language), rest = pairs[0], pairs[1:]
+    if name == DEFAULT_VOICES[0].id and language in ("", DEFAULT_VOICES[0].language):
+        table = [DEFAULT_VOICES[0]]
+    else:
+        table = [
+            Voice(name, f"{name} (the repository's default)", OPENAI_VOICES, language=language)
+        ]
+    table += [
+        Voice(n, f"{n} (from the model repository)", model_voice=n, language=lang)
+        for n, lang in rest
+    ]
     return tuple(table)
 
 
@@ -150,8 +163,9 @@ class GatewaySettings:
     # A JSON list of voices (see Voice); empty: the Triton voices below, else the bundled voice,
     # with OpenAI's names as aliases of the first.
     voices_file: str = ""
-    # The voices the repository serves, comma-separated, default first (the launcher passes
-    # them from the repository's voices.json); each is offered under its own name.
+    # The voices the repository serves, comma-separated, default first, each `name` or
+    # `name=language` (the launcher passes them from the repository); each is offered under
+    # its own name.
     triton_voices: str = ""
     # Required as `Authorization: Bearer <key>` on /v1/ when set (OpenAI clients send one);
     # give it as $TTS_GATEWAY_API_KEY rather than a flag (flags are visible in ps).

@@ -149,7 +149,8 @@ def _max_phoneme_ids() -> Any:
 
 def _normalize_text() -> Any:
     doc_ = (
-        "default of the per-request `normalize` input: write out numbers, dates... (English voices)"
+        "default of the per-request `normalize` input for English voices: write out numbers, "
+        "dates...; other voices read text as espeak-ng does (normalize=true is refused for them)"
     )
     return field(default=True, metadata=doc(doc_))
 

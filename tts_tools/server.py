@@ -33,7 +33,7 @@ from .launcher.commands import (
 )
 from .launcher.environment import has_gpu, server_env
 from .launcher.liveness import LIVE_PATH, Heartbeat, serve as serve_metrics
-from .launcher.repository import repository_voices
+from .launcher.repository import gateway_voices
 from .launcher.security import (
     ADMIN_HEADER,
     ADMIN_KEY_ENV,
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
             f"grpc://{local}:{args.grpc_port}",
             args.bind,
             args.gateway_port,
-            [f"--triton-voices={','.join(repository_voices(args.model_repository))}"],
+            [f"--triton-voices={gateway_voices(args.model_repository)}"],
         )
         print(
             f"gateway: OpenAI-compatible API on http://{args.bind}:{args.gateway_port}/v1",

@@ -280,17 +280,26 @@ def voice_repository(exported_repository, tmp_path, **changes):
     return repo
 
 
-def test_english_normalizer_is_refused_for_a_non_english_voice(exported_repository, tmp_path):
+def test_a_non_english_voice_loads_with_the_default_config_and_reads_as_espeak_does(
+    exported_repository, tmp_path
+):
+    """The English normalizer runs for English voices only: a German voice beside them loads
+    with ``normalize_text`` at its default (it failed the whole model before), reads "3" as
+    espeak-ng's German does, and refuses only an explicit normalize=true."""
+    from piper.config import PiperConfig
+    from piper.voice import PiperVoice
+
     repo = voice_repository(exported_repository, tmp_path, espeak={"voice": "de"})
-    with pytest.raises(ModelConfigError, match="normalizer is English only"):
-        load_model(repo, "phonemizer")
-    model = load_model(repo, "phonemizer", {"normalize_text": "false"})
+    model = load_model(repo, "phonemizer")  # normalize_text: true, the default
     asked = pb.InferenceRequest(
         text=np.array([[b"Guten Tag."]], dtype=object), normalize=np.array([[True]])
     )
-    ok, refused = model.execute([text_request(b"Guten Tag."), asked])
-    assert not ok.has_error()
-    assert "needs an English voice" in refused.error().message()
+    ok, refused = model.execute([text_request(b"Es ist 3 Uhr."), asked])
+    config = json.loads((repo / "phonemizer/1/voice.json").read_text())
+    german = PiperVoice(session=None, config=PiperConfig.from_dict(config))
+    expected = german.phonemes_to_ids(german.phonemize("Es ist 3 Uhr.")[0])
+    assert ok.output("phoneme_ids")[0].tolist() == expected  # "drei", not "three"
+    assert "needs an English voice; this one speaks 'de'" in refused.error().message()
 
 
 def test_a_phoneme_type_piper_cannot_run_here_is_refused_clearly(exported_repository, tmp_path):

@@ -67,6 +67,7 @@ def test_the_page_plays_streamed_speech(gateway, browser):
         lambda: browser.find_elements(By.CSS_SELECTOR, "#voice option"), what="the voice list"
     )
     assert [v.get_attribute("value") for v in voices][:2] == ["joe", "joe-exact"]
+    assert voices[0].text.startswith("joe [en-us]")  # each voice with its language
     text = browser.find_element(By.ID, "text")
     text.clear()
     text.send_keys("The page asks the gateway, and the gateway asks Triton.")

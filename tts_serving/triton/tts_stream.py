@@ -48,7 +48,7 @@ from ..stream.scheduler import InFlight, StageError, StreamResponse, run_stream
 from ..text.isolation import voice_phonemizers
 from ..text.lexicon import lexicon_file
 from ..voices import decode_voice
-from .adapter import ModelContext, check_normalizer
+from .adapter import ModelContext, normalizes
 
 
 def stream_option(request, name: str, default: Any) -> Any:
@@ -140,7 +140,6 @@ class TtsStream:
         if len(rates) != 1:
             raise ModelConfigError(f"every voice must share one sample rate, got {sorted(rates)}")
         self.sample_rate = rates.pop()
-        check_normalizer(self.voices, self.settings.normalize_text)
         self.in_flight = InFlight()
         # pb_utils.TritonError exists only once the stub is up, not at import.
         self.codes = {
@@ -172,13 +171,12 @@ class TtsStream:
                 speed=stream_option(request, SPEED, 1.0),
                 noise_scale=stream_option(request, NOISE_SCALE, None),
                 noise_w=stream_option(request, NOISE_W, None),
-                normalize=stream_option(request, NORMALIZE, self.settings.normalize_text),
+                normalize=stream_option(request, NORMALIZE, None),
                 word_timestamps=bool(stream_option(request, WORD_TIMESTAMPS, False)),
             )
         except ValueError as e:
             raise InvalidInputError(str(e)) from None
-        if options.normalize and not phonemizer.is_english:
-            raise InvalidInputError("normalize=true needs an English voice; send false")
+        normalize = normalizes(phonemizer, options.normalize, self.settings.normalize_text)
         scalars = [(k, v) for k, v in options.inputs().items() if k in ACOUSTIC_OPTIONS]
         tensors = [pb_utils.Tensor(k, np.array([[v]], np.float32)) for k, v in scalars]
         name = pb_utils.Tensor(VOICE, np.array([[voice.encode()]], dtype=np.object_))
@@ -186,7 +184,7 @@ class TtsStream:
             text,
             self.settings,
             phonemizer,
-            bool(options.normalize),
+            normalize,
             options.word_timestamps,
             lexicon=lambda block: self.lexicon.apply(voice, block),
         )
