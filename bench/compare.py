@@ -342,34 +342,38 @@ def report(runs: list[Run], concurrencies: list[int], names: list[str]) -> None:
             )
     gateways = [n for n in names if n.startswith("gateway-")]
     if "ours-grpc" in names and gateways:
-        print(
-            "\n| concurrency | system | throughput / ours-grpc | p50 minus ours-grpc (ms) "
-            "| p99 minus ours-grpc (ms) |"
-        )
-        print("|---|---|---|---|---|")
-        for c in concurrencies:
-            o = table[(c, "ours-grpc")]
-            for name in gateways:
-                g = table[(c, name)]
-                print(
-                    f"| {c} | {name} | {g['tput'] / o['tput']:.3f} | {g['p50'] - o['p50']:+.0f} "
-                    f"| {g['p99'] - o['p99']:+.0f} |"
-                )
+        against(
+            table, concurrencies, "ours-grpc", gateways,
+            "| system | throughput / ours-grpc | p50 minus ours-grpc (ms) "
+            "| p99 minus ours-grpc (ms) |",
+            lambda g, o: f"{g['tput'] / o['tput']:.3f} | {g['p50'] - o['p50']:+.0f} "
+            f"| {g['p99'] - o['p99']:+.0f}",
+        )  # fmt: skip
     ours = [n for n in names if n.startswith("ours-grpc")]
     if ours and "piper-http" in names:
-        print(
-            "\n| concurrency | ours | throughput ours / Piper HTTP | p50 ours / Piper HTTP "
-            "| p99 ours / Piper HTTP |"
-        )
-        print("|---|---|---|---|---|")
-        for c in concurrencies:
-            p = table[(c, "piper-http")]
-            for name in ours:
-                o = table[(c, name)]
-                print(
-                    f"| {c} | {name} | {o['tput'] / p['tput']:.2f} | {o['p50'] / p['p50']:.2f} "
-                    f"| {o['p99'] / p['p99']:.2f} |"
-                )
+        against(
+            table, concurrencies, "piper-http", ours,
+            "| ours | throughput ours / Piper HTTP | p50 ours / Piper HTTP "
+            "| p99 ours / Piper HTTP |",
+            lambda o, p: f"{o['tput'] / p['tput']:.2f} | {o['p50'] / p['p50']:.2f} "
+            f"| {o['p99'] / p['p99']:.2f}",
+        )  # fmt: skip
+
+
+def against(
+    table: dict[tuple[int, str], dict],
+    concurrencies: list[int],
+    base: str,
+    names: list[str],
+    header: str,
+    cells: Callable[[dict, dict], str],
+) -> None:
+    """A table of ``names`` against ``base`` per concurrency: ``cells(row, base_row)``."""
+    print(f"\n| concurrency {header}")
+    print("|---" * (header.count("|")) + "|")
+    for c in concurrencies:
+        for name in names:
+            print(f"| {c} | {name} | {cells(table[(c, name)], table[(c, base)])} |")
 
 
 if __name__ == "__main__":
