@@ -101,11 +101,14 @@ class LexiconFile:
         except ValueError as e:
             raise ModelConfigError(f"{path}: {e}") from None
 
-    def _load(self) -> None:
+    def _stamp(self) -> float | None:
         try:
-            stamp = os.stat(self.path).st_mtime
-        except FileNotFoundError:
-            stamp = None
+            return os.stat(self.path).st_mtime
+        except OSError:
+            return None
+
+    def _load(self) -> None:
+        stamp = self._stamp()
         if stamp == self.stamp:
             return
         if stamp is None:
@@ -129,6 +132,6 @@ class LexiconFile:
                 self._load()
             except ValueError as e:
                 self.error(f"lexicon {self.path} NOT reloaded, the last good one stays: {e}")
-                self.stamp = os.stat(self.path).st_mtime if self.path.exists() else None
+                self.stamp = self._stamp()  # said once per edit, not once a second
         lexicon = self.lexicons.get(voice)
         return lexicon(text) if lexicon else text

@@ -151,14 +151,15 @@ class Phonemizer:
             if part.phonemes:
                 groups = inline.phoneme_words(part.text)
             else:
-                text = part.text.lstrip()
+                said = part.text
                 if joined:  # marks right after a block belong to its last word ("[[x]], y")
+                    said = said.lstrip()
                     while (
-                        text and _is_punctuation(text[0]) and text[0] in self.config.phoneme_id_map
+                        said and _is_punctuation(said[0]) and said[0] in self.config.phoneme_id_map
                     ):
-                        joined.append(text[0])
-                        text = text[1:].lstrip()
-                texts = espeak_pieces(text) if espeak else [text]
+                        joined.append(said[0])
+                        said = said[1:].lstrip()
+                texts = espeak_pieces(said) if espeak else [said]
                 groups = [s for piece in texts for s in self._voice.phonemize(piece)]
             for group in groups:
                 if group:
