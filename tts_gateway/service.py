@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import time
 from collections import Counter
@@ -28,6 +27,8 @@ from tts_client.errors import InvalidInput, ServerUnavailable, TTSError
 from tts_client.session import BufferRule, SpeechSession
 from tts_wire import FRONT_TOKEN_HEADER, SynthesisOptions
 
+from .admission import Drain, DrainCut, Slots, next_chunk
+from .bodies import captioned_lines_body, cut_message, sse_body, word_json
 from .encoding import AudioFormat, Encoder
 from .errors import APIError, from_tts_error, timeout
 from .metrics import Metrics
@@ -85,76 +86,6 @@ async def check_voices(backend: SpeechBackend, voices, wait_s: float = 60.0) -> 
         except TTSError as e:
             log.warning("gateway: could not check voice %r with Triton: %s", name, e)
             return
-
-
-class DrainCut(Exception):
-    """The gateway is stopping and its drain time ran out with this stream still running."""
-
-
-class Drain:
-    """When the gateway began to stop (SIGTERM), so streams can end cleanly at its limit."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.cut_at: float | None = None  # on the event loop's clock
-        self.started = asyncio.Event()
-
-    def begin(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Called from the signal handler (tts_gateway.__main__); thread-safe."""
-        if self.cut_at is None:
-            self.cut_at = loop.time() + self.seconds
-            loop.call_soon_threadsafe(self.started.set)
-
-
-async def next_chunk(chunks: AsyncIterator, deadline: float, drain: Drain):
-    """The next chunk, or TimeoutError at ``deadline``, or DrainCut when the drain runs out;
-    StopAsyncIteration at the end."""
-    loop = asyncio.get_running_loop()
-    step = asyncio.ensure_future(anext(chunks))
-    try:
-        while True:
-            cut = drain.cut_at
-            limit = deadline if cut is None else min(deadline, cut)
-            waits: set[asyncio.Future] = {step}
-            if cut is None:  # wake up when a drain begins, to honour its limit
-                waits.add(asyncio.ensure_future(drain.started.wait()))
-            done, pending = await asyncio.wait(
-                waits, timeout=max(0.0, limit - loop.time()), return_when=asyncio.FIRST_COMPLETED
-            )
-            for future in pending - {step}:
-                future.cancel()
-            if step in done:
-                return step.result()
-            if loop.time() >= limit:
-                raise DrainCut() if cut is not None and limit == cut else asyncio.TimeoutError()
-    finally:
-        if not step.done():
-            step.cancel()
-            await asyncio.gather(step, return_exceptions=True)
-
-
-class Slots:
-    """Admission control: at most ``limit`` speech requests in this process."""
-
-    def __init__(self, limit: int, metrics: Metrics) -> None:
-        self.limit = limit
-        self.used = 0
-        self.metrics = metrics
-
-    def take(self) -> Callable[[], None]:
-        """A slot, and the function that gives it back (idempotent)."""
-        self.used += 1
-        self.metrics.in_flight.inc()
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self.used -= 1
-                self.metrics.in_flight.dec()
-
-        return release
 
 
 @dataclass(frozen=True)
@@ -411,13 +342,13 @@ class SpeechService:
     def response(self, speech: Speech, sse: bool) -> SpeechResponse:
         """The HTTP response for ``speech``: raw audio bytes, or OpenAI's SSE events."""
         if sse:
-            return SpeechResponse(speech, _sse(speech), "text/event-stream")
+            return SpeechResponse(speech, sse_body(speech), "text/event-stream")
         return SpeechResponse(speech, speech.body(), speech.job.format.media_type)
 
     def captioned_lines(self, speech: Speech) -> SpeechResponse:
         """Kokoro-FastAPI's streamed captioned speech: one JSON object per line, each with a
         piece of the encoded audio (base64) and the words whose audio it holds."""
-        return SpeechResponse(speech, _captioned_lines(speech), "application/x-ndjson")
+        return SpeechResponse(speech, captioned_lines_body(speech), "application/x-ndjson")
 
     async def captioned(self, speech: Speech) -> dict:
         """Kokoro-FastAPI's captioned speech as one JSON body: the whole audio (base64) and
@@ -437,76 +368,3 @@ class SpeechService:
             "audio_format": speech.job.format.name,
             "timestamps": [word_json(w) for w in speech.take_words()],
         }
-
-
-def word_json(word) -> dict:
-    """A timed word as Kokoro-FastAPI writes it (word, start_time, end_time in seconds), with
-    where it is in the text sent (char_start, char_end)."""
-    return {
-        "word": word.text,
-        "start_time": round(word.start, 3),
-        "end_time": round(word.end, 3),
-        "char_start": word.char_start,
-        "char_end": word.char_end,
-    }
-
-
-def cut_message(exc: BaseException) -> str:
-    """Why a response that had begun was cut, for its last event."""
-    if isinstance(exc, DrainCut):
-        return "the gateway is shutting down and its drain time ran out; retry"
-    if isinstance(exc, TTSError):
-        return str(exc)
-    return "the gateway's deadline passed"
-
-
-CUT = (asyncio.TimeoutError, TTSError, DrainCut)
-
-
-async def _sse(speech: Speech) -> AsyncIterator[bytes]:
-    """OpenAI's ``speech.audio.delta`` / ``speech.audio.done`` events (``data:`` lines); with
-    word timestamps asked for, each delta also carries the words its audio completes."""
-
-    def event(payload: dict) -> bytes:
-        return b"data: " + json.dumps(payload).encode() + b"\n\n"
-
-    encoded = speech.body()
-    words = speech.job.options.word_timestamps
-    try:
-        async for data in encoded:
-            if data:
-                delta = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
-                if words:
-                    delta["words"] = [word_json(w) for w in speech.take_words()]
-                yield event(delta)
-    except CUT as exc:
-        error = {"message": cut_message(exc), "type": "server_error"}
-        yield event({"type": "error", "error": error})
-        return
-    finally:
-        await encoded.aclose()
-    characters, seconds = len(speech.job.text), round(speech.audio_seconds, 3)
-    done: dict = {
-        "type": "speech.audio.done",
-        "usage": {"input_characters": characters, "audio_seconds": seconds},
-    }
-    if words:
-        done["words"] = [word_json(w) for w in speech.take_words()]  # (none, normally)
-    yield event(done)
-
-
-async def _captioned_lines(speech: Speech) -> AsyncIterator[bytes]:
-    encoded = speech.body()
-    name = speech.job.format.name
-    try:
-        async for data in encoded:
-            if data:
-                timestamps = [word_json(w) for w in speech.take_words()]
-                line = {"audio": base64.b64encode(data).decode(), "audio_format": name,
-                        "timestamps": timestamps}  # fmt: skip
-                yield json.dumps(line).encode() + b"\n"
-    except CUT as exc:
-        yield json.dumps({"error": {"message": cut_message(exc), "type": "server_error"}}).encode()
-        yield b"\n"
-    finally:
-        await encoded.aclose()

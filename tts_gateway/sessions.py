@@ -27,8 +27,9 @@ from tts_client.errors import ServerOverloaded, ServerUnavailable, TTSError
 from tts_client.session import BufferRule, SpeechSession
 from tts_wire import MAX_SPEED, MIN_SPEED, SynthesisOptions
 
+from .bodies import word_json
 from .encoding import encode_all, served_formats
-from .service import SpeechService, word_json
+from .service import SpeechService
 from .settings import MODELS, GatewaySettings, known_model
 
 log = logging.getLogger("tts_gateway")
