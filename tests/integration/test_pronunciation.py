@@ -127,7 +127,8 @@ def test_a_lexicon_edited_while_serving_is_used_without_a_restart(
             assert time.monotonic() < deadline, "the lexicon change was never picked up"
             time.sleep(0.3)
 
-    assert not path.exists()
+    if path.exists():
+        pytest.skip(f"{path} is someone's lexicon: this test writes and removes that file")
     try:
         path.write_text(json.dumps({"*": {"Zorblax": "[[ həlˈoʊ ]]"}}), encoding="utf-8")
         wait_for(hello)
