@@ -13,7 +13,7 @@ from ..errors import InvalidInputError
 from ..inputs import CleanText, check_characters, check_encoded_size, decode_clean, sent_rows
 from ..settings import PhonemizerSettings
 from ..text import normalize
-from ..text.inline import outside_blocks
+from ..text.inline import check as check_inline, outside_blocks
 from ..text.isolation import Job, phonemize_jobs, voice_phonemizers
 from ..text.lexicon import lexicon_file
 from .adapter import ModelContext, execute_batched, flag, normalizes, single_item, voice_name
@@ -59,6 +59,7 @@ class Phonemizer:
         sent = check_characters(clean.text, limit)
         asked = flag(request, NORMALIZE, None)
         rewrite = normalize if normalizes(phonemizer, asked, self.settings.normalize_text) else None
+        check_inline(sent, phonemizer.config.phoneme_id_map)  # its errors quote the text as sent
         # The lexicon first (it may write [[ inline phonemes ]]), which nothing rewrites.
         text = outside_blocks(self.lexicon.apply(name, sent), rewrite)
         words = flag(request, WORD_TIMESTAMPS, False)
