@@ -18,7 +18,6 @@ and why (docs/performance.md, "Cheaper arithmetic"):
 
 from __future__ import annotations
 
-import re
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -30,6 +29,7 @@ from tts_serving.engines.models import load_acoustic
 from tts_serving.settings import EngineSettings
 from tts_serving.text import normalize
 from tts_serving.text.phonemize import Phonemizer
+from tts_wire.split import SENTENCE_END
 
 # Varied English prose (statements, a question, numbers, names), none of it the gates' text.
 CALIBRATION = (
@@ -56,7 +56,7 @@ def calibration_latents(acoustic: Path, voice: PiperConfig, texts: Iterable[str]
 
 
 def sentences(text: str) -> list[str]:
-    return re.split(r"(?<=[.!?])\s+", text)
+    return SENTENCE_END.split(text)  # the stream's and the sessions' sentence ends
 
 
 def quantize_convolutions(

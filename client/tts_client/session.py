@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from tts_wire.split import CLAUSE_END, SENTENCE_END
+from tts_wire.split import CLAUSE_END, SENTENCE_END, cut_outside_phonemes, inside_phonemes
 
 from .audio import Audio, AudioChunk, Word
 from .errors import InvalidInput
@@ -60,12 +60,6 @@ class Piece:
     char_start: int
 
 
-def _inside_phonemes(text: str, cut: int) -> bool:
-    """Whether ``cut`` falls inside an ``[[ inline phonemes ]]`` block (the server refuses a
-    piece holding half of one)."""
-    return text.rfind("[[", 0, cut) > text.rfind("]]", 0, cut)
-
-
 def _ends_abbreviation(text: str, end: int) -> bool:
     """Whether the "." just before ``end`` closes an abbreviation or an initial."""
     word = text[:end].rsplit(None, 1)[-1].rstrip(".!?\"')]").lstrip("\"'([")
@@ -106,7 +100,7 @@ class TextBuffer:
         text, rule = self.text, self.rule
         cuts = []
         for match in SENTENCE_END.finditer(text):
-            if _inside_phonemes(text, match.end()):
+            if inside_phonemes(text, match.end()):
                 continue
             if not (text[match.start() - 1] == "." and _ends_abbreviation(text, match.start())):
                 cuts.append(match.end())
@@ -114,16 +108,14 @@ class TextBuffer:
         words = rule.first_words if self.first else rule.clause_words
         for match in CLAUSE_END.finditer(text):
             if len(text[: match.start()].split()) >= words:
-                if not _inside_phonemes(text, match.end()):
+                if not inside_phonemes(text, match.end()):
                     cuts.append(match.end())
                     break
         if not cuts and len(text) >= rule.max_chars:
             space = text.rfind(" ", 0, rule.max_chars)
             cut = space + 1 if space > 0 else rule.max_chars
-            if _inside_phonemes(text, cut):  # before the block, or after it once it is whole
-                opened = text.rfind("[[", 0, cut)
-                closed = text.find("]]", cut)
-                cut = opened if opened > 0 else (closed + 2 if closed >= 0 else 0)
+            # Before a block it would split, or after it once it is whole.
+            cut = cut_outside_phonemes(text, 0, cut)
             cuts += [cut] if cut else []
         return min(cuts) if cuts else None
 

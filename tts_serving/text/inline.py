@@ -16,9 +16,11 @@ import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from tts_wire.split import PHONEMES_CLOSE, PHONEMES_OPEN, cut_outside_phonemes
+
 from ..errors import InvalidInputError
 
-OPEN, CLOSE = "[[", "]]"
+OPEN, CLOSE = PHONEMES_OPEN, PHONEMES_CLOSE
 _BLOCK = re.compile(r"\[\[(.*?)\]\]", re.S)
 
 
@@ -109,11 +111,6 @@ def phoneme_words(block: str) -> list[list[str]]:
 
 def safe_cut(text: str, start: int, cut: int) -> int:
     """``cut`` (an index in ``text``), moved back before a block it would split, or past the
-    block when it opens at ``start``."""
-    opened = text.rfind(OPEN, start, cut)
-    if opened < 0 or text.rfind(CLOSE, opened, cut) >= 0:
-        return cut
-    if opened > start:
-        return opened
-    closed = text.find(CLOSE, cut)
-    return len(text) if closed < 0 else closed + len(CLOSE)
+    block when it opens at ``start`` (the text's end when it never closes)."""
+    moved = cut_outside_phonemes(text, start, cut)
+    return len(text) if moved is None else moved

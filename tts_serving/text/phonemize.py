@@ -147,7 +147,7 @@ class Phonemizer:
         which espeak-ng never sees) joined by a space."""
         espeak = self.shape and self.config.phoneme_type == PhonemeType.ESPEAK
         joined: list[str] = []
-        for part in inline.pieces(text) if inline.has_blocks(text) else [inline.Piece(text, False)]:
+        for part in inline.pieces(text):
             if part.phonemes:
                 groups = inline.phoneme_words(part.text)
             else:

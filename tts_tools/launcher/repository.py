@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tts_serving.errors import ModelConfigError
 from tts_serving.voices import discover, voice_names
 
 
@@ -19,15 +18,10 @@ def repository_voices(repository: Path) -> list[str]:
 
 
 def gateway_voices(repository: Path) -> str:
-    """``name=language,...`` for the gateway's ``--triton-voices``: the repository's voices,
-    default first, each with its espeak-ng language (the phonemizer's voice configs)."""
+    """``name=language,...`` for the gateway's ``--triton-voices``: the phonemizer's voices,
+    default first, each with its espeak-ng language; the names alone where it has none yet."""
     try:
-        languages = {
-            v.name: v.config.espeak_voice for v in discover(Path(repository) / "phonemizer" / "1")
-        }
-    except (OSError, ValueError, ModelConfigError):
-        languages = {}
-    return ",".join(
-        f"{name}={languages[name]}" if name in languages else name
-        for name in repository_voices(repository)
-    )
+        voices = discover(Path(repository) / "phonemizer" / "1")
+    except (OSError, ValueError):  # (ModelConfigError is a ValueError)
+        return ",".join(repository_voices(repository))
+    return ",".join(f"{v.name}={v.config.espeak_voice}" for v in voices)

@@ -16,6 +16,26 @@ from dataclasses import dataclass
 
 SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
 CLAUSE_END = re.compile(r"(?<=[,;:\u2014\u2013])\s+|\s+(?=[\u2014\u2013]\s)|\s+-\s+")
+# Inline phonemes, Piper's ``[[ ... ]]``: text is never cut inside a block (the server refuses
+# half of one).
+PHONEMES_OPEN, PHONEMES_CLOSE = "[[", "]]"
+
+
+def inside_phonemes(text: str, cut: int, start: int = 0) -> bool:
+    """Whether ``cut`` falls inside a ``[[ ]]`` block that opened after ``start``."""
+    return text.rfind(PHONEMES_OPEN, start, cut) > text.rfind(PHONEMES_CLOSE, start, cut)
+
+
+def cut_outside_phonemes(text: str, start: int, cut: int) -> int | None:
+    """``cut``; or, inside a block, the block's start, or just past its end when it opens at
+    ``start``; None when that block is not closed yet."""
+    if not inside_phonemes(text, cut, start):
+        return cut
+    opened = text.rfind(PHONEMES_OPEN, start, cut)
+    if opened > start:
+        return opened
+    closed = text.find(PHONEMES_CLOSE, cut)
+    return None if closed < 0 else closed + len(PHONEMES_CLOSE)
 
 
 @dataclass(frozen=True)
