@@ -68,18 +68,21 @@ def clean_text(text: str) -> CleanText:
     return CleanText("".join(out), tuple(a for a, _ in kept), tuple(b for _, b in kept))
 
 
+def decode_utf8(raw: bytes | str) -> str:
+    """UTF-8 bytes from a TYPE_STRING tensor as the text sent, or InvalidInputError."""
+    if not isinstance(raw, bytes):
+        return raw
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidInputError(
+            f"text is not valid UTF-8 (bad byte at offset {e.start}); send UTF-8 encoded text"
+        ) from None
+
+
 def decode_clean(raw: bytes | str) -> CleanText:
     """UTF-8 bytes from a TYPE_STRING tensor to :class:`CleanText`, or InvalidInputError."""
-    if isinstance(raw, bytes):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise InvalidInputError(
-                f"text is not valid UTF-8 (bad byte at offset {e.start}); send UTF-8 encoded text"
-            ) from None
-    else:
-        text = raw
-    clean = clean_text(text)
+    clean = clean_text(decode_utf8(raw))
     if not clean.text:
         raise InvalidInputError("text is empty or only whitespace; send at least one word")
     return clean

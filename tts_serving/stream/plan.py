@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -19,9 +19,11 @@ from tts_serving.text.phonemize import Phonemizer
 from tts_wire.split import Chunk, split_text
 
 from ..errors import InvalidInputError, PhonemizerCrashError
+from ..inputs import CleanText
 from ..settings import StreamSettings
 from ..text import normalize as normalize_english
 from ..text.inline import check as check_inline, outside_blocks, safe_cut
+from ..text.ssml import Document
 from ..text.words import original_spans, unspoken_tokens
 
 # Raw text is normalized in blocks of about this many characters, cut at whitespace.
@@ -39,6 +41,14 @@ class PlannedChunk:
     # Word timestamps asked for: rows (first id, end id, first char, end char) of each word,
     # the characters counted in the text the client sent (not this chunk's normalized text).
     words: np.ndarray | None = None
+    # An SSML document's chunk: its segment's voice (None: the stream's) and rate, where its
+    # words' characters are in the document, the pause before it (the document's first chunk)
+    # and after it (its segment's last chunk: exact, in place of the sentence pause).
+    voice: str | None = None
+    rate: float = 1.0
+    source: CleanText | None = None
+    pause_before_s: float = 0.0
+    pause_after_s: float | None = None
 
 
 def text_blocks(text: str, size: int = BLOCK_CHARACTERS) -> Iterator[tuple[int, str]]:
@@ -103,6 +113,33 @@ def plan_chunks(
             index += 1
     if index == 0:
         raise InvalidInputError("text has nothing speakable after normalization")
+
+
+def plan_document(
+    document: Document,
+    settings: StreamSettings,
+    phonemizer: Callable[[str], Phonemizer],
+    normalize: Callable[[Phonemizer], bool],
+    words: bool = False,
+    lexicon: Callable[[str, str], str] | None = None,
+) -> Iterator[PlannedChunk]:
+    """An SSML document's chunks: each segment planned as plain text is (``plan_chunks``),
+    with its voice (``phonemizer(voice)``), its rate and its pauses."""
+    index = 0
+    for segment in document.segments:
+        voice = segment.voice
+        said = None if lexicon is None else (lambda block, v=voice: lexicon(v, block))
+        reader = phonemizer(voice)
+        held = None
+        for chunk in plan_chunks(segment.text, settings, reader, normalize(reader), words, said):
+            if held is not None:
+                yield held
+            before = document.leading_pause_s if index == 0 else 0.0
+            held = replace(chunk, index=index, voice=voice, rate=segment.rate,
+                           source=segment.source, pause_before_s=before)  # fmt: skip
+            index += 1
+        if held is not None:
+            yield replace(held, pause_after_s=segment.pause_after_s)
 
 
 def _collapse(text: str) -> str:
@@ -211,17 +248,23 @@ def finish_chunk(
     settings: StreamSettings,
     pause_after: bool,
     speed: float = 1.0,
+    chunk: PlannedChunk | None = None,
 ) -> np.ndarray:
     """Fade the chunk's edges and append the pause that follows a sentence (shortened by the
-    speed as the speech is, so a whole stream's length follows 1/speed)."""
+    speed as the speech is, so a whole stream's length follows 1/speed); an SSML chunk's own
+    pauses (``chunk``) are exact instead."""
     audio = np.asarray(audio, dtype=np.float32).copy()
     n = min(int(sample_rate * settings.fade_ms / 1000), len(audio) // 2)
     if n > 0:
         ramp = (0.5 - 0.5 * np.cos(np.linspace(0, np.pi, n, dtype=np.float32))).astype(np.float32)
         audio[:n] *= ramp
         audio[-n:] *= ramp[::-1]
-    if pause_after:
-        seconds = settings.sentence_silence_ms / 1000 / speed
-        silence = np.zeros(round(sample_rate * seconds), np.float32)
-        audio = np.concatenate([audio, silence])
+    if chunk is not None and chunk.pause_after_s is not None:
+        after = chunk.pause_after_s
+    else:
+        after = settings.sentence_silence_ms / 1000 / speed if pause_after else 0.0
+    before = chunk.pause_before_s if chunk is not None else 0.0
+    if after or before:
+        silence = [np.zeros(round(sample_rate * s), np.float32) for s in (before, after)]
+        audio = np.concatenate([silence[0], audio, silence[1]])
     return audio

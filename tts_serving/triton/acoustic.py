@@ -1,5 +1,8 @@
 """The acoustic stage: phoneme ids (+ per-item speed and noise) -> latent frames [192, T].
 
+An SSML document's segments (``tts_serving.engines.segments``) run as items of their own, each
+with its voice's network and its rate, and are joined again into the request's latent.
+
 Requests arrive as one dynamic batch of ragged items; they are grouped by network (voices that
 share one run together), sorted by length, padded into one engine call per bucket (ONNX
 Runtime or torch), and every item's latent is cut back to its own frames.
@@ -12,10 +15,30 @@ from dataclasses import dataclass
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from tts_wire import LATENT, NOISE_SCALE, NOISE_W, PHONEME_IDS, SPEED, VOICE, WORD_SPANS, WORDS
+from tts_wire import (
+    LATENT,
+    LATENT_SEGMENTS,
+    MAX_SPEED,
+    MIN_SPEED,
+    NOISE_SCALE,
+    NOISE_W,
+    PHONEME_IDS,
+    SEGMENTS,
+    SPEED,
+    VOICE,
+    WORD_SPANS,
+    WORDS,
+)
 
 from ..engines.batching import run_grouped
 from ..engines.models import AcousticModel, AcousticResult, load_acoustic, model_file
+from ..engines.segments import (
+    SegmentRow,
+    check_pauses,
+    concat_frames,
+    pauses_before,
+    segment_rows,
+)
 from ..errors import InvalidInputError
 from ..inputs import validate_noise, validate_speed
 from ..settings import AcousticSettings
@@ -25,12 +48,21 @@ from .adapter import ModelContext, execute_batched, output_or_error, scalar, sin
 
 
 @dataclass(frozen=True)
-class AcousticItem:
+class AcousticPart:
+    """One engine item: a request's ids, or one segment of an SSML document's."""
+
     model: AcousticModel  # the voice's network
     ids: np.ndarray  # int64 [L]
     scales: np.ndarray  # float32 (noise_scale, length_scale, noise_w, speed)
+
+
+@dataclass(frozen=True)
+class AcousticItem:
+    parts: list[AcousticPart]  # in order; an empty segment (a pause alone) has none
     words: np.ndarray  # int32 [W, 4] (first id, end id, first char, end char); W = 0: not asked
-    seconds_per_frame: float  # the voice's hop length over its sample rate
+    seconds_per_frame: float  # the voices' hop length over their sample rate
+    sample_rate: int
+    segments: list[SegmentRow]  # none for plain text
 
 
 class Acoustic:
@@ -39,7 +71,8 @@ class Acoustic:
     def initialize(self, args: dict) -> None:
         self.ctx = ModelContext.from_args(args, AcousticSettings)
         self.ctx.require_io(
-            [PHONEME_IDS, SPEED, NOISE_SCALE, NOISE_W, VOICE, WORD_SPANS], [LATENT, WORDS]
+            [PHONEME_IDS, SPEED, NOISE_SCALE, NOISE_W, VOICE, WORD_SPANS, SEGMENTS],
+            [LATENT, WORDS, LATENT_SEGMENTS],
         )
         self.ctx.require_max_batch_size(16)
         self.max_ids = self.ctx.settings.max_phoneme_ids
@@ -60,43 +93,91 @@ class Acoustic:
         )
 
     def parse(self, request) -> AcousticItem:
-        _, (voice, model) = self.voices.pick(voice_name(request))
+        name, (voice, _) = self.voices.pick(voice_name(request))
         ids = single_item(request, PHONEME_IDS).astype(np.int64).reshape(-1)
         if ids.size == 0 or ids.size > self.max_ids:
             raise InvalidInputError(f"phoneme_ids must hold 1..{self.max_ids} ids, got {ids.size}")
-        if ids.min() < 0 or ids.max() >= voice.num_symbols:
-            raise InvalidInputError(
-                f"phoneme_ids must be in 0..{voice.num_symbols - 1} for this voice"
-            )
+        names = self.voices.names
+        rows = segment_rows(
+            single_item(request, SEGMENTS, optional=True), ids.size, len(names), 4, SEGMENTS
+        )
+        check_pauses([r.pause for r in rows])
+        plan = rows or [SegmentRow(0, ids.size, names.index(name), 1.0, 0.0)]
         # speed is checked here, once per process: tts_stream and the gateway check their own
         # request before any work, against the same range (tts_wire).
-        speed = validate_speed(scalar(request, SPEED, 1.0))
-        noise = validate_noise(NOISE_SCALE, scalar(request, NOISE_SCALE, voice.noise_scale))
-        noise_w = validate_noise(NOISE_W, scalar(request, NOISE_W, voice.noise_w_scale))
-        # The speed is its own column: the graph spreads the voice's durations over 1/speed
-        # of the time (export/graph.proportional_durations), so 2.0 is twice as fast.
-        scales = np.array([noise, voice.length_scale, noise_w, speed], np.float32)
+        speed = scalar(request, SPEED, 1.0)
+        noise = scalar(request, NOISE_SCALE, None)
+        noise_w = scalar(request, NOISE_W, None)
+        parts = [
+            self.part(names[r.voice], ids[r.start : r.end], speed, r.rate, noise, noise_w)
+            for r in plan
+            if r.end > r.start
+        ]
         words = single_item(request, WORD_SPANS, optional=True)
         words = np.zeros((0, 4), np.int32) if words is None else words.reshape(-1, 4)
         if words.size and (words[:, :2].min() < 0 or words[:, :2].max() > ids.size):
             raise InvalidInputError(f"word_spans must index the {ids.size} phoneme ids")
-        return AcousticItem(model, ids, scales, words, voice.hop_length / voice.sample_rate)
+        return AcousticItem(
+            parts, words, voice.hop_length / voice.sample_rate, voice.sample_rate, rows
+        )
+
+    def part(
+        self, name: str, ids: np.ndarray, speed: float, rate: float, noise, noise_w
+    ) -> AcousticPart:
+        speed *= rate
+        _, (voice, model) = self.voices.pick(name)
+        if ids.min() < 0 or ids.max() >= voice.num_symbols:
+            raise InvalidInputError(
+                f"phoneme_ids must be in 0..{voice.num_symbols - 1} for voice {name!r}"
+            )
+        try:
+            speed = validate_speed(speed)
+        except InvalidInputError:
+            if rate == 1.0:
+                raise
+            raise InvalidInputError(
+                f"<prosody rate> makes this span's speed {speed:g} (the request's times the "
+                f"rate {rate:g}), outside {MIN_SPEED:g}..{MAX_SPEED:g}"
+            ) from None
+        noise = validate_noise(NOISE_SCALE, voice.noise_scale if noise is None else noise)
+        noise_w = validate_noise(NOISE_W, voice.noise_w_scale if noise_w is None else noise_w)
+        # The speed is its own column: the graph spreads the voice's durations over 1/speed
+        # of the time (export/graph.proportional_durations), so 2.0 is twice as fast.
+        scales = np.array([noise, voice.length_scale, noise_w, speed], np.float32)
+        return AcousticPart(model, ids, scales)
 
     def run(self, items: list[AcousticItem]) -> list:
+        parts = [p for it in items for p in it.parts]
+
         def run_model(model: AcousticModel, indices: list[int]) -> list[AcousticResult]:
             return model.run(
-                [items[i].ids for i in indices], np.stack([items[i].scales for i in indices])
+                [parts[i].ids for i in indices], np.stack([parts[i].scales for i in indices])
             )
 
-        results = run_grouped([it.model for it in items], run_model)
-        outputs = []
-        for item, result in zip(items, results):
-            latent = output_or_error(LATENT, result.latent)
-            if isinstance(latent, list):
-                times = word_times(item.words, result.durations, item.seconds_per_frame)
-                latent.append(pb_utils.Tensor(WORDS, times[None]))
-            outputs.append(latent)
+        results = run_grouped([p.model for p in parts], run_model)
+        outputs, at = [], 0
+        for item in items:
+            outputs.append(self.outputs(item, results[at : at + len(item.parts)]))
+            at += len(item.parts)
         return outputs
+
+    def outputs(self, item: AcousticItem, results: list[AcousticResult]) -> list | Exception:
+        """One request's latent (its parts' joined), word times and the vocoder's rows."""
+        latent = concat_frames([r.latent for r in results])
+        tensors = output_or_error(LATENT, latent)
+        if not isinstance(tensors, list):
+            return tensors
+        durations = [r.durations for r in results]
+        times = word_times(item.words, np.concatenate(durations), item.seconds_per_frame)
+        if item.segments and len(times):  # each word later by the pauses before it
+            times[:, :2] += pauses_before(item.segments, item.words[:, 0])[:, None]
+        tensors.append(pb_utils.Tensor(WORDS, times[None]))
+        rows, frames, done = [], 0, iter(durations)
+        for r in item.segments:  # a pause alone (no ids) ends where the frames so far end
+            frames += int(next(done).sum()) if r.end > r.start else 0
+            rows.append([frames, r.voice, round(r.pause * item.sample_rate)])
+        tensors.append(pb_utils.Tensor(LATENT_SEGMENTS, np.array(rows, np.int32).reshape(1, -1, 3)))
+        return tensors
 
     def execute(self, requests: list) -> list:
         return execute_batched(requests, self.parse, self.run, self.logger, "acoustic")

@@ -1,29 +1,44 @@
-"""The phonemizer stage: UTF-8 text -> (normalized English) -> the chosen voice's phoneme ids."""
+"""The phonemizer stage: UTF-8 text or SSML -> (normalized English) -> each voice's phoneme ids."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from tts_wire import NORMALIZE, PHONEME_IDS, TEXT, VOICE, WORD_SPANS, WORD_TIMESTAMPS
+from tts_wire import (
+    NORMALIZE,
+    PHONEME_IDS,
+    SEGMENTS,
+    TEXT,
+    TEXT_TOO_LONG,
+    VOICE,
+    WORD_SPANS,
+    WORD_TIMESTAMPS,
+)
 
 from ..errors import InvalidInputError
-from ..inputs import CleanText, check_characters, check_encoded_size, decode_clean, sent_rows
+from ..inputs import CleanText, check_characters, check_encoded_size, decode_clean, decode_utf8
 from ..settings import PhonemizerSettings
-from ..text import normalize
+from ..text import normalize, ssml
 from ..text.inline import check as check_inline, outside_blocks
 from ..text.isolation import Job, phonemize_jobs, voice_phonemizers
 from ..text.lexicon import lexicon_file
+from ..text.ssml import is_ssml
 from .adapter import ModelContext, execute_batched, flag, normalizes, single_item, voice_name
 
 
 @dataclass(frozen=True)
 class PhonemizerItem:
-    # (voice, text to phonemize, the text sent when its words are asked for, else None)
-    job: Job
-    clean: CleanText | None = None  # with words: maps their spans back to the text as sent
+    """One request's phonemizer jobs: one for plain text, one per segment of an SSML document."""
+
+    jobs: list[Job]  # (voice, text to phonemize, the text its words are found in, or None)
+    sources: list[CleanText | None]  # per job, with words: maps their spans to the text as sent
+    # SSML: per job (voice index, rate, pause s after it); a first row with no job holds the
+    # pause before the first word. Plain text: none.
+    plan: list[tuple[float, float, float]] = field(default_factory=list)
+    leading_pause_s: float = 0.0
 
 
 class Phonemizer:
@@ -31,7 +46,9 @@ class Phonemizer:
 
     def initialize(self, args: dict) -> None:
         self.ctx = ModelContext.from_args(args, PhonemizerSettings)
-        self.ctx.require_io([TEXT, NORMALIZE, VOICE, WORD_TIMESTAMPS], [PHONEME_IDS, WORD_SPANS])
+        self.ctx.require_io(
+            [TEXT, NORMALIZE, VOICE, WORD_TIMESTAMPS], [PHONEME_IDS, WORD_SPANS, SEGMENTS]
+        )
         self.ctx.require_max_batch_size(1)
         self.settings = self.ctx.settings
         self.logger = pb_utils.Logger
@@ -45,6 +62,7 @@ class Phonemizer:
         self.lexicon = lexicon_file(
             self.ctx.version_dir, self.voices, self.logger.log_info, self.logger.log_error
         )
+        self.voice_infos = voice_infos(self.voices)
         self.logger.log_info(
             f"phonemizer ready: voices {', '.join(self.voices.names)}; {self.settings}"
         )
@@ -58,27 +76,70 @@ class Phonemizer:
         clean = decode_clean(check_encoded_size(raw[0], limit))
         sent = check_characters(clean.text, limit)
         asked = flag(request, NORMALIZE, None)
+        words = flag(request, WORD_TIMESTAMPS, False)
+        if is_ssml(sent):
+            document = ssml.parse(decode_utf8(raw[0]), name, self.voice_infos)
+            return self.document_item(document, asked, words)
         rewrite = normalize if normalizes(phonemizer, asked, self.settings.normalize_text) else None
         check_inline(sent, phonemizer.config.phoneme_id_map)  # its errors quote the text as sent
         # The lexicon first (it may write [[ inline phonemes ]]), which nothing rewrites.
         text = outside_blocks(self.lexicon.apply(name, sent), rewrite)
-        words = flag(request, WORD_TIMESTAMPS, False)
-        return PhonemizerItem((name, text, sent if words else None), clean if words else None)
+        return PhonemizerItem([(name, text, sent if words else None)], [clean if words else None])
+
+    def document_item(
+        self, document: ssml.Document, asked: bool | None, words: bool
+    ) -> PhonemizerItem:
+        """Each segment of an SSML document as a job of its voice, read as plain text is."""
+        jobs, sources, plan = [], [], []
+        for segment in document.segments:
+            _, phonemizer = self.voices.pick(segment.voice)
+            rewrite = (
+                normalize if normalizes(phonemizer, asked, self.settings.normalize_text) else None
+            )
+            said = " ".join(segment.text.split())
+            check_inline(said, phonemizer.config.phoneme_id_map)
+            text = outside_blocks(self.lexicon.apply(segment.voice, said), rewrite)
+            jobs.append((segment.voice, text, segment.source.text if words else None))
+            sources.append(segment.source if words else None)
+            voice = self.voices.names.index(segment.voice)
+            plan.append((float(voice), segment.rate, segment.pause_after_s))
+        return PhonemizerItem(jobs, sources, plan, document.leading_pause_s)
 
     def run(self, items: list[PhonemizerItem]) -> list:
         # The whole batch in one pipelined exchange with a worker, not a round trip per text.
-        answers = phonemize_jobs(self.voices, self.pool, [it.job for it in items])
+        answers = phonemize_jobs(self.voices, self.pool, [job for it in items for job in it.jobs])
+        outputs, at = [], 0
+        for item in items:
+            outputs.append(self.combine(item, answers[at : at + len(item.jobs)]))
+            at += len(item.jobs)
+        return outputs
+
+    def combine(self, item: PhonemizerItem, answers: list) -> list | Exception:
+        """One request's outputs from its jobs' answers (the first error, if any)."""
+        for answer in answers:
+            if isinstance(answer, Exception):
+                return answer
+        ids: list[int] = []
+        rows: list[list[int]] = []
+        ends: list[int] = []
+        for answer, source in zip(answers, item.sources, strict=True):
+            for a, b, c0, c1 in answer.get("words", []):
+                c0, c1 = source.sent_span(c0, c1) if source is not None else (c0, c1)
+                rows.append([a + len(ids), b + len(ids), c0, c1])
+            ids.extend(answer["ids"])
+            ends.append(len(ids))
+        if len(ids) > self.settings.max_phoneme_ids:
+            return InvalidInputError(
+                f"{TEXT_TOO_LONG}: the document's segments hold {len(ids)} phoneme ids, the "
+                f"limit is {self.settings.max_phoneme_ids}; split it or use the streaming model"
+            )
+        segments = [[end, *row] for end, row in zip(ends, item.plan)]
+        if item.plan and item.leading_pause_s:
+            segments.insert(0, [0, item.plan[0][0], 1.0, item.leading_pause_s])
         return [
-            answer
-            if isinstance(answer, Exception)
-            else [
-                pb_utils.Tensor(PHONEME_IDS, np.array([answer["ids"]], dtype=np.int64)),
-                pb_utils.Tensor(
-                    WORD_SPANS,
-                    np.array(_words(answer, item), dtype=np.int32).reshape(1, -1, 4),
-                ),
-            ]
-            for answer, item in zip(answers, items, strict=True)
+            pb_utils.Tensor(PHONEME_IDS, np.array([ids], dtype=np.int64)),
+            pb_utils.Tensor(WORD_SPANS, np.array(rows, dtype=np.int32).reshape(1, -1, 4)),
+            pb_utils.Tensor(SEGMENTS, np.array(segments, dtype=np.float32).reshape(1, -1, 4)),
         ]
 
     def execute(self, requests: list) -> list:
@@ -90,6 +151,6 @@ class Phonemizer:
             self.pool.close()
 
 
-def _words(answer: dict, item: PhonemizerItem) -> list:
-    rows = answer.get("words", [])
-    return sent_rows(rows, item.clean) if item.clean is not None and rows else rows
+def voice_infos(voices) -> list[ssml.VoiceInfo]:
+    """What the SSML parser needs of each voice (name, language, English or not)."""
+    return [ssml.VoiceInfo(n, p.config.espeak_voice, p.is_english) for n, p in voices]

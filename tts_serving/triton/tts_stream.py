@@ -41,14 +41,24 @@ from tts_wire import (
 )
 
 from ..errors import InvalidInputError, ModelConfigError
-from ..inputs import CleanText, check_encoded_size, decode_clean, sent_rows
+from ..inputs import (
+    CleanText,
+    check_encoded_size,
+    decode_clean,
+    decode_utf8,
+    sent_rows,
+    validate_speed,
+)
 from ..settings import StreamSettings
-from ..stream.plan import PlannedChunk, finish_chunk, plan_chunks
+from ..stream.plan import PlannedChunk, finish_chunk, plan_chunks, plan_document
 from ..stream.scheduler import InFlight, StageError, StreamResponse, run_stream
+from ..text import ssml
 from ..text.isolation import voice_phonemizers
 from ..text.lexicon import lexicon_file
+from ..text.ssml import is_ssml
 from ..voices import decode_voice
 from .adapter import ModelContext, normalizes
+from .phonemizer import voice_infos
 
 
 def stream_option(request, name: str, default: Any) -> Any:
@@ -68,6 +78,17 @@ def stream_option(request, name: str, default: Any) -> Any:
     if array.dtype == np.bool_:
         return bool(value)
     return float(value)
+
+
+def validate_segment_speed(speed: float) -> None:
+    """An SSML segment's speed (the request's times its rate) within the speed range."""
+    try:
+        validate_speed(speed)
+    except InvalidInputError:
+        raise InvalidInputError(
+            f"<prosody rate> makes a span's speed {speed:g} (the request's times the rate), "
+            f"outside {MIN_SPEED:g}..{MAX_SPEED:g}"
+        ) from None
 
 
 SHUTTING_DOWN = "Server not ready"  # Triton's answer to a request during shutdown
@@ -107,9 +128,21 @@ class StreamRequest:
     """One stream's plan and what every chunk's stage calls carry besides its ids."""
 
     plan: Iterator[PlannedChunk]
-    voice: pb_utils.Tensor  # both stages take it (acoustic: network, defaults; vocoder: gain)
-    options: list  # speed and the noise scales a client set, as [1, 1] tensors
+    voice: str  # both stages take it (acoustic: network, defaults; vocoder: gain)
+    options: dict[str, float]  # speed and the noise scales a client set
     clean: CleanText  # maps word spans back to the text as sent
+
+    def inputs(self, chunk: PlannedChunk) -> list:
+        """The voice and option tensors of ``chunk``'s stage calls (an SSML chunk: its
+        segment's voice, and the speed times its rate)."""
+        options = dict(self.options)
+        if chunk.rate != 1.0:
+            options[SPEED] = options.get(SPEED, 1.0) * chunk.rate
+        voice = (chunk.voice or self.voice).encode()
+        return [
+            pb_utils.Tensor(VOICE, np.array([[voice]], dtype=np.object_)),
+            *(pb_utils.Tensor(k, np.array([[v]], np.float32)) for k, v in options.items()),
+        ]
 
 
 class TtsStream:
@@ -164,6 +197,9 @@ class TtsStream:
         clean = decode_clean(check_encoded_size(raw, self.settings.max_characters))
         text = clean.text
         voice, phonemizer = self.voices.pick(decode_voice(stream_option(request, VOICE, None)))
+        document = (
+            ssml.parse(decode_utf8(raw), voice, voice_infos(self.voices)) if is_ssml(text) else None
+        )
         try:
             # The same options object as the client's and the gateway's, checked once here
             # against the wire contract's ranges; absent noise: acoustic uses the voice's.
@@ -176,19 +212,28 @@ class TtsStream:
             )
         except ValueError as e:
             raise InvalidInputError(str(e)) from None
-        normalize = normalizes(phonemizer, options.normalize, self.settings.normalize_text)
-        scalars = [(k, v) for k, v in options.inputs().items() if k in ACOUSTIC_OPTIONS]
-        tensors = [pb_utils.Tensor(k, np.array([[v]], np.float32)) for k, v in scalars]
-        name = pb_utils.Tensor(VOICE, np.array([[voice.encode()]], dtype=np.object_))
-        plan = plan_chunks(
-            text,
-            self.settings,
-            phonemizer,
-            normalize,
-            options.word_timestamps,
-            lexicon=lambda block: self.lexicon.apply(voice, block),
-        )
-        return StreamRequest(plan, name, tensors, clean)
+        scalars = {k: v for k, v in options.inputs().items() if k in ACOUSTIC_OPTIONS}
+        if document is None:
+            plan = plan_chunks(
+                text,
+                self.settings,
+                phonemizer,
+                normalizes(phonemizer, options.normalize, self.settings.normalize_text),
+                options.word_timestamps,
+                lexicon=lambda block: self.lexicon.apply(voice, block),
+            )
+        else:
+            for segment in document.segments:  # before the first chunk, not in the middle
+                validate_segment_speed(options.speed * segment.rate)
+            plan = plan_document(
+                document,
+                self.settings,
+                lambda name: self.voices.pick(name)[1],
+                lambda reader: normalizes(reader, options.normalize, self.settings.normalize_text),
+                options.word_timestamps,
+                self.lexicon.apply,
+            )
+        return StreamRequest(plan, voice, scalars, clean)
 
     async def bls(self, model, inputs, outputs: list[str]) -> list:
         request = pb_utils.InferenceRequest(
@@ -205,12 +250,13 @@ class TtsStream:
         if chunk.words is not None:  # asked for: acoustic times them from its frames
             inputs.append(pb_utils.Tensor(WORD_SPANS, chunk.words[None]))
             outputs.append(WORDS)
-        found = await self.bls("acoustic", [*inputs, stream.voice, *stream.options], outputs)
-        (audio,) = await self.bls("vocoder", [found[0], stream.voice], [AUDIO])
+        voice, *options = stream.inputs(chunk)
+        found = await self.bls("acoustic", [*inputs, voice, *options], outputs)
+        (audio,) = await self.bls("vocoder", [found[0], voice], [AUDIO])
         times = found[1].as_numpy().reshape(-1, 4) if len(found) > 1 else None
         if times is not None and len(times):
             # (times, times, characters of the clean text) -> characters of the text as sent
-            spans = sent_rows(times.tolist(), stream.clean)
+            spans = sent_rows(times.tolist(), chunk.source or stream.clean)
             times = np.asarray(spans, dtype=times.dtype).reshape(-1, 4)
         return ChunkAudio(audio.as_numpy().reshape(-1), times)
 
@@ -244,7 +290,9 @@ class TtsStream:
             else:
                 chunk = response.chunk
                 pause = chunk.sentence_end and not response.last
-                audio = finish_chunk(response.audio.samples, rate, self.settings, pause, speed)
+                audio = finish_chunk(
+                    response.audio.samples, rate, self.settings, pause, speed, chunk
+                )
                 caption = np.array([chunk.text.encode()], dtype=np.object_)
                 outputs = [pb_utils.Tensor(AUDIO, audio), pb_utils.Tensor(CHUNK_TEXT, caption)]
                 if response.audio.words is not None:
@@ -252,7 +300,7 @@ class TtsStream:
                     # tensor more is more time in the stub's shared-memory locks, and a stub
                     # killed inside one aborts Triton 2.51: tests/reliability/test_front.py).
                     words = response.audio.words.copy()
-                    words[:, :2] += sent_samples / rate
+                    words[:, :2] += sent_samples / rate + chunk.pause_before_s
                     outputs.append(pb_utils.Tensor(WORDS, words))
                 sent_samples += audio.size
                 response_sender.send(

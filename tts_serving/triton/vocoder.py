@@ -1,7 +1,8 @@
 """The vocoder stage: latent frames [192, T] -> audio, exactly T * hop_length samples per item.
 
 Items are grouped by network (voices that share one run together) and each item gets its own
-voice's loudness gain.
+voice's loudness gain. An SSML document's segments are decoded as items of their own (each by
+its voice) and joined with their pauses in exact samples (``tts_serving.engines.segments``).
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ from dataclasses import dataclass
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from tts_wire import AUDIO, LATENT, VOICE
+from tts_wire import AUDIO, LATENT, LATENT_SEGMENTS, VOICE
 
 from ..engines.batching import is_numpy, run_grouped
 from ..engines.loudness import LOUDNESS_FILE, VoiceLoudness, apply_gain, peak_normalize
 from ..engines.models import Vocoder as VocoderModel, load_vocoder, model_file
 from ..engines.onnx import LATENT_CHANNELS
+from ..engines.segments import SegmentRow, check_pauses, join_with_silence, segment_rows, to_host
 from ..errors import InvalidInputError, ModelConfigError
 from ..model_config import cpu_only_inputs
 from ..settings import VocoderSettings
@@ -36,10 +38,17 @@ MAX_LATENT = 1e4
 
 
 @dataclass(frozen=True)
-class VocoderItem:
+class VocoderPart:
     model: VocoderModel  # the voice's network
     loudness: VoiceLoudness  # the voice's gain
     latent: np.ndarray  # float32 [192, T]
+
+
+@dataclass(frozen=True)
+class VocoderItem:
+    parts: list[VocoderPart]  # one, or an SSML document's segments (a pause alone has none)
+    pauses: list[int] | None  # samples of silence after each segment; None: plain text
+    segments: list[SegmentRow]
 
 
 class Vocoder:
@@ -47,7 +56,7 @@ class Vocoder:
 
     def initialize(self, args: dict) -> None:
         self.ctx = ModelContext.from_args(args, VocoderSettings)
-        self.ctx.require_io([LATENT, VOICE], [AUDIO])
+        self.ctx.require_io([LATENT, VOICE, LATENT_SEGMENTS], [AUDIO])
         self.ctx.require_max_batch_size(16)
         self.settings = self.ctx.settings
         if self.settings.device_tensors == cpu_only_inputs(self.ctx.config):
@@ -82,7 +91,7 @@ class Vocoder:
         self.logger.log_info(f"vocoder ready on {engine} with {self.settings}; voice gains {gains}")
 
     def parse(self, request) -> VocoderItem:
-        _, (model, loudness) = self.voices.pick(voice_name(request))
+        name, _ = self.voices.pick(voice_name(request))
         latent = single_item(request, LATENT, device=self.settings.device_tensors)
         if self.settings.device_tensors and is_numpy(latent):
             import torch  # one kind per batch: a latent sent from the host joins as a tensor
@@ -100,7 +109,25 @@ class Vocoder:
             if count_non_finite(latent):
                 raise InvalidInputError("latent holds NaN or infinite values")
             raise InvalidInputError(f"latent values must lie within +-{MAX_LATENT:g}")
-        return VocoderItem(model, loudness, latent)
+        names = self.voices.names
+        rows = segment_rows(
+            single_item(request, LATENT_SEGMENTS, optional=True),
+            int(latent.shape[1]),
+            len(names),
+            3,
+            LATENT_SEGMENTS,
+        )
+        check_pauses([r.pause / self.settings.sample_rate for r in rows])
+        if not rows:
+            return VocoderItem([self.part(name, latent)], None, [])
+        parts = [
+            self.part(names[r.voice], latent[:, r.start : r.end]) for r in rows if r.end > r.start
+        ]
+        return VocoderItem(parts, [int(r.pause) for r in rows], rows)
+
+    def part(self, name: str, latent) -> VocoderPart:
+        _, (model, loudness) = self.voices.pick(name)
+        return VocoderPart(model, loudness, latent)
 
     def level(self, audio: np.ndarray, loudness: VoiceLoudness) -> np.ndarray:
         if self.settings.loudness == "peak":
@@ -109,14 +136,27 @@ class Vocoder:
         return apply_gain(audio, loudness.gain, out=audio if audio.dtype == np.float32 else None)
 
     def run(self, items: list[VocoderItem]) -> list:
+        parts = [p for it in items for p in it.parts]
         audios = run_grouped(
-            [it.model for it in items],
-            lambda model, indices: model([items[i].latent for i in indices]),
+            [p.model for p in parts],
+            lambda model, indices: model([parts[i].latent for i in indices]),
         )
-        return [
-            output_or_error(AUDIO, audio, lambda a, loud=it.loudness: self.level(a, loud))
-            for audio, it in zip(audios, items)
-        ]
+        outputs, at = [], 0
+        for item in items:
+            mine = audios[at : at + len(item.parts)]
+            at += len(item.parts)
+            if item.pauses is None:
+                loud = item.parts[0].loudness
+                outputs.append(output_or_error(AUDIO, mine[0], lambda a, v=loud: self.level(a, v)))
+                continue
+            # Each segment at its own voice's level, then the pauses between them.
+            pieces, audio = iter(mine), iter(item.parts)
+            levelled = [
+                self.level(to_host(next(pieces)), next(audio).loudness) if r.end > r.start else []
+                for r in item.segments
+            ]
+            outputs.append(output_or_error(AUDIO, join_with_silence(levelled, item.pauses)))
+        return outputs
 
     def execute(self, requests: list) -> list:
         return execute_batched(requests, self.parse, self.run, self.logger, "vocoder")

@@ -29,10 +29,17 @@ WORDS = "words"
 PHONEME_IDS = "phoneme_ids"
 LATENT = "latent"
 WORD_SPANS = "word_spans"
+# SSML documents (tts_serving/text/ssml.py) are spoken in segments, each by one voice at one
+# rate with a pause after it: rows (end id, voice index, rate, pause s) from the phonemizer,
+# (end frame, voice index, pause samples) from acoustic; none for plain text.
+SEGMENTS = "segments"
+LATENT_SEGMENTS = "latent_segments"
 
 # The speed factor's range (1.0 = the voice's natural pace).
 MIN_SPEED = 0.25
 MAX_SPEED = 4.0
+# The pauses of one SSML document together (<break>, <s>, <p>), in seconds.
+MAX_PAUSE_S = 60.0
 # The noise scales' range (0 = deterministic output).
 MAX_NOISE = 2.0
 
