@@ -236,3 +236,26 @@ def test_a_second_language_is_read_by_its_own_espeak_voice(two_voices):
         with pytest.raises(InvalidInput, match="needs an English voice; this one speaks 'de'"):
             tts.synthesize(text, voice="joe_de", normalize=True)
     assert [w.text for w in spoken.words] == text.split() and spoken.duration > 0.5
+
+
+def test_an_ssml_document_is_spoken_by_several_voices(two_voices):
+    """<voice> and <lang> (issue 29, SSML): each span by its voice, batched with the others,
+    equal to the plain requests that speak the parts (within batch padding's rounding)."""
+    parts = [("Hello there.", "joe"), ("Slowly now.", "joe_slow"), ("Es ist 3 Uhr.", "joe_de")]
+    doc = (
+        '<speak>Hello there. <voice name="joe_slow">Slowly now.</voice>'
+        '<break time="250ms"/><lang xml:lang="de-DE">Es ist 3 Uhr.</lang></speak>'
+    )
+    with TTSClient(two_voices.grpc_url, concurrency=8) as client:
+        alone = [client.synthesize(text, voice=voice, **EXACT).samples for text, voice in parts]
+        want = np.concatenate([alone[0], alone[1], np.zeros(5512, np.float32), alone[2]])
+        with ThreadPoolExecutor(4) as pool:
+            spoken = list(pool.map(lambda _: client.synthesize(doc, **EXACT).samples, range(4)))
+        for samples in spoken:
+            assert samples.shape == want.shape and np.max(np.abs(samples - want)) < 1e-3
+        chunks = list(client.stream(doc, word_timestamps=True, **EXACT))
+        with pytest.raises(InvalidInput, match="no voice 'amy' is loaded; voices: joe, joe_slow"):
+            client.synthesize('<speak><voice name="amy">x</voice></speak>')
+    assert [c.text for c in chunks] == [text for text, _ in parts]
+    streamed = [w.text for c in chunks for w in c.words]
+    assert streamed == " ".join(text for text, _ in parts).split()

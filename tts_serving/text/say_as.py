@@ -107,11 +107,16 @@ def _date(text: str, fmt: str | None) -> str:
     )
 
 
+_TIME = re.compile(r"^([01]?\d|2[0-3])(:[0-5]\d)?\s*([ap]\.?m\.?)?$", re.IGNORECASE)
+
+
 def _time(text: str) -> str:
-    said = normalize(text)
-    if any(c.isdigit() for c in text) and said == text:
-        raise InvalidInputError(f"<say-as interpret-as='time'>: {text!r} is not a time (10:30)")
-    return said
+    m = _TIME.match(text)
+    if not m or not (m.group(2) or m.group(3)):
+        raise InvalidInputError(
+            f"<say-as interpret-as='time'>: {text!r} is not a time (10:30, 7pm, 7:05 a.m.)"
+        )
+    return normalize(text)
 
 
 def _telephone(text: str) -> str:

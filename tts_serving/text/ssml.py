@@ -1,6 +1,6 @@
 """SSML documents: a ``<speak>`` text -> segments, each spoken by one voice at one rate.
 
-A text is SSML when it starts with ``<speak`` (after an optional XML declaration): OpenAI's
+A text is SSML when it starts with ``<speak``, an XML declaration or a DOCTYPE: OpenAI's
 ``input`` has no field for a text type, and a text that starts so but is not a well-formed
 document is refused whole, never read half as markup and half as words.
 
@@ -51,7 +51,9 @@ ALLOWED = {
     "lang": {"xml:lang"},
 }
 TAKES_TEXT_ONLY = ("say-as", "sub", "phoneme")
-_START = re.compile(r"\s*(<\?xml[^>]*\?>\s*)?<speak[\s>/]")
+# An XML declaration or a DOCTYPE also makes a text a document (refused if not SSML): read as
+# words, its markup would be spoken.
+_START = re.compile(r"\s*(<\?xml[\s?]|<!DOCTYPE[\s>]|<speak[\s>/])", re.IGNORECASE)
 _TIME = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*$")
 
 
@@ -146,17 +148,15 @@ class _Builder:
         ``&amp;``: all of it)."""
         at = self.parser.CurrentByteIndex  # type: ignore[union-attr]
         start = self._char(at)
-        if self.encoded.startswith(data.encode(), at):
-            return list(range(start, start + len(data))), list(
-                range(start + 1, start + 1 + len(data))
-            )
-        if self.document.startswith("&", start):
+        n = len(data)
+        if self.document.startswith("&", start):  # (a bare & is not well-formed XML)
             end = self.document.find(";", start) + 1 or start + 1
-            return [start] * len(data), [end] * len(data)
-        n = len(self.document)  # a line end expat normalized ("\r\n" -> "\n")
-        return [min(start + i, n - 1) for i in range(len(data))], [
-            min(start + i + 1, n) for i in range(len(data))
-        ]
+            return [start] * n, [end] * n
+        if self.encoded.startswith(data.encode(), at):
+            return list(range(start, start + n)), list(range(start + 1, start + 1 + n))
+        last = len(self.document)  # a line end expat normalized ("\r\n" -> "\n")
+        starts = [min(start + i, last - 1) for i in range(n)]
+        return starts, [i + 1 for i in starts]
 
     # -- segments -----------------------------------------------------------------------------
     def top(self) -> _Context:
