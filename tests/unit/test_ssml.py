@@ -166,7 +166,7 @@ BILLION_LAUGHS = (
         (
             "<speak>" + "<s>" * (MAX_DEPTH + 1) + "x" + "</s>" * (MAX_DEPTH + 1) + "</speak>",
             f"nest deeper than {MAX_DEPTH}",
-        ),  # fmt: skip
+        ),
         ('<speak><sub alias="' + "a" * 1001 + '">x</sub></speak>', "alias is over 1000 characters"),
         ('<speak><break time="11s"/>x</speak>', "is over 10 s"),
         ("<speak>" + 'x<break time="9s"/>' * 7 + "</speak>", "add up to more than 60 s"),
