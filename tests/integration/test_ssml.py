@@ -149,3 +149,24 @@ def test_the_gateway_speaks_ssml_and_names_the_problem(gateway):
         assert message in bad.json()["error"]["message"]
     sse = httpx.post(url, json={**body, "input": READINGS, "stream_format": "sse"}, timeout=60)
     assert sse.status_code == 200 and "speech.audio.done" in sse.text
+
+
+def test_the_guide_runs_as_written(server, gateway, tmp_path):
+    """docs/ssml.md's curl and Python, ports substituted."""
+    import re
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    guide = (ROOT / "docs/ssml.md").read_text()
+    (curl,) = re.findall(r"```bash\n(.*?)```", guide, re.S)
+    (code,) = re.findall(r"```python\n(.*?)```", guide, re.S)
+    curl = curl.replace("localhost:8080", gateway.url.split("//", 1)[1])
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", curl], cwd=tmp_path, timeout=120)
+    assert done.returncode == 0 and (tmp_path / "code.wav").read_bytes()[:4] == b"RIFF"
+    code = code.replace("localhost:8001", f"localhost:{server.grpc_port}")
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    for word in ("('Call',", "('555-1234',", "('Nguyen',", "('W3C',"):
+        assert word in ran.stdout, ran.stdout

@@ -63,6 +63,18 @@ def is_ssml(text: str) -> bool:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """One request's bounds: ``tts`` speaks a document in one pass (its pauses and segments
+    held at once); ``tts_stream`` a chunk at a time, so it allows far more."""
+
+    segments: int = MAX_SEGMENTS
+    pause_s: float = MAX_PAUSE_S
+
+
+STREAM_LIMITS = Limits(segments=100_000, pause_s=3600.0)
+
+
+@dataclass(frozen=True)
 class VoiceInfo:
     """What the parser needs of a loaded voice: its name, language and reading rules."""
 
@@ -123,7 +135,10 @@ class _Refused(Exception):
 class _Builder:
     """Expat's handlers: a stack of contexts, the runs of the open segment, the segments."""
 
-    def __init__(self, document: str, voice: str, voices: Sequence[VoiceInfo]) -> None:
+    def __init__(
+        self, document: str, voice: str, voices: Sequence[VoiceInfo], limits: Limits
+    ) -> None:
+        self.limits = limits
         self.document = document
         self.encoded = document.encode()
         self.ascii = len(self.encoded) == len(document)
@@ -176,13 +191,13 @@ class _Builder:
     def close(self, pause: float) -> None:
         """End the open segment (if it speaks anything) and add ``pause`` after it."""
         self.paused += pause
-        if self.paused > MAX_PAUSE_S:
-            raise _Refused(f"breaks add up to more than {MAX_PAUSE_S:g} s")
+        if self.paused > self.limits.pause_s:
+            raise _Refused(f"breaks add up to more than {self.limits.pause_s:g} s")
         if any(_speaks(spoken) for spoken, *_ in self.runs):
-            if len(self.segments) >= MAX_SEGMENTS:
+            if len(self.segments) >= self.limits.segments:
                 raise _Refused(
-                    f"more than {MAX_SEGMENTS} segments (each change of voice, rate or a break "
-                    "starts one); send the document in parts or through tts_stream"
+                    f"more than {self.limits.segments} segments (each change of voice, rate or "
+                    "a break starts one); send it in parts or through the streaming model"
                 )
             voice, rate = self.context  # type: ignore[misc]
             shown = "".join(r[1] for r in self.runs)
@@ -390,10 +405,12 @@ def _located(parser, handler):
     return located
 
 
-def parse(document: str, voice: str, voices: Sequence[VoiceInfo]) -> Document:
+def parse(
+    document: str, voice: str, voices: Sequence[VoiceInfo], limits: Limits = Limits()
+) -> Document:
     """The segments of ``document`` (spoken by ``voice`` unless it says otherwise), or
     InvalidInputError naming the line, column and tag of the first problem."""
-    builder = _Builder(document, voice, voices)
+    builder = _Builder(document, voice, voices, limits)
     parser = expat.ParserCreate()
     builder.parser = parser
     parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)

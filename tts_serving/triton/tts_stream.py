@@ -198,7 +198,9 @@ class TtsStream:
         text = clean.text
         voice, phonemizer = self.voices.pick(decode_voice(stream_option(request, VOICE, None)))
         document = (
-            ssml.parse(decode_utf8(raw), voice, voice_infos(self.voices)) if is_ssml(text) else None
+            ssml.parse(decode_utf8(raw), voice, voice_infos(self.voices), ssml.STREAM_LIMITS)
+            if is_ssml(text)
+            else None
         )
         try:
             # The same options object as the client's and the gateway's, checked once here
