@@ -103,6 +103,25 @@ def test_the_page_plays_streamed_speech(gateway, browser):
     assert errors == [], errors
 
 
+def test_the_page_speaks_its_ssml_example_and_reads_along_without_markup(gateway, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get(gateway.url + "/")
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#voice option"), what="voices")
+    browser.find_element(By.ID, "ssml-example").click()
+    assert browser.find_element(By.ID, "text").get_attribute("value").startswith("<speak>")
+    browser.find_element(By.ID, "play").click()
+    audio = browser.find_element(By.ID, "audio")
+    wait_for(lambda: audio.get_attribute("data-complete") == "true", what="the whole response")
+    shown = browser.find_element(By.ID, "words").text
+    assert shown.startswith("SSML works here too.") and "<" not in shown, shown
+    spans = [s.text for s in browser.find_elements(By.CSS_SELECTOR, "#words span")]
+    assert spans[-4:] == ["SSML", "is", "spelled", "out."]  # spelled out, still one word
+    assert "Done:" in browser.find_element(By.ID, "status").text
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert errors == [], errors
+
+
 def test_the_page_shows_errors_from_the_api(gateway, browser):
     from selenium.webdriver.common.by import By
 
