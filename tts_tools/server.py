@@ -89,7 +89,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         "--no-front",
         action="store_true",
         help="serve tritonserver's HTTP and gRPC on the public ports directly, without the "
-        "front door's size limits, admission and stream watch (tts_tools/front.py)",
+        "front door's size limits, admission and stream watch (tts_tools/front/)",
     )
     parser.add_argument(
         "--front-args",

@@ -7,8 +7,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 
-from tts_tools.front import REQUEST_BASE_COST, Admission, FrontSettings, model_name, request_cost
-from tts_tools.protowire import infer_request as infer_request_info, stream_response
+from tts_tools.front.admission import REQUEST_BASE_COST, Admission, request_cost
+from tts_tools.front.settings import FrontSettings
+from tts_tools.protowire import infer_request as infer_request_info, model_name, stream_response
 
 
 class Clock:

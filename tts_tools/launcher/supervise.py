@@ -234,7 +234,7 @@ def _stop_in_order(
 ) -> int:
     """Stop the gateway, the front door and tritonserver in that order; tritonserver's code."""
     # The gateway drains into the front door, the front door into Triton: in that order. A
-    # front door that holds streams of dead stubs exits only once Triton has (see front.py).
+    # front door that holds streams of dead stubs exits only once Triton has (see front/door.py).
     if gateway:
         gateway.stop(drain_s)
     if front and front.process and front.process.poll() is None:

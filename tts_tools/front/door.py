@@ -1,0 +1,359 @@
+"""The front door: one event loop with a gRPC and an HTTP server in front of Triton; admission,
+shares per client, warm-up and the life cycle (the proxies are grpc_proxy and http_proxy)."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import os
+import time
+from collections import Counter as Tally
+
+import aiohttp
+import grpc
+import tritonclient.grpc as grpc_types
+from aiohttp import web
+from tritonclient.grpc import aio as grpc_aio
+
+from tts_client.protocol import build_inputs
+from tts_tools.connections import ConnectionGuard, ConnectionLimits, GuardedSite, raise_file_limit
+from tts_tools.launcher.commands import FRONT_TOKEN_ENV
+from tts_tools.launcher.security import ADMIN_HEADER, GRPC_HEADER_PREFIX, admin_key
+from tts_tools.launcher.supervisor import is_ready
+from tts_tools.protowire import infer_request
+from tts_tools.texts import SENTENCES
+from tts_wire import FRONT_TOKEN_HEADER
+
+from .admission import FREE, OTHERS_S, STREAM_COST, Admission, Closed, Ticket, TooMany, request_cost
+from .grpc_proxy import GrpcProxy
+from .http_proxy import HttpProxy
+from .metrics import FrontMetrics
+from .settings import PENDING_CALLS, FrontSettings
+from .stubs import StubWatch
+
+log = logging.getLogger("tts_front")
+
+
+class Front(GrpcProxy, HttpProxy):
+    """The gRPC and HTTP servers of the front door, in one event loop."""
+
+    def __init__(self, settings: FrontSettings, watch: StubWatch | None = None) -> None:
+        self.settings = settings
+        self.admission = Admission(settings.deadline_s, settings.min_in_flight, settings.window_s)
+        self.metrics = FrontMetrics()
+        self.watch = watch or StubWatch(settings.shm_prefix)
+        self._grpc: grpc.aio.Server | None = None
+        self._channel: grpc.aio.Channel | None = None
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.ports: dict[str, int] = {}
+        self._stuck: list = []  # upstream streams of dead stubs (see _stream)
+        self._calls: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}  # one per method
+        self._closing = asyncio.Event()  # set: close even the streams of dead stubs
+        # The admin key opens the inner models (a random one nobody has when none is set).
+        self._admin_key = admin_key()[0]
+        # The launcher's token, which the gateway sends (it caps streams per caller itself).
+        self._token = os.environ.get(FRONT_TOKEN_ENV, "")
+        self._streams: Tally[str] = Tally()  # streams in progress per client
+        self._grpc_streams: Tally[str | None] = Tally()  # ModelStreamInfer calls per client
+        self._work: Tally[str] = Tally()  # cost in flight per client
+        self._refused_at: dict[str, float] = {}  # when each client was last refused
+        self._guard = ConnectionGuard(
+            ConnectionLimits(
+                settings.max_connections,
+                settings.max_connections_per_client,
+                settings.header_timeout_s,
+                settings.idle_timeout_s,
+            ),
+            self._refused_connection,
+        )
+        self._buffered = 0  # bytes of HTTP bodies being read
+        self._refusal_logged = 0.0
+
+    def _refused_connection(self, peer: str) -> None:
+        self.metrics.refused_connections.inc()
+        now = time.monotonic()
+        if now - self._refusal_logged > 10:  # one line per 10 s, not one per attempt
+            self._refusal_logged = now
+            log.warning(
+                "refusing connections over the limits (%d open; this one from %s); "
+                "tts_front_refused_connections_total counts them",
+                len(self._guard.open),
+                peer,
+            )
+
+    # ----- admission shared by both protocols -----
+
+    def enter(
+        self, model: str | None, cost: float, rid: str = "", client: str | None = None
+    ) -> Ticket | None:
+        """A ticket for a request to ``model`` of ``cost`` from ``client`` (None: the trusted
+        gateway, which caps its own callers); None when refused for overload. Raises
+        TooMany when the client holds its limit of streams."""
+        if model is None:
+            return FREE
+        streamed = model in self.settings.streamed
+        if streamed:
+            cost = min(cost, STREAM_COST)
+            limit = self.settings.max_streams_per_client
+            if client is not None and self._streams[client] >= limit:
+                self.metrics.refused.labels(model).inc()
+                raise TooMany(
+                    f"this client already has {limit} {model} requests in progress (the limit "
+                    "per client); wait for one to end"
+                )
+        elif client is not None and self._work[client] > 0:
+            try:
+                self._check_share(client, cost)
+            except TooMany:
+                self.metrics.refused.labels(model).inc()
+                self._refused_at[client] = time.monotonic()
+                raise
+        measured = model in self.settings.measured
+        if not self.admission.enter(cost, measured):
+            self.metrics.refused.labels(model).inc()
+            if client is not None:
+                self._refused_at[client] = time.monotonic()
+            return None
+        self.metrics.in_flight.labels(model).inc()
+        if client is not None:
+            self._work[client] += cost
+            self._streams[client] += streamed
+        return Ticket(model, time.monotonic(), cost, measured, rid, client)
+
+    def leave(self, ticket: Ticket, outcome: str) -> None:
+        if ticket.model is None:
+            return
+        if ticket.client is not None:
+            c = ticket.client
+            self._work[c] -= ticket.cost
+            self._streams[c] -= ticket.model in self.settings.streamed
+            if self._work[c] <= 1e-6:
+                del self._work[c]
+                self._streams.pop(c, None)
+        seconds = time.monotonic() - ticket.start
+        self.admission.leave(seconds, ticket.cost, ticket.measured, outcome == "served")
+        self.metrics.in_flight.labels(ticket.model).dec()
+        self.metrics.requests.labels(ticket.model, outcome).inc()
+        self.metrics.seconds.labels(ticket.model).observe(seconds)
+        self.metrics.share.set(self.admission.share)
+
+    def _check_share(self, client: str, cost: float) -> None:
+        """Raise TooMany when ``client``'s work in flight would pass its share of what the
+        server serves within the deadline while another client wants some (has work in
+        flight, or was refused in the last ``OTHERS_S``): the rest of the budget is theirs,
+        whatever one client sends (one client's flood had everyone else refused). A client
+        alone has it all: a burst that fits the deadline is served."""
+        now = time.monotonic()
+        if len(self._refused_at) > 4096:  # forget old refusals (bounded, whatever the peers)
+            self._refused_at = {c: t for c, t in self._refused_at.items() if now - t < OTHERS_S}
+        others = any(c != client for c in self._work) or any(
+            c != client and now - t < OTHERS_S for c, t in self._refused_at.items()
+        )
+        budget = self.admission.budget()
+        share = self.settings.client_share
+        mine = self._work[client] + cost
+        # (Not after min_in_flight: a flooding client refilled those always-admitted places
+        # the moment one freed, and another client never got one.)
+        if others and budget:
+            if mine > share * budget:
+                raise TooMany(
+                    f"this client's requests in flight would take {mine / budget:.0%} of what "
+                    f"the server serves within the {self.settings.deadline_s:g} s deadline, "
+                    f"while others wait (the limit per client is then {share:.0%}); wait for "
+                    "some of them to finish"
+                )
+
+    def gate(self, model: str | None, admin: bool) -> str | None:
+        """The model admission applies to (None: none does: the admin key, or not an
+        inference); raises Closed for a model not served on the public ports."""
+        if model is None or admin:
+            return None
+        public = self.settings.public_models
+        if "*" not in public and model not in public:
+            raise Closed(
+                f"model '{model}' is not served on the public ports (public: "
+                f"{', '.join(public)}); an operator reaches it with the admin key header "
+                f"'{ADMIN_HEADER}', or opens it with the front door's --public-models"
+            )
+        return model
+
+    def is_admin(self, headers: dict[str, str]) -> bool:
+        """Whether ``headers`` (lower-case names) carry the admin key."""
+        key = headers.get(ADMIN_HEADER) or headers.get(f"{GRPC_HEADER_PREFIX}{ADMIN_HEADER}")
+        return bool(key) and hmac.compare_digest(key.encode(), self._admin_key.encode())
+
+    async def warm_up(self, timeout_s: float = 120.0) -> str:
+        """Measure the throughput admission starts from, before the ports open (a cold server
+        that counted on ``min_in_flight`` alone refused the 9th request of the first burst).
+
+        A closed loop of ``warmup_requests`` medium sentences in flight, three times that many
+        in all, counted from the first completion to the last: one round sent at once measured
+        about half the steady rate (its stages ran one after another, where a steady load keeps
+        each busy). Also pays the engines' first-run costs before a user does. Returns one line
+        for the log; a failure leaves admission unmeasured."""
+        n = self.settings.warmup_requests
+        if not n or "tts" not in self.settings.measured:
+            return "admission warm-up: off"
+        total = 3 * n
+        client = grpc_aio.InferenceServerClient(self.settings.triton_grpc)
+        done: list[tuple[float, float]] = []  # (time, cost) per completion
+        queue = list(range(total))
+
+        async def worker() -> None:
+            while queue:
+                text = SENTENCES[3 + queue.pop() % 12]
+                inputs = build_inputs(grpc_types, text)
+                await client.infer("tts", inputs, client_timeout=timeout_s)
+                # The cost the front door gives it: a BYTES tensor is 4 bytes of length + text.
+                done.append((time.monotonic(), request_cost("tts", 4 + len(text.encode()))))
+
+        start = time.monotonic()
+        try:
+            await asyncio.gather(*(worker() for _ in range(n)))
+        except Exception as e:
+            return (
+                f"admission warm-up failed ({type(e).__name__}: {e}); until requests are "
+                f"measured, {self.settings.min_in_flight} at a time are admitted"
+            )
+        finally:
+            await client.close()
+        done.sort()
+        seconds = max(done[-1][0] - done[0][0], 1e-3)
+        requests, rate = (len(done) - 1) / seconds, sum(c for _, c in done[1:]) / seconds
+        self.admission.seed(rate)
+        return (
+            f"admission warm-up: {total} sentences, {n} at a time, in "
+            f"{time.monotonic() - start:.1f} s: {requests:.1f} requests/s ({rate:.0f} cost/s); "
+            f"up to about {requests * self.settings.deadline_s:.0f} such in flight fit the "
+            f"{self.settings.deadline_s:g} s deadline"
+        )
+
+    # ----- gRPC -----
+
+    def _admit_message(
+        self, request: bytes, admin: bool, client: str | None
+    ) -> tuple[Ticket, None] | tuple[None, tuple[grpc.StatusCode, str]]:
+        """(ticket, None) for a ModelInferRequest to pass on, or (None, (code, message))."""
+        info = infer_request(request)
+        if info is None:
+            return None, (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "unreadable ModelInferRequest: not a well-formed protobuf message",
+            )
+        try:
+            model = self.gate(info.model, admin)
+        except Closed as e:
+            return None, (grpc.StatusCode.PERMISSION_DENIED, str(e))
+        cost = request_cost(model, info.input_bytes) if model else 0.0
+        try:
+            ticket = self.enter(model, cost, info.id, client)
+        except TooMany as e:
+            return None, (grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+        if ticket is None:
+            return None, (grpc.StatusCode.UNAVAILABLE, self.admission.refusal(cost))
+        return ticket, None
+
+    def client(self, headers: dict[str, str], peer: str) -> str | None:
+        """Who a request counts against: its address, or None for the gateway (it carries
+        the launcher's token, and caps streams per caller itself)."""
+        token = headers.get(FRONT_TOKEN_HEADER, "")
+        if token and self._token and hmac.compare_digest(token.encode(), self._token.encode()):
+            return None
+        return peer
+
+    # ----- life cycle -----
+
+    async def start(self) -> None:
+        s = self.settings
+        # Both ports' connections, Triton's and the log's fit under it with room to spare.
+        files = raise_file_limit(2 * s.max_connections + 1024)
+        if files < s.max_connections + 256:
+            log.warning(
+                "open-file limit %d is low for %d connections: raise it (ulimit -n)",
+                files,
+                s.max_connections,
+            )
+        unlimited = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+        if s.grpc_port:
+            self._channel = grpc.aio.insecure_channel(s.triton_grpc, options=unlimited)
+            self._grpc = grpc.aio.server(
+                options=[
+                    ("grpc.max_receive_message_length", s.max_request_bytes),
+                    ("grpc.max_send_message_length", -1),
+                    ("grpc.so_reuseport", 0),
+                    ("grpc.max_concurrent_streams", s.max_streams_per_connection),
+                    ("grpc.max_allowed_incoming_connections", s.max_connections),
+                    ("grpc.server_handshake_timeout_ms", int(s.header_timeout_s * 1000)),
+                    ("grpc.max_connection_idle_ms", int(s.idle_timeout_s * 1000)),
+                    # Calls not yet taken by this process: past 1,000 gRPC cancelled calls at
+                    # random, other clients' too, while one client opened 5,000 streams at
+                    # once. Each is taken (and refused, if over a limit) in microseconds.
+                    ("grpc.server.max_pending_requests", PENDING_CALLS),
+                    ("grpc.server.max_pending_requests_hard_limit", 2 * PENDING_CALLS),
+                ]
+            )
+            self._grpc.add_generic_rpc_handlers((self._grpc_handler(),))
+            self.ports["grpc"] = self._grpc.add_insecure_port(f"{s.bind}:{s.grpc_port}")
+            await self._grpc.start()
+        if s.http_port:
+            self._session = aiohttp.ClientSession(
+                auto_decompress=False,  # responses pass through as Triton encoded them
+                # aiohttp would ask Triton for gzip on every request, and the gzip reply would
+                # reach clients that never asked for it (curl, perf_analyzer): only the
+                # client's own Accept-Encoding goes upstream.
+                skip_auto_headers=("Accept-Encoding",),
+                timeout=aiohttp.ClientTimeout(total=None),
+                connector=aiohttp.TCPConnector(limit=0),
+            )
+            app = web.Application(client_max_size=s.max_request_bytes)
+            app.router.add_route("*", "/{tail:.*}", self._http)
+            self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=s.drain_s)
+            await self._runner.setup()
+            site = GuardedSite(self._runner, s.bind, s.http_port, self._guard)
+            await site.start()
+            self.ports["http"] = site._server.sockets[0].getsockname()[1]
+
+    def stuck(self) -> list:
+        """Upstream streams of stubs that died, still open in tritonserver."""
+        return [call for call, _ in self._stuck if not call.done()]
+
+    async def drain(self) -> None:
+        """Stop accepting and let what is in flight finish (up to ``drain_s``)."""
+        if self._grpc:
+            await self._grpc.stop(self.settings.drain_s)
+        if self._runner:
+            await self._runner.cleanup()
+        if self._session:
+            await self._session.close()
+
+    async def close(self, stuck_wait_s: float = 60.0) -> None:
+        """Close the channel to tritonserver.
+
+        Streams of dead stubs are closed only once tritonserver is stopping (not ready; its
+        launcher stops it after we drained), up to ``stuck_wait_s``: closing one while it
+        served aborted it (Triton 2.51's Python backend, boost lock_exception), and holding it
+        open blocks its exit.
+        """
+        stuck = self.stuck()
+        if stuck:
+            log.warning(
+                "%d stream(s) of stubs that died are still open in tritonserver; closing them "
+                "once it is stopping (closing them while it serves aborts Triton 2.51)",
+                len(stuck),
+            )
+            deadline = time.monotonic() + stuck_wait_s
+            while time.monotonic() < deadline and await self._triton_ready():
+                await asyncio.sleep(0.2)
+        self._closing.set()
+        if self._channel:
+            await self._channel.close()
+
+    async def _triton_ready(self) -> bool:
+        port = int(self.settings.triton_http.rsplit(":", 1)[1])
+        return await asyncio.to_thread(is_ready, port)
+
+    async def stop(self) -> None:
+        await self.drain()
+        await self.close()

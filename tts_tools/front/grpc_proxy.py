@@ -1,0 +1,256 @@
+"""The gRPC half of the front door: unary calls and ModelStreamInfer streams forwarded to
+Triton, each request admitted (or refused) on its way."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+import tritonclient.grpc as grpc_types
+
+from tts_tools.protowire import StreamResponse, infer_request, model_name, stream_response
+from tts_wire import FINAL_RESPONSE, stream_error_message
+
+from .admission import FREE, Ticket
+
+SERVICE = "inference.GRPCInferenceService"
+STREAM_METHOD = f"/{SERVICE}/ModelStreamInfer"
+INFER_METHOD = f"/{SERVICE}/ModelInfer"
+
+
+def _metadata(context: grpc.aio.ServicerContext) -> list[tuple[str, str | bytes]]:
+    # grpc-* and pseudo headers are the transport's own; the deadline travels as timeout=.
+    return [
+        (k, v)
+        for k, v in (context.invocation_metadata() or ())
+        if not k.startswith(("grpc-", ":")) and k not in ("user-agent", "te", "content-type")
+    ]
+
+
+class GrpcProxy:
+    """The gRPC handlers of :class:`~tts_tools.front.door.Front` (a mixin: its state is Front's)."""
+
+    async def _unary(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        ticket = FREE
+        if method == INFER_METHOD:
+            headers = _headers(context)
+            ticket, refused = self._admit_message(
+                request, self.is_admin(headers), self.client(headers, _peer(context))
+            )
+            if refused:
+                await context.abort(*refused)
+        outcome = "error"
+        try:
+            call = self._calls.get(method) or self._calls.setdefault(
+                method, self._channel.unary_unary(method)
+            )
+            response = await call(
+                request, metadata=_metadata(context), timeout=context.time_remaining()
+            )
+            outcome = "served"
+            return response
+        except grpc.aio.AioRpcError as e:
+            await context.abort(e.code(), e.details() or "")
+        finally:
+            self.leave(ticket, outcome)
+
+    async def _stream(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        """A ModelStreamInfer call, refused at once past the client's open calls."""
+        headers = _headers(context)
+        client = self.client(headers, _peer(context))
+        limit = self.settings.max_grpc_streams_per_client
+        if client is not None and self._grpc_streams[client] >= limit:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"this client already has {limit} ModelStreamInfer calls open; "
+                "end one first, or carry more requests on each",
+            )
+        self._grpc_streams[client] += 1
+        try:
+            admin = self.is_admin(headers)
+            async for response in self._stream_messages(requests, context, admin, client):
+                yield response
+        finally:
+            self._grpc_streams[client] -= 1
+            if not self._grpc_streams[client]:
+                del self._grpc_streams[client]
+
+    async def _stream_messages(
+        self,
+        requests: AsyncIterator[bytes],
+        context: grpc.aio.ServicerContext,
+        admin: bool,
+        client: str | None,
+    ) -> AsyncIterator[bytes]:
+        """A ModelStreamInfer stream: every message is admitted as a unary request is, and
+        answered on the stream with an error when refused (the stream goes on); its ticket is
+        released by the response that ends it (the final flag, or an error without one)."""
+        stubs: dict[str, set[int]] = {}  # model -> its stubs when this stream first used it
+        hold = asyncio.Event()  # set: a stub of this stream died, keep it open upstream
+        tickets: list[Ticket] = []  # admitted, not yet ended, oldest first
+        refusals: asyncio.Queue[bytes] = asyncio.Queue()  # answered here, not by Triton
+
+        incoming = requests.__aiter__()
+
+        def admitted(request: bytes) -> bool:
+            """Admit one message: True to pass it on; False when refused (its error queued)."""
+            ticket, refused = self._admit_message(request, admin, client)
+            if refused:
+                refusals.put_nowait(_stream_error(request, *refused))
+                return False
+            if ticket.model:
+                tickets.append(ticket)
+            model = ticket.model or model_name(request)
+            if model and model not in stubs:
+                stubs[model] = self.watch.stubs(model, fresh=True)
+            return True
+
+        # Triton's stream is opened by the first message admitted, not by the stream: an idle
+        # stream (a client can open 1,024 per connection) then holds nothing upstream.
+        first = None
+        try:
+            async for request in incoming:
+                if admitted(request):
+                    first = request
+                    break
+                yield refusals.get_nowait()
+        except Exception:  # the client's side ended
+            return
+        if first is None:
+            return
+
+        async def forward() -> AsyncIterator[bytes]:
+            yield first
+            try:
+                async for request in incoming:
+                    if admitted(request):
+                        yield request
+            except Exception:  # the client's side ended (this handler returned or aborted)
+                pass
+            if hold.is_set():
+                # An error here, or the end of requests, would close the stream upstream.
+                await self._closing.wait()
+
+        def ended(response: bytes) -> None:
+            r = stream_response(response)
+            if r is None or not (r.final or (r.error and r.final is None)):
+                return  # more responses follow for its request
+            ticket = _match(tickets, r)
+            if ticket is not None:
+                tickets.remove(ticket)
+                self.leave(ticket, "error" if r.error else "served")
+
+        call = self._channel.stream_stream(STREAM_METHOD)(
+            forward(), metadata=_metadata(context), timeout=context.time_remaining()
+        )
+        responses = call.__aiter__()
+        next_response = next_refusal = None
+        try:
+            while True:
+                if next_response is None:
+                    next_response = asyncio.ensure_future(responses.__anext__())
+                if next_refusal is None:
+                    next_refusal = asyncio.ensure_future(refusals.get())
+                finished, _ = await asyncio.wait(
+                    {next_response, next_refusal},
+                    timeout=self.settings.stream_check_s,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if next_refusal in finished:
+                    yield next_refusal.result()
+                    next_refusal = None
+                    continue
+                if not finished:
+                    dead = [
+                        m for m, pids in stubs.items() if pids and not pids <= self.watch.stubs(m)
+                    ]
+                    if dead:
+                        # Not cancelled upstream: Triton 2.51's Python backend aborted
+                        # (boost lock_exception) on cancelling a request of a dead stub. The
+                        # call is kept referenced (garbage collection would cancel it) until
+                        # this process ends.
+                        hold.set()
+                        self._stuck.append((call, next_response))
+                        call = next_response = None
+                        await context.abort(
+                            grpc.StatusCode.UNAVAILABLE,
+                            f"the instance of model '{dead[0]}' serving this stream died; "
+                            "the stream was ended, retry it",
+                        )
+                    continue
+                try:
+                    response = next_response.result()
+                except StopAsyncIteration:
+                    while not refusals.empty():  # refused after the last response
+                        yield refusals.get_nowait()
+                    return
+                next_response = None
+                ended(response)
+                yield response
+        except grpc.aio.AioRpcError as e:
+            await context.abort(e.code(), e.details() or "")
+        finally:
+            for future in (next_response, next_refusal):
+                if future is not None:
+                    future.cancel()
+            if call is not None:
+                call.cancel()  # the client left or the stream ended: Triton stops its work
+            for ticket in tickets:  # never answered: the stream ended first
+                self.leave(ticket, "error")
+
+    def _grpc_handler(self) -> grpc.GenericRpcHandler:
+        front = self
+
+        class Handler(grpc.GenericRpcHandler):
+            def service(self, details: grpc.HandlerCallDetails):
+                method = details.method
+                if method == STREAM_METHOD:
+                    return grpc.stream_stream_rpc_method_handler(front._stream)
+
+                async def unary(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+                    return await front._unary(method, request, context)
+
+                return grpc.unary_unary_rpc_method_handler(unary)
+
+        return Handler()
+
+
+def _peer(context: grpc.aio.ServicerContext) -> str:
+    """The client's address without its port ("ipv4:127.0.0.1:5555" -> "127.0.0.1")."""
+    peer = context.peer() or ""
+    kind, _, rest = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return rest.rsplit(":", 1)[0].strip("[]")
+    return peer
+
+
+def _headers(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+def _stream_error(request: bytes, code: grpc.StatusCode, message: str) -> bytes:
+    """A stream response refusing one request: its model and id, the message prefixed with
+    its code as tts_stream writes its errors (``[UNAVAILABLE] ...``, which clients map as they
+    map a status code), and the final flag: nothing more comes for that request."""
+    info = infer_request(request)
+    response = grpc_types.service_pb2.ModelStreamInferResponse(
+        error_message=stream_error_message(code.name, message)
+    )
+    if info is not None:
+        response.infer_response.model_name = info.model or ""
+        response.infer_response.id = info.id
+    response.infer_response.parameters[FINAL_RESPONSE].bool_param = True
+    return response.SerializeToString()
+
+
+def _match(tickets: list[Ticket], response: StreamResponse) -> Ticket | None:
+    """The admitted request a stream's final response ends: by model and id, else the
+    oldest of its model (clients need not set ids), else (no model named) none."""
+    same = [t for t in tickets if t.model == response.model]
+    for ticket in same or tickets:
+        if response.id and ticket.id == response.id:
+            return ticket
+    return same[0] if same else None

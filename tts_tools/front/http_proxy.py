@@ -1,0 +1,157 @@
+"""The HTTP half of the front door: Triton's HTTP API forwarded, bodies read within their
+limits (size, time, total buffer) and inflated, inference admitted (or refused)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import generate_latest
+
+from tts_tools.launcher.commands import FRONT_LIVE_PATH
+
+from .admission import JSON_OVERHEAD, Closed, TooMany, request_cost
+from .settings import MIB
+
+# Hop-by-hop headers (RFC 9110 7.6.1) and those the proxy recomputes.
+_HTTP_DROP = {
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "content-encoding",  # bodies are forwarded inflated
+}
+_RESPONSE_DROP = _HTTP_DROP - {"content-encoding"}
+_ENCODINGS = {"identity", "gzip", "deflate", "br"}  # one of them; aiohttp inflates it
+_INFER_PATH = re.compile(
+    r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/(?:infer|generate|generate_stream)$"
+)
+
+
+class HttpProxy:
+    """The HTTP handlers of :class:`~tts_tools.front.door.Front` (a mixin: its state is Front's)."""
+
+    async def _http(self, request: web.Request) -> web.StreamResponse:
+        self._guard.request_started(request)
+        try:
+            return await self._http_request(request)
+        finally:
+            self._guard.request_ended(request)
+
+    async def _http_request(self, request: web.Request) -> web.StreamResponse:
+        if request.path == FRONT_LIVE_PATH:  # answered here: the launcher's liveness probe
+            return web.json_response({"live": True})
+        if request.path == "/metrics" and request.method == "GET":
+            self.metrics.stuck.set(len(self.stuck()))
+            self.metrics.connections.set(len(self._guard.open))
+            self.metrics.buffered.set(self._buffered)
+            return web.Response(
+                body=generate_latest(self.metrics.registry), content_type="text/plain"
+            )
+        match = _INFER_PATH.match(request.path)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        try:  # before the body is read: a closed model's body is never buffered
+            model = self.gate(
+                match.group(1) if match and request.method == "POST" else None,
+                self.is_admin(headers),
+            )
+        except Closed as e:
+            return _http_error(403, str(e))
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in _ENCODINGS:
+            return _http_error(
+                415, f"Content-Encoding '{encoding}' is not supported; send one of "
+                f"{', '.join(sorted(_ENCODINGS))}"
+            )  # fmt: skip
+        body, refused = await self._read_body(request)
+        if refused is not None:
+            return refused
+        cost = request_cost(model, _http_input_bytes(headers, len(body))) if model else 0.0
+        try:
+            ticket = self.enter(model, cost, client=self.client(headers, request.remote or ""))
+        except TooMany as e:
+            return _http_error(429, str(e), {"Retry-After": "1"})
+        if ticket is None:
+            return _http_error(429, self.admission.refusal(cost), {"Retry-After": "1"})
+        outcome = "error"
+        try:
+            forwarded = {k: v for k, v in request.headers.items() if k.lower() not in _HTTP_DROP}
+            url = f"http://{self.settings.triton_http}{request.rel_url}"
+            async with self._session.request(
+                request.method, url, data=bytes(body), headers=forwarded
+            ) as upstream:
+                response = web.StreamResponse(
+                    status=upstream.status,
+                    headers={
+                        k: v for k, v in upstream.headers.items() if k.lower() not in _RESPONSE_DROP
+                    },
+                )
+                await response.prepare(request)
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+                outcome = "served" if upstream.status < 400 else "error"
+                return response
+        except aiohttp.ClientError as e:
+            return _http_error(503, f"cannot reach tritonserver: {e}")
+        finally:
+            self.leave(ticket, outcome)
+
+    async def _read_body(self, request: web.Request) -> tuple[bytearray, web.Response | None]:
+        """The body, inflated, within the size, time and total-buffer limits; or a refusal."""
+        s, body = self.settings, bytearray()
+        limit = s.max_request_bytes
+        if request.content_length is not None and request.content_length > limit:
+            return body, _http_error(
+                413,
+                f"request body of {request.content_length} bytes is over the {limit}-byte limit",
+            )
+        try:
+            async with asyncio.timeout(s.body_timeout_s):
+                # Inflated as it is read (aiohttp decompresses gzip/deflate/br bodies): a small
+                # compressed body that inflates past the limit is stopped at the limit.
+                async for chunk in request.content.iter_chunked(256 * 1024):
+                    if self._buffered + len(chunk) > s.max_buffered_bytes:
+                        return body, _http_error(
+                            503,
+                            f"the front door holds its limit of {s.max_buffered_bytes // MIB} "
+                            "MiB of request bodies being read; retry later",
+                            {"Retry-After": "1"},
+                        )
+                    body += chunk
+                    self._buffered += len(chunk)
+                    if len(body) > limit:
+                        return body, _http_error(
+                            413, f"request body is over the {limit}-byte limit (after "
+                            "decompression)"
+                        )  # fmt: skip
+        except TimeoutError:
+            return body, _http_error(
+                408, f"the request body took over {s.body_timeout_s:g} s to arrive"
+            )
+        except aiohttp.ClientPayloadError as e:
+            return body, _http_error(400, f"unreadable request body: {e}")
+        finally:
+            self._buffered -= len(body)  # forwarded as one bytes copy below, then freed
+        return body, None
+
+
+def _http_input_bytes(headers: dict[str, str], body: int) -> int:
+    """A body's input bytes: its binary part (the binary tensor extension), else the JSON
+    less what surrounds a text."""
+    header = headers.get("inference-header-content-length")
+    if header and header.isdigit():
+        return max(0, body - int(header))
+    return max(0, body - JSON_OVERHEAD)
+
+
+def _http_error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    # Triton's own HTTP error body, so tritonclient shows the message.
+    return web.json_response({"error": message}, status=status, headers=headers)
