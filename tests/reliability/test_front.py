@@ -1,12 +1,12 @@
-"""The front door (issue 20, items 2, 4, 6 and 7): each test sends the same thing straight to
+"""The front door against what Triton alone does: each test sends the same thing straight to
 Triton first, where it shows the defect, then through the front door, where it must not.
 
-- item 2: oversized gRPC messages and HTTP bodies (plain, compressed, chunked) are refused
-  while they are read; Triton's memory does not grow;
-- item 7: a burst far over capacity is part served, part refused at once, never only queued;
-- item 4: a stream whose `tts_stream` stub dies ends with an error instead of hanging;
-- item 6: SIGTERM to `make serve` with an idle keep-alive connection exits 0, without Triton's
-  30 s "Exit timeout expired".
+- oversized gRPC messages and HTTP bodies (plain, compressed, chunked) are refused while they
+  are read; Triton's memory does not grow;
+- a burst far over capacity is part served, part refused at once, never only queued;
+- a stream whose `tts_stream` stub dies ends with an error instead of hanging;
+- SIGTERM to `make serve` with an idle keep-alive connection exits 0, without Triton's 30 s
+  "Exit timeout expired".
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""Hardening, second pass (issue 20): the items built so far, each with the defect it fixes.
+"""Hardening: each defect found, and the check that it stays fixed.
 
-- (8) the gateway answered 500 for a lone surrogate in `input` and accepted "1.5" and true
-  for `speed`; a taken port made the launcher restart the gateway once a second for ever.
-- (5) after kill -9 of tritonserver its stubs lived on with parent 1 (test_restart.py checks
-  they are gone; here the launcher's orphan handling is checked on a real child)."""
+- the gateway answered 500 for a lone surrogate in `input` and accepted "1.5" and true for
+  `speed`; a taken port made the launcher restart the gateway once a second for ever.
+- after kill -9 of tritonserver its stubs lived on with parent 1 (test_restart.py checks they
+  are gone; here the launcher's orphan handling is checked on a real child)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.unit.test_install import ALL, norm, pins
+from tests.repository.test_install import ALL, norm, pins
 from tts_gateway.settings import GatewaySettings
 from tts_tools.launcher.commands import (
     FRONT_TOKEN_FILE_ENV,
