@@ -69,6 +69,92 @@ class _Cancelled(Exception):
     pass
 
 
+class _Window(Generic[C, A]):
+    """One stream's state: the chunks being synthesized, in plan order, and what was sent."""
+
+    def __init__(
+        self,
+        plan: Iterator[C],
+        synthesize: Callable[[C], Awaitable[A]],
+        is_cancelled: Callable[[], bool],
+    ) -> None:
+        self.chunks = iter(plan)
+        self.synthesize, self.is_cancelled = synthesize, is_cancelled
+        self.pending: deque[tuple[C, asyncio.Future]] = deque()
+        self.exhausted = False
+        self.plan_error: Exception | None = None  # raised once the chunks before it are sent
+        self.sent = 0
+
+    def issue_next(self) -> None:
+        """Start the next chunk's synthesis (the plan's errors wait their turn)."""
+        try:
+            chunk = next(self.chunks)
+        except StopIteration:
+            self.exhausted = True
+            return
+        except Exception as e:
+            self.exhausted, self.plan_error = True, e
+            return
+        self.pending.append((chunk, asyncio.ensure_future(self.synthesize(chunk))))
+
+    async def wait(self, task: asyncio.Future):
+        """The chunk's audio, asking meanwhile whether the client went away."""
+        while not task.done():
+            if self.is_cancelled():
+                raise _Cancelled
+            await asyncio.wait({task}, timeout=CANCEL_POLL_S)
+        return task.result()
+
+    async def send_all(self, send: Callable[[StreamResponse], None], max_in_flight: int) -> None:
+        """Every chunk, in order, the first alone and then ``max_in_flight`` at a time."""
+        while True:
+            if self.is_cancelled():
+                raise _Cancelled
+            window = 1 if self.sent == 0 else max_in_flight
+            while not self.exhausted and len(self.pending) < window:
+                self.issue_next()
+            if not self.pending:
+                if self.plan_error is not None:
+                    raise self.plan_error
+                return
+            chunk, task = self.pending[0]
+            audio = await self.wait(task)
+            self.pending.popleft()
+            if not self.pending and not self.exhausted:
+                self.issue_next()  # look one chunk ahead: is this one the last?
+            last = self.exhausted and not self.pending and self.plan_error is None
+            send(StreamResponse(chunk=chunk, audio=audio, last=last))
+            self.sent += 1
+
+    async def cancel_pending(self) -> None:
+        tasks = [t for _, t in self.pending]
+        for task in tasks:
+            task.cancel()
+            task.add_done_callback(_retrieve)  # no "exception was never retrieved" warnings
+        if tasks:
+            # Bounded: a BLS call the server will never answer (it is shutting down) must not
+            # keep this stream, and so the model's unload, waiting.
+            await asyncio.wait(tasks, timeout=CANCEL_GRACE_S)
+
+
+def stream_error(error: Exception, sent: int, log_error: Callable[[str], None]) -> tuple[str, str]:
+    """The code and message a client gets for ``error`` (a failure's details go to the log)."""
+    if isinstance(error, _Cancelled):
+        return CANCELLED, "request cancelled"
+    if isinstance(error, InvalidInputError):
+        return INVALID_ARGUMENT, str(error)
+    if isinstance(error, StageError):
+        return error.code, error.message
+    if isinstance(error, asyncio.CancelledError):
+        return CANCELLED, "the server is shutting down"
+    # A failure is an error the client sees, never a short stream.
+    log_error(f"stream failed after {sent} chunks: {error!r}")
+    return (
+        INTERNAL,
+        f"stream failed after {sent} chunks ({type(error).__name__}); see the server log",
+    )
+
+
 async def run_stream(
     plan: Iterator[C],
     synthesize: Callable[[C], Awaitable[A]],
@@ -85,82 +171,19 @@ async def run_stream(
     """
     if max_in_flight < 1:
         raise ValueError("max_in_flight must be >= 1")
-    pending: deque[tuple[C, asyncio.Future]] = deque()
-    chunks = iter(plan)
-    exhausted = False
-    plan_error: Exception | None = None  # raised once the chunks before it are sent
-    sent = 0
+    window = _Window(plan, synthesize, is_cancelled)
     error_code: str | None = None
-
-    def issue_next() -> None:
-        nonlocal exhausted, plan_error
-        try:
-            chunk = next(chunks)
-        except StopIteration:
-            exhausted = True
-            return
-        except Exception as e:
-            exhausted, plan_error = True, e
-            return
-        pending.append((chunk, asyncio.ensure_future(synthesize(chunk))))
-
-    async def wait(task: asyncio.Future):
-        # Poll for cancellation while the chunk is being synthesized.
-        while not task.done():
-            if is_cancelled():
-                raise _Cancelled
-            await asyncio.wait({task}, timeout=CANCEL_POLL_S)
-        return task.result()
-
-    def fail(code: str, message: str) -> None:
-        nonlocal error_code
-        error_code = code
-        send(StreamResponse(error_code=code, error_message=message))
-
     try:
-        while True:
-            if is_cancelled():
-                raise _Cancelled
-            window = 1 if sent == 0 else max_in_flight
-            while not exhausted and len(pending) < window:
-                issue_next()
-            if not pending:
-                if plan_error is not None:
-                    raise plan_error
-                break
-            chunk, task = pending[0]
-            audio = await wait(task)
-            pending.popleft()
-            if not pending and not exhausted:
-                issue_next()  # look one chunk ahead: is this one the last?
-            last = exhausted and not pending and plan_error is None
-            send(StreamResponse(chunk=chunk, audio=audio, last=last))
-            sent += 1
-    except _Cancelled:
-        fail(CANCELLED, "request cancelled")
-    except InvalidInputError as e:
-        fail(INVALID_ARGUMENT, str(e))
-    except StageError as e:
-        fail(e.code, e.message)
-    except asyncio.CancelledError:
-        fail(CANCELLED, "the server is shutting down")
-        raise
-    except Exception as e:  # a failure is an error the client sees, never a short stream
-        log_error(f"stream failed after {sent} chunks: {e!r}")
-        fail(
-            INTERNAL, f"stream failed after {sent} chunks ({type(e).__name__}); see the server log"
-        )
+        await window.send_all(send, max_in_flight)
+    except (Exception, asyncio.CancelledError) as e:
+        error_code, message = stream_error(e, window.sent, log_error)
+        send(StreamResponse(error_code=error_code, error_message=message))
+        if isinstance(e, asyncio.CancelledError):
+            raise
     finally:
-        tasks = [t for _, t in pending]
-        for task in tasks:
-            task.cancel()
-            task.add_done_callback(_retrieve)  # no "exception was never retrieved" warnings
-        if tasks:
-            # Bounded: a BLS call the server will never answer (it is shutting down) must not
-            # keep this stream, and so the model's unload, waiting.
-            await asyncio.wait(tasks, timeout=CANCEL_GRACE_S)
+        await window.cancel_pending()
         send(StreamResponse(final=True))
-    return StreamOutcome(sent, error_code)
+    return StreamOutcome(window.sent, error_code)
 
 
 class InFlight:
