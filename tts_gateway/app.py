@@ -253,6 +253,48 @@ def _info_routes(app: FastAPI, settings: GatewaySettings, service: SpeechService
         }
 
 
+def speech_job(
+    request: SpeechRequest,
+    word_timestamps: bool,
+    client: str,
+    settings: GatewaySettings,
+    voice_names: dict,
+    formats: dict,
+) -> SpeechJob:
+    """The speech service's job for a request, or the APIError that refuses it."""
+    if not known_model(request.model):
+        raise APIError(
+            404,
+            f"unknown model {request.model!r}; models: {', '.join(MODELS)}",
+            param="model",
+            code="model_not_found",
+        )
+    voice = voice_names.get(request.voice)
+    if voice is None:
+        raise APIError(  # 400 with param "voice", as OpenAI answers an invalid voice
+            400,
+            f"unknown voice {request.voice!r}; voices: {', '.join(voice_names)}",
+            param="voice",
+            code="voice_not_found",
+        )
+    text = request.input
+    if not text.strip():
+        raise bad_request("input is empty; send the text to speak", param="input")
+    if len(text) > settings.max_input_chars:
+        raise bad_request(
+            f"input is {len(text)} characters, over this server's limit of "
+            f"{settings.max_input_chars}; split it",
+            param="input",
+            code="string_above_max_length",
+        )
+    try:
+        options = voice.options(request.speed, word_timestamps=word_timestamps)
+    except ValueError as e:
+        raise bad_request(str(e), param="speed") from None
+    streamed = len(text) > settings.direct_max_chars
+    return SpeechJob(text, options, formats[request.response_format], streamed, client)
+
+
 def _speech_route(app: FastAPI, settings: GatewaySettings, service: SpeechService) -> None:
     """``POST /v1/audio/speech`` and ``/dev/captioned_speech``: validate, then hand the
     request to the speech service."""
@@ -263,48 +305,10 @@ def _speech_route(app: FastAPI, settings: GatewaySettings, service: SpeechServic
         return http.client.host if http.client else ""
 
     def job_for(request: SpeechRequest, word_timestamps: bool, client: str = "") -> SpeechJob:
-        fmt = formats[request.response_format]
-
-        def refuse(error: APIError) -> APIError:
-            return service.refused(error, fmt.name)
-
-        if not known_model(request.model):
-            raise refuse(
-                APIError(
-                    404,
-                    f"unknown model {request.model!r}; models: {', '.join(MODELS)}",
-                    param="model",
-                    code="model_not_found",
-                )
-            )
-        voice = voice_names.get(request.voice)
-        if voice is None:
-            raise refuse(
-                APIError(  # 400 with param "voice", as OpenAI answers an invalid voice
-                    400,
-                    f"unknown voice {request.voice!r}; voices: {', '.join(voice_names)}",
-                    param="voice",
-                    code="voice_not_found",
-                )
-            )
-        text = request.input
-        if not text.strip():
-            raise refuse(bad_request("input is empty; send the text to speak", param="input"))
-        if len(text) > settings.max_input_chars:
-            raise refuse(
-                bad_request(
-                    f"input is {len(text)} characters, over this server's limit of "
-                    f"{settings.max_input_chars}; split it",
-                    param="input",
-                    code="string_above_max_length",
-                )
-            )
         try:
-            options = voice.options(request.speed, word_timestamps=word_timestamps)
-        except ValueError as e:
-            raise refuse(bad_request(str(e), param="speed")) from None
-        streamed = len(text) > settings.direct_max_chars
-        return SpeechJob(text, options, fmt, streamed, client)
+            return speech_job(request, word_timestamps, client, settings, voice_names, formats)
+        except APIError as e:
+            raise service.refused(e, formats[request.response_format].name) from None
 
     @app.post(
         "/v1/audio/speech",
