@@ -66,7 +66,8 @@ def _is_param_name(name: str) -> bool:
 def _modules() -> tuple | None:
     """The torch modules of both halves, to check the mapping against; None without torch."""
     try:
-        from tts_serving.engines.torch_vits import Acoustic, Decoder
+        from tts_serving.engines.torch_decoder import Decoder
+        from tts_serving.engines.torch_vits import Acoustic
     except ImportError:
         return None
     return Acoustic(), Decoder()

@@ -11,8 +11,8 @@ from tests import fake_pb_utils as pb
 from tests.adapter.test_model_adapters import load_model, text_request
 from tts_serving.engines import INT8_FILE, WEIGHTS_FILE
 from tts_serving.engines.models import Vocoder, load_acoustic, load_vocoder, model_file
+from tts_serving.engines.torch_decoder import Decoder
 from tts_serving.engines.torch_engine import TorchOptions, TorchVocoderNet
-from tts_serving.engines.torch_vits import Decoder
 from tts_serving.engines.torch_weights import fill
 from tts_serving.errors import ModelConfigError
 from tts_serving.settings import AcousticSettings, EngineSettings

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tts_serving.engines.torch_vits import Acoustic, Decoder
+from tts_serving.engines.torch_decoder import Decoder
+from tts_serving.engines.torch_vits import Acoustic
 from tts_serving.engines.torch_weights import load
 
 from ..errors import ModelConfigError
