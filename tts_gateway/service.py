@@ -275,9 +275,8 @@ class SpeechService:
         self.metrics.requests.labels(str(error.status), label).inc()
         return error
 
-    async def open(self, job: SpeechJob) -> Speech:
-        """Admit ``job`` and wait for its first audio (within the request's deadline)."""
-        started = time.perf_counter()
+    def _admit(self, job: SpeechJob) -> None:
+        """Refuse ``job`` (429) when this gateway or its client has no room for it."""
         settings = self.settings
         if self.slots.used >= self.slots.limit:
             raise self.refused(
@@ -303,6 +302,12 @@ class SpeechService:
                 ),
                 job.format.name,
             )
+
+    async def open(self, job: SpeechJob) -> Speech:
+        """Admit ``job`` and wait for its first audio (within the request's deadline)."""
+        started = time.perf_counter()
+        settings = self.settings
+        self._admit(job)
         release = self._take(job)
         backend = self.backend
         # One deadline for the whole request, on the loop's clock (asyncio.timeout_at).

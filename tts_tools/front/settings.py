@@ -97,7 +97,8 @@ class FrontSettings:
             raise ValueError(f"warmup_requests must be in [0, 256], not {self.warmup_requests}")
 
 
-def parse_args(argv: list[str] | None = None) -> FrontSettings:
+def parser() -> argparse.ArgumentParser:
+    """The command line, every default the settings' own."""
     d = FrontSettings()
     p = argparse.ArgumentParser(
         prog="python -m tts_tools.front",
@@ -142,6 +143,11 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
         default=d.window_s,
         help="seconds over which admission measures the throughput",
     )
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> FrontSettings:
+    p = parser()
     a = p.parse_args(argv)
     try:
         settings = FrontSettings(
