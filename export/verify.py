@@ -89,6 +89,39 @@ def _max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     return worst
 
 
+def _durations_exact(alone: list, together: list, ids: list[list[int]]) -> bool:
+    """Frames per id: batch 1 equals batch 8, one per id, summing to the latent's frames."""
+    return all(
+        np.array_equal(a.durations, b.durations)
+        and len(a.durations) == len(x)
+        and max(int(a.durations.sum()), 1) == a.latent.shape[-1]
+        for a, b, x in zip(alone, together, ids)
+    )
+
+
+def _report(result: VerifyResult, sentences: int, with_torch: bool) -> None:
+    torch_part = (
+        f"torch engine (float32) batch 1 {result.torch_batch1_max_diff:.2e}, mixed batch 8 "
+        f"{result.torch_mixed_max_diff:.2e}"
+        if with_torch
+        else "torch engine not checked (torch is not installed; a torch profile's set-up "
+        "installs it and exports again)"
+    )
+    log.info(
+        "verify on %d sentences, noise 0: max |split - whole| batch 1 %.2e, padded batch 8 %.2e,"
+        " mixed-speed batch 8 %.2e; %s (tolerance %.0e); frames per id %s",
+        sentences,
+        result.batch1_max_diff,
+        result.batch8_max_diff,
+        result.mixed_max_diff,
+        torch_part,
+        TOLERANCE,
+        "exact (batch 1 = batch 8, summing to the frames)"
+        if result.durations_exact
+        else "NOT EXACT",
+    )
+
+
 def verify(
     source_onnx: Path, acoustic_onnx: Path, vocoder_onnx: Path, voice: PiperConfig
 ) -> VerifyResult:
@@ -135,12 +168,7 @@ def verify(
     )
     torch_mixed = split_pipeline(ids, mixed_scales, torch=True) if with_torch else []
 
-    durations_exact = all(
-        np.array_equal(a.durations, b.durations)
-        and len(a.durations) == len(x)
-        and max(int(a.durations.sum()), 1) == a.latent.shape[-1]
-        for a, b, x in zip(alone, together, ids)
-    )
+    durations_exact = _durations_exact(alone, together, ids)
     result = VerifyResult(
         batch1_max_diff=_max_diff(batch1, reference),
         batch8_max_diff=_max_diff(batch8, reference),
@@ -150,22 +178,5 @@ def verify(
         durations_exact=durations_exact,
         audio=batch1,
     )
-    torch_part = (
-        f"torch engine (float32) batch 1 {result.torch_batch1_max_diff:.2e}, mixed batch 8 "
-        f"{result.torch_mixed_max_diff:.2e}"
-        if with_torch
-        else "torch engine not checked (torch is not installed; a torch profile's set-up "
-        "installs it and exports again)"
-    )
-    log.info(
-        "verify on %d sentences, noise 0: max |split - whole| batch 1 %.2e, padded batch 8 %.2e,"
-        " mixed-speed batch 8 %.2e; %s (tolerance %.0e); frames per id %s",
-        len(ids),
-        result.batch1_max_diff,
-        result.batch8_max_diff,
-        result.mixed_max_diff,
-        torch_part,
-        TOLERANCE,
-        "exact (batch 1 = batch 8, summing to the frames)" if durations_exact else "NOT EXACT",
-    )
+    _report(result, len(ids), with_torch)
     return result
