@@ -4,6 +4,9 @@ Triton reads them with ``--model-config-name=<profile>`` (``make serve PROFILE=g
 without one falls back to its config.pbtxt. They are generated from each config.pbtxt plus the
 few overrides below, so a change to a model's inputs or defaults reaches every profile:
 
+Each config.pbtxt's ``input`` and ``output`` blocks are generated too, from the declarations
+in ``tts_wire.tensors``:
+
     python -m tts_tools.profiles            # rewrite them
     python -m tts_tools.profiles --check    # fail when a committed file is stale (a test does)
 
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tts_serving.model_config import TRITON_PARAMETERS
+from tts_wire.tensors import MODEL_IO
 
 REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
 
@@ -194,12 +198,27 @@ def render(base: str, model: str, profile: str, o: Override) -> str:
     return header + text
 
 
+def with_io(text: str, model: str) -> str:
+    """config.pbtxt text with its ``input`` and ``output`` blocks as tts_wire.tensors declares
+    them (the one place a tensor is declared)."""
+    io = MODEL_IO[model]
+    for kind, tensors in (("input", io.inputs), ("output", io.outputs)):
+        block = f"{kind} [\n" + ",\n".join(t.pbtxt() for t in tensors) + "\n]"
+        text = _sub(text, rf"^{kind} \[\n(?:.*\n)*?\]$", block.replace("\\", "\\\\"), kind)
+    return text
+
+
 def expected(repository: Path = REPOSITORY) -> dict[Path, str]:
+    """Every generated file: each model's config.pbtxt (its I/O blocks) and its profiles."""
     check_engines()
     files = {}
+    bases = {}
+    for model in MODEL_IO:
+        path = repository / model / "config.pbtxt"
+        files[path] = bases[model] = with_io(path.read_text(), model)
     for profile, models in PROFILES.items():
         for model, override in models.items():
-            base = (repository / model / "config.pbtxt").read_text()
+            base = bases.get(model) or (repository / model / "config.pbtxt").read_text()
             path = repository / model / "configs" / f"{profile}.pbtxt"
             files[path] = render(base, model, profile, override)
     return files

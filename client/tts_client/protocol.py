@@ -47,6 +47,7 @@ from tts_wire import (
     priority_error,
     stream_error_message as stream_error_message,
 )
+from tts_wire.tensors import client_datatypes
 
 from .audio import Audio, AudioChunk, Word, merge_words
 from .errors import InferenceFailed, InvalidInput, ServerOverloaded, ServerUnavailable, TTSError
@@ -101,18 +102,11 @@ def options(options: SynthesisOptions | None = None, **keywords: object) -> Synt
         raise InvalidInput(str(e)) from None
 
 
-_DATATYPES = {
-    WORD_TIMESTAMPS: "BOOL",
-    SPEED: "FP32",
-    NOISE_SCALE: "FP32",
-    NOISE_W: "FP32",
-    NORMALIZE: "BOOL",
-    VOICE: "BYTES",
-}
+_DATATYPES = client_datatypes()  # as the models declare them (tts_wire.tensors)
 
 
 def _tensor(module: ModuleType, name: str, value, shape: list[int]):
-    datatype = _DATATYPES.get(name, "BYTES")
+    datatype = _DATATYPES[name]
     if datatype == "BYTES":
         array = np.array([value.encode("utf-8")], dtype=np.object_)
     elif datatype == "BOOL":

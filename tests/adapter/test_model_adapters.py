@@ -13,6 +13,8 @@ from tests import fake_pb_utils as pb
 
 pb.install()
 
+from google.protobuf.json_format import MessageToDict  # noqa: E402
+
 from tts_serving.errors import ModelConfigError  # noqa: E402
 from tts_serving.model_config import read_model_config  # noqa: E402
 
@@ -25,10 +27,12 @@ def load_model(repository, name, params=None, max_batch_size=16):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     pbtxt = read_model_config(repository / name / "config.pbtxt")
+    # The tensors as Triton hands them to the stub (protobuf's JSON: int64 dims as strings).
+    tensors = MessageToDict(pbtxt, preserving_proto_field_name=True)
     config = {
         "name": name,
-        "input": [{"name": t.name} for t in pbtxt.input],
-        "output": [{"name": t.name} for t in pbtxt.output],
+        "input": tensors.get("input", []),
+        "output": tensors.get("output", []),
         "max_batch_size": max_batch_size,
         "parameters": {k: {"string_value": v} for k, v in (params or {}).items()},
     }
@@ -389,3 +393,26 @@ def test_the_finite_check_counts_only_when_the_sum_is_not_finite():
         error = output_or_error("audio", audio)
         assert isinstance(error, NonFiniteOutput) and "2 non-finite" in str(error)
     assert isinstance(output_or_error("audio", np.zeros(5, np.float32)), list)
+
+
+def test_a_config_tensor_unlike_its_declaration_fails_the_load(exported_repository):
+    """tts_wire.tensors declares each tensor once; a config.pbtxt that says otherwise (a type,
+    a shape, a flag) fails at initialize, naming the tensor, not at the first request."""
+    from pathlib import Path
+
+    from tts_serving.triton.adapter import ModelContext
+    from tts_wire.tensors import MODEL_IO
+
+    pbtxt = read_model_config(exported_repository / "vocoder" / "config.pbtxt")
+    config = MessageToDict(pbtxt, preserving_proto_field_name=True)
+
+    def context(config: dict) -> ModelContext:
+        return ModelContext("vocoder", config, None, Path("."), "CPU")
+
+    context(config).require_io(MODEL_IO["vocoder"])  # as generated: accepted
+    for field, value in (("dims", ["193", "-1"]), ("data_type", "TYPE_FP16"),
+                         ("allow_ragged_batch", False)):  # fmt: skip
+        changed = json.loads(json.dumps(config))
+        changed["input"][0][field] = value
+        with pytest.raises(ModelConfigError, match="input 'latent' is .* in config.pbtxt"):
+            context(changed).require_io(MODEL_IO["vocoder"])

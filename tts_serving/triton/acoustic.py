@@ -25,10 +25,10 @@ from tts_wire import (
     PHONEME_IDS,
     SEGMENTS,
     SPEED,
-    VOICE,
     WORD_SPANS,
     WORDS,
 )
+from tts_wire.tensors import MODEL_IO
 
 from ..engines.batching import run_grouped
 from ..engines.models import AcousticModel, AcousticResult, load_acoustic, model_file
@@ -70,10 +70,7 @@ class Acoustic:
 
     def initialize(self, args: dict) -> None:
         self.ctx = ModelContext.from_args(args, AcousticSettings)
-        self.ctx.require_io(
-            [PHONEME_IDS, SPEED, NOISE_SCALE, NOISE_W, VOICE, WORD_SPANS, SEGMENTS],
-            [LATENT, WORDS, LATENT_SEGMENTS],
-        )
+        self.ctx.require_io(MODEL_IO["acoustic"])
         self.ctx.require_max_batch_size(16)
         self.max_ids = self.ctx.settings.max_phoneme_ids
         models: dict = {}  # one session per ONNX file, shared by the voices that use it

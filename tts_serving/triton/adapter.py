@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -19,6 +19,7 @@ import triton_python_backend_utils as pb_utils
 from tts_serving.engines.batching import is_numpy
 from tts_serving.model_config import config_parameters, parse_settings
 from tts_wire import VOICE
+from tts_wire.tensors import ModelIO
 
 from ..errors import InvalidInputError, ModelConfigError
 from ..voices import VoiceFiles, decode_voice, discover, exported
@@ -59,17 +60,35 @@ class ModelContext(Generic[S]):
         self.file("voice.json")  # the export's own message when nothing was exported
         return discover(self.version_dir)
 
-    def require_io(self, inputs: Iterable[str], outputs: Iterable[str]) -> None:
-        """The config's inputs and outputs are exactly the tensors this model reads and writes:
-        an input renamed in config.pbtxt fails the load instead of being read as absent (its
-        default silently used)."""
-        for kind, want in (("input", set(inputs)), ("output", set(outputs))):
-            have = {tensor["name"] for tensor in self.config.get(kind, [])}
-            if have != want:
+    def require_io(self, io: ModelIO) -> None:
+        """The config's inputs and outputs are exactly the tensors this model reads and writes
+        (tts_wire.tensors): names, data types, dims and flags. An input renamed in
+        config.pbtxt fails the load instead of being read as absent (its default silently
+        used); a changed type or shape fails it instead of the first request."""
+        for kind, tensors in (("input", io.inputs), ("output", io.outputs)):
+            want = {t.name: t for t in tensors}
+            have = {tensor["name"]: tensor for tensor in self.config.get(kind, [])}
+            if set(have) != set(want):
                 raise ModelConfigError(
                     f"{self.name}: config.pbtxt has {kind}s {sorted(have)}, this model uses "
-                    f"{sorted(want)} (missing {sorted(want - have)}, unknown {sorted(have - want)})"
+                    f"{sorted(want)} (missing {sorted(set(want) - set(have))}, unknown "
+                    f"{sorted(set(have) - set(want))})"
                 )
+            for name, tensor in want.items():
+                found = have[name]
+                declared = (f"TYPE_{tensor.dtype}", tensor.dims, tensor.optional, tensor.ragged)
+                got = (
+                    found.get("data_type"),
+                    tuple(int(d) for d in found.get("dims", ())),
+                    bool(found.get("optional", False)),
+                    bool(found.get("allow_ragged_batch", False)),
+                )
+                if got != declared:
+                    raise ModelConfigError(
+                        f"{self.name}: {kind} {name!r} is (data type, dims, optional, ragged) "
+                        f"{got} in config.pbtxt, {declared} in tts_wire.tensors; run python -m "
+                        "tts_tools.profiles to write config.pbtxt from the declarations"
+                    )
 
     def require_max_batch_size(self, minimum: int) -> int:
         mbs = int(self.config.get("max_batch_size", 0))

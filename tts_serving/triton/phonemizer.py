@@ -13,10 +13,10 @@ from tts_wire import (
     SEGMENTS,
     TEXT,
     TEXT_TOO_LONG,
-    VOICE,
     WORD_SPANS,
     WORD_TIMESTAMPS,
 )
+from tts_wire.tensors import MODEL_IO
 
 from ..errors import InvalidInputError
 from ..inputs import CleanText, check_characters, check_encoded_size, decode_clean, decode_utf8
@@ -46,9 +46,7 @@ class Phonemizer:
 
     def initialize(self, args: dict) -> None:
         self.ctx = ModelContext.from_args(args, PhonemizerSettings)
-        self.ctx.require_io(
-            [TEXT, NORMALIZE, VOICE, WORD_TIMESTAMPS], [PHONEME_IDS, WORD_SPANS, SEGMENTS]
-        )
+        self.ctx.require_io(MODEL_IO["phonemizer"])
         self.ctx.require_max_batch_size(1)
         self.settings = self.ctx.settings
         self.logger = pb_utils.Logger

@@ -39,6 +39,7 @@ from tts_wire import (
     SynthesisOptions,
     stream_error_message,
 )
+from tts_wire.tensors import MODEL_IO
 
 from ..errors import InvalidInputError, ModelConfigError
 from ..inputs import (
@@ -150,10 +151,7 @@ class TtsStream:
 
     def initialize(self, args):
         self.ctx = ModelContext.from_args(args, StreamSettings)
-        self.ctx.require_io(
-            [TEXT, SPEED, NOISE_SCALE, NOISE_W, NORMALIZE, VOICE, WORD_TIMESTAMPS],
-            [AUDIO, CHUNK_TEXT, WORDS],
-        )
+        self.ctx.require_io(MODEL_IO["tts_stream"])
         if not pb_utils.using_decoupled_model_transaction_policy(self.ctx.config):
             raise ModelConfigError("tts_stream needs model_transaction_policy { decoupled: true }")
         self.settings = self.ctx.settings

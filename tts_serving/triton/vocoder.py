@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from tts_wire import AUDIO, LATENT, LATENT_SEGMENTS, VOICE
+from tts_wire import AUDIO, LATENT, LATENT_SEGMENTS
+from tts_wire.tensors import MODEL_IO
 
 from ..engines.batching import is_numpy, run_grouped
 from ..engines.loudness import LOUDNESS_FILE, VoiceLoudness, apply_gain, peak_normalize
@@ -56,7 +57,7 @@ class Vocoder:
 
     def initialize(self, args: dict) -> None:
         self.ctx = ModelContext.from_args(args, VocoderSettings)
-        self.ctx.require_io([LATENT, VOICE, LATENT_SEGMENTS], [AUDIO])
+        self.ctx.require_io(MODEL_IO["vocoder"])
         self.ctx.require_max_batch_size(16)
         self.settings = self.ctx.settings
         if self.settings.device_tensors == cpu_only_inputs(self.ctx.config):
