@@ -178,8 +178,8 @@ def announce_when_ready(args: argparse.Namespace, gpu: bool, timeout_s: float = 
     threading.Thread(target=wait, name="banner", daemon=True).start()
 
 
-def main(argv: list[str] | None = None) -> None:
-    args, extra = parse_args(argv)
+def refuse_to_start(args: argparse.Namespace, extra: list[str]) -> None:
+    """Exit 2 with the reason for a benchmark-only profile or a port already taken."""
     profile = benchmark_profile(extra)
     if profile:
         print(
@@ -189,7 +189,6 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
         sys.exit(2)
-    shm_prefix = new_shm_prefix()
     taken = taken_port(
         args.bind,
         [
@@ -203,7 +202,68 @@ def main(argv: list[str] | None = None) -> None:
     if taken:
         print(f"launcher: {taken}", file=sys.stderr, flush=True)
         sys.exit(2)
-    key, configured = admin_key()
+
+
+def front_door(
+    args: argparse.Namespace, triton_grpc: int, triton_http: int, shm_prefix: str
+) -> list[str]:
+    """The front door's command line (and the token the gateway shows it, in the environment)."""
+    # The gateway shows the front door this token (the children inherit it; a process's
+    # environment is readable by its own user only): its callers are capped per address
+    # by the gateway, not lumped together as one client of the front door. A token given
+    # ($TTS_FRONT_TOKEN or $TTS_FRONT_TOKEN_FILE) is kept: a gateway in pods of its own
+    # (deploy/overlays/gpu) holds the same one, from a Secret.
+    given = secret_setting(FRONT_TOKEN_ENV, FRONT_TOKEN_FILE_ENV, "the front door's token")
+    token = given or secrets.token_urlsafe(32)
+    os.environ[FRONT_TOKEN_ENV] = os.environ[GATEWAY_FRONT_TOKEN_ENV] = token
+    return front_command(
+        triton_grpc,
+        triton_http,
+        args.bind,
+        args.grpc_port,
+        args.http_port,
+        shm_prefix,
+        ["--notify-parent", *shlex.split(args.front_args)],
+    )
+
+
+def gateway_child(args: argparse.Namespace) -> list[str]:
+    """The gateway's command line."""
+    local = local_host(args.bind)
+    # The repository's voices (voices.json), each under its own name: a voice added with
+    # `make serve VOICES=...` reaches the page and /v1/audio/voices. A voices file or
+    # $TTS_GATEWAY_VOICES_FILE (the gateway's own settings: README, Settings) wins.
+    command = gateway_command(
+        f"grpc://{local}:{args.grpc_port}",
+        args.bind,
+        args.gateway_port,
+        [f"--triton-voices={gateway_voices(args.model_repository)}"],
+    )
+    print(
+        f"gateway: OpenAI-compatible API on http://{args.bind}:{args.gateway_port}/v1",
+        flush=True,
+    )
+    return command
+
+
+def supervisor_metrics(args: argparse.Namespace) -> tuple[SupervisorMetrics, Heartbeat]:
+    """The launcher's outage metrics and liveness, served when a port is given."""
+    metrics = SupervisorMetrics()
+    heartbeat = Heartbeat()
+    if args.supervisor_metrics_port:
+        serve_metrics(args.supervisor_metrics_port, args.bind, metrics.registry, heartbeat)
+        print(
+            f"supervisor: outage metrics on {args.bind}:{args.supervisor_metrics_port}/metrics, "
+            f"the launcher's liveness on {LIVE_PATH}",
+            flush=True,
+        )
+    return metrics, heartbeat
+
+
+def triton_command(
+    args: argparse.Namespace, extra: list[str], shm_prefix: str
+) -> tuple[list[str], int, int]:
+    """tritonserver's command line and its HTTP and gRPC ports."""
     # Behind the front door tritonserver listens on private loopback ports; only the front
     # (and the launcher's own probes) reach it.
     triton_http, triton_grpc = (
@@ -225,30 +285,21 @@ def main(argv: list[str] | None = None) -> None:
         shm_prefix=shm_prefix,
         metrics_bind=args.bind,
     )
+    return cmd, triton_http, triton_grpc
+
+
+def main(argv: list[str] | None = None) -> None:
+    args, extra = parse_args(argv)
+    refuse_to_start(args, extra)
+    shm_prefix = new_shm_prefix()
+    key, configured = admin_key()
+    cmd, triton_http, triton_grpc = triton_command(args, extra, shm_prefix)
     admin = (
         f"need the {ADMIN_HEADER} header (key from ${ADMIN_KEY_ENV} / ${ADMIN_KEY_FILE_ENV})"
         if configured
         else f"are refused (set ${ADMIN_KEY_ENV} or ${ADMIN_KEY_FILE_ENV} to use them)"
     )
-    front = None
-    if not args.no_front:
-        # The gateway shows the front door this token (the children inherit it; a process's
-        # environment is readable by its own user only): its callers are capped per address
-        # by the gateway, not lumped together as one client of the front door. A token given
-        # ($TTS_FRONT_TOKEN or $TTS_FRONT_TOKEN_FILE) is kept: a gateway in pods of its own
-        # (deploy/overlays/gpu) holds the same one, from a Secret.
-        given = secret_setting(FRONT_TOKEN_ENV, FRONT_TOKEN_FILE_ENV, "the front door's token")
-        token = given or secrets.token_urlsafe(32)
-        os.environ[FRONT_TOKEN_ENV] = os.environ[GATEWAY_FRONT_TOKEN_ENV] = token
-        front = front_command(
-            triton_grpc,
-            triton_http,
-            args.bind,
-            args.grpc_port,
-            args.http_port,
-            shm_prefix,
-            ["--notify-parent", *shlex.split(args.front_args)],
-        )
+    front = None if args.no_front else front_door(args, triton_grpc, triton_http, shm_prefix)
     print(
         f"tritonserver: HTTP on {args.bind}:{args.http_port}, gRPC on {args.bind}:{args.grpc_port}"
         f"{'' if args.no_front else ' (through the front door)'}, metrics on "
@@ -256,32 +307,9 @@ def main(argv: list[str] | None = None) -> None:
         f"admin APIs ({args.restricted_apis}) {admin}",
         flush=True,
     )
-    gateway = None
-    if args.gateway_port:
-        local = local_host(args.bind)
-        # The repository's voices (voices.json), each under its own name: a voice added with
-        # `make serve VOICES=...` reaches the page and /v1/audio/voices. A voices file or
-        # $TTS_GATEWAY_VOICES_FILE (the gateway's own settings: README, Settings) wins.
-        gateway = gateway_command(
-            f"grpc://{local}:{args.grpc_port}",
-            args.bind,
-            args.gateway_port,
-            [f"--triton-voices={gateway_voices(args.model_repository)}"],
-        )
-        print(
-            f"gateway: OpenAI-compatible API on http://{args.bind}:{args.gateway_port}/v1",
-            flush=True,
-        )
+    gateway = gateway_child(args) if args.gateway_port else None
     headers = admin_headers(key)
-    metrics = SupervisorMetrics()
-    heartbeat = Heartbeat()
-    if args.supervisor_metrics_port:
-        serve_metrics(args.supervisor_metrics_port, args.bind, metrics.registry, heartbeat)
-        print(
-            f"supervisor: outage metrics on {args.bind}:{args.supervisor_metrics_port}/metrics, "
-            f"the launcher's liveness on {LIVE_PATH}",
-            flush=True,
-        )
+    metrics, heartbeat = supervisor_metrics(args)
     env = server_env(key=key, cache_dir=args.cache_dir)
     announce_when_ready(args, gpu=has_gpu())
     sys.exit(
