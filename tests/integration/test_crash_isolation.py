@@ -1,7 +1,7 @@
 """Texts that crash espeak-ng, sent through every interface with normal traffic beside them:
 no stub dies (the supervisor heals nothing), each crasher is spoken or refused with a 4xx,
 and every normal request is served (issue 19). The worker pool's own tests are in
-tests/unit/test_isolation.py."""
+tests/unit/test_espeak_pool.py."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ MODELS = ["phonemizer", "tts_stream"]
 
 
 def workers(stub_pids: set[int]) -> set[int]:
-    """The espeak-ng worker processes (tts_serving.text.isolation) of these stubs."""
+    """The espeak-ng worker processes (tts_serving.text.espeak_pool) of these stubs."""
     found = set()
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
@@ -39,7 +39,7 @@ def workers(stub_pids: set[int]) -> set[int]:
                 cmdline = (proc / "cmdline").read_bytes()
             except (OSError, IndexError):
                 continue
-            if ppid in stub_pids and b"tts_serving.text.isolation" in cmdline:
+            if ppid in stub_pids and b"tts_serving.text.espeak_pool" in cmdline:
                 found.add(int(proc.name))
     return found
 

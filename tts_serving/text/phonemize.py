@@ -28,7 +28,7 @@ from .words import word_spans
 # - the rest goes to espeak-ng in pieces of at most MAX_PIECE_WORDS words, cut after the last
 #   punctuation mark in a piece where there is one.
 # Normal sentences are untouched. A text that still crashes espeak-ng costs only its own
-# request (tts_serving/text/isolation.py).
+# request (tts_serving/text/espeak_pool.py).
 MAX_SPELLED_RUN = 16
 SPELLED_PIECE = 8
 MAX_WORD_CHARACTERS = 40

@@ -22,8 +22,8 @@ from ..errors import InvalidInputError
 from ..inputs import CleanText, check_characters, check_encoded_size, decode_clean, decode_utf8
 from ..settings import PhonemizerSettings
 from ..text import normalize, ssml
+from ..text.espeak_pool import Job, phonemize_jobs, voice_phonemizers
 from ..text.inline import check as check_inline, outside_blocks
-from ..text.isolation import Job, phonemize_jobs, voice_phonemizers
 from ..text.lexicon import lexicon_file
 from ..text.ssml import is_ssml
 from .adapter import ModelContext, execute_batched, flag, normalizes, single_item, voice_name

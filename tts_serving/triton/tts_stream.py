@@ -54,7 +54,7 @@ from ..settings import StreamSettings
 from ..stream.plan import PlannedChunk, finish_chunk, plan_chunks, plan_document
 from ..stream.scheduler import InFlight, StageError, StreamResponse, run_stream
 from ..text import ssml
-from ..text.isolation import voice_phonemizers
+from ..text.espeak_pool import voice_phonemizers
 from ..text.lexicon import lexicon_file
 from ..text.ssml import is_ssml
 from ..voices import decode_voice

@@ -9,7 +9,7 @@ once more on the fresh worker (a death can have other causes, such as the OOM ki
 that kills that one too is the text's fault: it is refused with ``PhonemizerCrashError``
 (``INVALID_ARG``), remembered, and refused at once if sent again. Every other request is served.
 
-Run as ``python -m tts_serving.text.isolation CONFIG_JSON`` this module is the worker itself.
+Run as ``python -m tts_serving.text.espeak_pool CONFIG_JSON`` this module is the worker itself.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""espeak-ng in worker processes (tts_serving/text/isolation.py): a crasher costs its request."""
+"""espeak-ng in worker processes (tts_serving/text/espeak_pool.py): a crasher costs its request."""
 
 import os
 import signal
@@ -10,7 +10,7 @@ from bench.fuzz_phonemizer import fuzz, load_crashers
 from tts_serving.errors import InvalidInputError, PhonemizerCrashError
 from tts_serving.settings import StreamSettings
 from tts_serving.stream.plan import plan_chunks
-from tts_serving.text.isolation import PhonemizerPool, WorkerSpec
+from tts_serving.text.espeak_pool import PhonemizerPool, WorkerSpec
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
 
@@ -58,19 +58,19 @@ def test_a_batch_is_pipelined_and_a_death_mid_window_costs_only_that_job(monkeyp
     # One exchange per window of jobs. The worker dies while on job 5 (made certain here: the
     # test kills it as its answer is awaited): the answers before it stand, job 5 is retried
     # alone on a fresh worker, the rest of its window is sent again; every answer is right.
-    from tts_serving.text import isolation
+    from tts_serving.text import espeak_pool
 
-    monkeypatch.setattr(isolation, "PIPELINE_BYTES", 120)  # several windows of a few texts
-    receive, received = isolation.Worker.receive, []
+    monkeypatch.setattr(espeak_pool, "PIPELINE_BYTES", 120)  # several windows of a few texts
+    receive, received = espeak_pool.Worker.receive, []
 
     def dying(worker):
         received.append(worker.proc.pid)
         if len(received) == 6:  # the answer to job 5
             worker.kill()
-            raise isolation.WorkerDied("killed by the test")
+            raise espeak_pool.WorkerDied("killed by the test")
         return receive(worker)
 
-    monkeypatch.setattr(isolation.Worker, "receive", dying)
+    monkeypatch.setattr(espeak_pool.Worker, "receive", dying)
     pool = PhonemizerPool(WorkerSpec(VOICES, 400, timeout_s=30.0), size=1)
     try:
         local = Phonemizer(load_voice_config(VOICES["joe"]), 400)
