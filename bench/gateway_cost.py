@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx2 as httpx
 
 from tts_tools.launcher.processes import server_and_gateway
-from tts_tools.launcher.supervisor import cpu_seconds
+from tts_tools.launcher.stub_healing import cpu_seconds
 from tts_tools.texts import SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent

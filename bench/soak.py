@@ -114,7 +114,7 @@ class Load:
 
 
 def sample(server, gateway) -> dict[str, float]:
-    from tts_tools.launcher.supervisor import stubs_by_model
+    from tts_tools.launcher.stub_healing import stubs_by_model
 
     row = {"tritonserver_mb": rss_mb(server.process.pid), "gateway_mb": rss_mb(gateway.process.pid)}
     for model, pids in stubs_by_model(server.process.pid, MODELS).items():

@@ -26,7 +26,7 @@ import numpy as np
 
 from tts_tools.launcher.processes import ServerProcess
 from tts_tools.launcher.security import admin_headers, admin_key
-from tts_tools.launcher.supervisor import cpu_seconds, stubs_by_model
+from tts_tools.launcher.stub_healing import cpu_seconds, stubs_by_model
 from tts_tools.statistics import model_statistics
 
 HERE = Path(__file__).resolve().parent

@@ -19,6 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from .launcher.children import supervise
 from .launcher.commands import (
     FRONT_LIVE_PATH,
     FRONT_TOKEN_ENV,
@@ -44,8 +45,7 @@ from .launcher.security import (
     admin_key,
     secret_setting,
 )
-from .launcher.supervise import supervise
-from .launcher.supervisor import (
+from .launcher.stub_healing import (
     SupervisorMetrics,
     new_shm_prefix,
 )

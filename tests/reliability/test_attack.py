@@ -43,7 +43,7 @@ from tts_client import TTSClient
 from tts_client.protocol import build_inputs
 from tts_tools.launcher.commands import FRONT_TOKEN_ENV
 from tts_tools.launcher.processes import FrontProcess
-from tts_tools.launcher.supervisor import stubs_by_model
+from tts_tools.launcher.stub_healing import stubs_by_model
 from tts_tools.texts import PARAGRAPH, SENTENCES
 
 ARGS = [

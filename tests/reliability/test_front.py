@@ -32,7 +32,7 @@ from tests.reliability.test_memory import rss_mb
 from tts_client import AsyncTTSClient, ServerOverloaded, ServerUnavailable, TTSClient
 from tts_client.protocol import RetryPolicy
 from tts_tools.launcher.processes import FrontProcess
-from tts_tools.launcher.supervisor import stubs_by_model
+from tts_tools.launcher.stub_healing import stubs_by_model
 from tts_tools.texts import PARAGRAPH, SENTENCES
 from tts_wire import TEXT_TOO_LONG
 

@@ -20,9 +20,9 @@ import pytest
 from tests.conftest import ROOT
 from tests.reliability.launcher import Launcher, alive
 from tts_client import TTSClient, TTSError
+from tts_tools.launcher.children import Keeper, RestartPolicy
 from tts_tools.launcher.processes import ServerProcess
-from tts_tools.launcher.supervise import Keeper, RestartPolicy
-from tts_tools.launcher.supervisor import STUB, python_models, stubs_by_model
+from tts_tools.launcher.stub_healing import STUB, python_models, stubs_by_model
 
 BODY = {"model": "tts-1", "voice": "alloy", "input": "Fine.", "response_format": "pcm"}
 
@@ -126,7 +126,7 @@ def test_stubs_left_by_a_dead_server_are_ended():
     )
     script = (
         "import subprocess, sys, os\n"
-        "from tts_tools.launcher.supervisor import become_subreaper, end_orphans\n"
+        "from tts_tools.launcher.stub_healing import become_subreaper, end_orphans\n"
         "assert become_subreaper()\n"
         f"server = subprocess.Popen([sys.executable, '-c', {code!r}], stdout=subprocess.PIPE)\n"
         "stub = int(server.stdout.readline())\n"

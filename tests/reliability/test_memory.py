@@ -12,7 +12,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tts_tools.launcher.supervisor import stubs_by_model
+from tts_tools.launcher.stub_healing import stubs_by_model
 from tts_tools.texts import hostile_texts
 
 MODELS = ["phonemizer", "acoustic", "vocoder", "tts_stream"]

@@ -13,7 +13,7 @@ import httpx2 as httpx
 
 from tests.reliability.launcher import Launcher, alive
 from tts_tools.launcher.liveness import LIVE_PATH
-from tts_tools.launcher.supervisor import python_models, stubs_by_model
+from tts_tools.launcher.stub_healing import python_models, stubs_by_model
 
 
 def test_a_killed_tritonserver_is_started_again(exported_repository, tmp_path):

@@ -27,7 +27,7 @@ from tts_tools.launcher.commands import (
     STOP_BUDGET_S,
 )
 from tts_tools.launcher.liveness import LIVE_PATH
-from tts_tools.launcher.supervisor import SERVING_SINCE
+from tts_tools.launcher.stub_healing import SERVING_SINCE
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker/Dockerfile"

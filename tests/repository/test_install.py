@@ -53,7 +53,7 @@ sys.modules["torch"] = None
 from tests import fake_pb_utils
 fake_pb_utils.install().TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1  # (tts_stream reads it)
 import export.__main__, export.build, export.torch_weights
-import tts_tools.server, tts_tools.front, tts_tools.launcher.supervise
+import tts_tools.server, tts_tools.front, tts_tools.launcher.children
 import tts_gateway.__main__, tts_gateway.app
 import tts_serving.triton.phonemizer, tts_serving.triton.acoustic
 import tts_serving.triton.vocoder, tts_serving.triton.tts_stream

@@ -20,7 +20,7 @@ from tts_client.protocol import build_inputs
 from tts_tools.connections import ConnectionGuard, ConnectionLimits, GuardedSite, raise_file_limit
 from tts_tools.launcher.commands import FRONT_TOKEN_ENV
 from tts_tools.launcher.security import ADMIN_HEADER, GRPC_HEADER_PREFIX, admin_key
-from tts_tools.launcher.supervisor import is_ready
+from tts_tools.launcher.stub_healing import is_ready
 from tts_tools.protowire import infer_request
 from tts_tools.texts import SENTENCES
 from tts_wire import FRONT_TOKEN_HEADER

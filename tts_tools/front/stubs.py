@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from tts_tools.launcher.supervisor import stubs_by_model
+from tts_tools.launcher.stub_healing import stubs_by_model
 
 
 class StubWatch:

@@ -14,7 +14,7 @@ from .environment import (
     tritonserver_binary,
 )
 from .security import ADMIN_HEADER, DEFAULT_BIND, RESTRICTED
-from .supervisor import (
+from .stub_healing import (
     SUPERVISED_ARGS,
 )
 

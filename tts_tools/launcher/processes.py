@@ -24,7 +24,7 @@ from .commands import (
 )
 from .environment import server_env
 from .security import ADMIN_KEY_ENV, KEY_FAILED, SERVER_UMASK, admin_headers, key_works
-from .supervisor import (
+from .stub_healing import (
     Supervisor,
     die_with_parent,
     is_ready,

@@ -18,7 +18,7 @@ from .environment import server_env
 from .liveness import Heartbeat
 from .processes import stop_process
 from .security import ADMIN_HEADER, KEY_FAILED, RESTRICTED, SERVER_UMASK, key_works
-from .supervisor import (
+from .stub_healing import (
     SERVING_SINCE,
     Supervisor,
     SupervisorMetrics,
