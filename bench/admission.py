@@ -29,7 +29,7 @@ from tritonclient.grpc import InferenceServerException, InferInput, aio as grpc_
 
 from bench.compare import percentile
 from tests.reliability.launcher import Launcher
-from tts_tools.texts import SENTENCES
+from tts_tools.sample_texts import SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXTS = SENTENCES[3:15]  # normal sentences, 2-5 s of speech each

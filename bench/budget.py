@@ -23,7 +23,7 @@ from tts_serving.engines.onnx import create_session
 from tts_serving.settings import load_settings
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
-from tts_tools.texts import SENTENCES
+from tts_tools.sample_texts import SENTENCES
 
 
 def best_of(fn, repeats: int = 2) -> float:

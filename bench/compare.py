@@ -31,8 +31,8 @@ import numpy as np
 
 from tts_tools.launcher.commands import free_port
 from tts_tools.launcher.processes import ServerProcess
+from tts_tools.sample_texts import SENTENCES
 from tts_tools.statistics import ModelStatistics, model_statistics
-from tts_tools.texts import SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent
 

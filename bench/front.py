@@ -27,7 +27,7 @@ from bench.compare import percentile
 from tts_client import AsyncTTSClient, ServerOverloaded, TTSClient
 from tts_client.protocol import RetryPolicy
 from tts_tools.launcher.processes import FrontProcess, ServerProcess
-from tts_tools.texts import SENTENCES
+from tts_tools.sample_texts import SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_RETRY = RetryPolicy(retries=0)

@@ -29,7 +29,7 @@ import httpx2 as httpx
 
 from tts_tools.launcher.processes import server_and_gateway
 from tts_tools.launcher.stub_healing import cpu_seconds
-from tts_tools.texts import SENTENCES
+from tts_tools.sample_texts import SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent
 # What deploy/overlays/gpu/gateway.yaml is sized for (docs/scaling.md, "The gateway"): one H100

@@ -25,7 +25,7 @@ from tts_serving.text.espeak_pool import PhonemizerPool, WorkerSpec
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
 from tts_tools.launcher.processes import ServerProcess
-from tts_tools.texts import SENTENCES
+from tts_tools.sample_texts import SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -30,7 +30,7 @@ from tts_serving.settings import load_settings
 from tts_serving.stream.plan import plan_chunks
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
-from tts_tools.texts import PARAGRAPH
+from tts_tools.sample_texts import PARAGRAPH
 
 
 def main(argv: list[str] | None = None) -> int:

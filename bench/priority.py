@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tts_client import TTSClient
 from tts_tools.launcher.processes import ServerProcess
-from tts_tools.texts import SENTENCES
+from tts_tools.sample_texts import SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent
 

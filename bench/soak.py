@@ -76,7 +76,7 @@ class Load:
         import httpx2 as httpx
 
         from tts_client import InvalidInput, TTSClient
-        from tts_tools.texts import PARAGRAPH, SENTENCES
+        from tts_tools.sample_texts import PARAGRAPH, SENTENCES
 
         grpc = TTSClient(self.server.grpc_url, concurrency=8)
         http = httpx.Client(timeout=120)

@@ -26,7 +26,7 @@ from tts_serving.stream.plan import plan_chunks
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
 from tts_tools.launcher.processes import ServerProcess
-from tts_tools.texts import PARAGRAPH, SENTENCES
+from tts_tools.sample_texts import PARAGRAPH, SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -27,7 +27,7 @@ from tts_serving.text import normalize
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.text.words import word_spans
 from tts_serving.voices import load_voice_config
-from tts_tools.texts import PARAGRAPH, SENTENCES
+from tts_tools.sample_texts import PARAGRAPH, SENTENCES
 
 REPO = "model_repository"
 EXTRA = ["It costs $5.50 at 10:05 am.", "The museum opens at 9 am on Jan. 5, 2024."]

@@ -99,7 +99,7 @@ class SpeechJob:
     client: str = ""  # the caller's address (long-text requests are capped per caller)
 
 
-class Spoken(Protocol):
+class AudioPiece(Protocol):
     """A piece of audio from the backend: ``tts_client``'s Audio or AudioChunk."""
 
     samples: np.ndarray
@@ -114,8 +114,8 @@ class Speech:
         service: SpeechService,
         job: SpeechJob,
         release: Callable[[], None],
-        chunks: AsyncIterator[Spoken],
-        first: Spoken,
+        chunks: AsyncIterator[AudioPiece],
+        first: AudioPiece,
         rate: int,
         started: float,
         deadline: float,
@@ -159,7 +159,7 @@ class Speech:
         metrics = self.service.metrics
         first_sent = False
         try:
-            pending: Spoken | None = self._first
+            pending: AudioPiece | None = self._first
             while pending is not None:
                 self.samples += pending.samples.size
                 data = await asyncio.to_thread(self.encoder.encode, pending.samples)
@@ -313,7 +313,7 @@ class SpeechService:
         # One deadline for the whole request, on the loop's clock (asyncio.timeout_at).
         deadline = asyncio.get_running_loop().time() + settings.request_timeout_s
 
-        async def audio() -> AsyncIterator[Spoken]:
+        async def audio() -> AsyncIterator[AudioPiece]:
             if job.streamed:
                 async for chunk in backend.stream(job.text, options=job.options):
                     yield chunk

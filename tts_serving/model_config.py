@@ -34,7 +34,7 @@ def parse_bool(raw: str, what: str = "value") -> bool:
 TRITON_PARAMETERS = ("FORCE_CPU_ONLY_INPUT_TENSORS",)
 
 
-def _ours(params: dict[str, str]) -> dict[str, str]:
+def _own_parameters(params: dict[str, str]) -> dict[str, str]:
     """``params`` but the Python backend's own (``TRITON_PARAMETERS``)."""
     return {k: v for k, v in params.items() if k not in TRITON_PARAMETERS}
 
@@ -42,7 +42,9 @@ def _ours(params: dict[str, str]) -> dict[str, str]:
 def config_parameters(model_config: dict) -> dict[str, str]:
     """``parameters { key: "k" value { string_value: "v" } }`` of a JSON model config, but
     the Python backend's own."""
-    return _ours({k: v["string_value"] for k, v in model_config.get("parameters", {}).items()})
+    return _own_parameters(
+        {k: v["string_value"] for k, v in model_config.get("parameters", {}).items()}
+    )
 
 
 def cpu_only_inputs(model_config: dict) -> bool:
@@ -68,7 +70,9 @@ def read_model_config(path: str | Path):
 def pbtxt_parameters(path: str | Path) -> dict[str, str]:
     """The string ``parameters`` of a ``config.pbtxt`` (parsed with Triton's schema), but the
     Python backend's own."""
-    return _ours({k: v.string_value for k, v in read_model_config(path).parameters.items()})
+    return _own_parameters(
+        {k: v.string_value for k, v in read_model_config(path).parameters.items()}
+    )
 
 
 def _field_kind(f: Field) -> type:

@@ -16,7 +16,7 @@ from tts_serving.engines.torch_engine import TorchOptions, TorchVocoderNet
 from tts_serving.engines.torch_weights import fill
 from tts_serving.errors import ModelConfigError
 from tts_serving.settings import AcousticSettings, EngineSettings
-from tts_tools.texts import SENTENCES
+from tts_tools.sample_texts import SENTENCES
 
 ORT = EngineSettings(max_padded_length=0)
 TORCH = EngineSettings(engine="torch", device="cpu", max_padded_length=0)

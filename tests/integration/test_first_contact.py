@@ -22,7 +22,7 @@ import tritonclient.grpc as grpcclient
 
 from tests.conftest import ROOT
 from tests.reliability.launcher import Launcher
-from tts_tools.texts import SENTENCES
+from tts_tools.sample_texts import SENTENCES
 
 WINDOW_S = 3.0  # the front door's admission window in this module (default 30 s)
 

@@ -21,8 +21,8 @@ import pytest
 from tests.gateway_support import decode, gateway_on, good_request, rms_dbfs
 from tts_tools.launcher.commands import free_port
 from tts_tools.launcher.processes import GatewayProcess
+from tts_tools.sample_texts import PARAGRAPH, SENTENCES
 from tts_tools.statistics import model_statistics
-from tts_tools.texts import PARAGRAPH, SENTENCES
 
 SENTENCE = (
     "A rainbow is a meteorological phenomenon caused by reflection, refraction and "

@@ -12,7 +12,7 @@ import pytest
 
 from tests.gateway_support import good_request
 from tests.metrics import sample
-from tts_tools.texts import PARAGRAPH
+from tts_tools.sample_texts import PARAGRAPH
 
 
 def in_flight(gateway) -> float:

@@ -185,7 +185,7 @@ def test_type_as_you_go_speaks_each_clause_while_typing_and_cancel_drops_the_res
     browser.find_element(By.ID, "live-start").click()
     wait_for(lambda: "Listening" in status.text, what="the session to open")
     live.send_keys("Hello there, this is typed. ")
-    # Spoken while the typing goes on: two pieces ("Hello there," and the rest of the
+    # AudioPiece while the typing goes on: two pieces ("Hello there," and the rest of the
     # sentence) before anything else is typed or End is pressed.
     wait_for(lambda: int(live.get_attribute("data-pieces") or 0) >= 2, what="two pieces")
     assert "after you started typing" in status.text

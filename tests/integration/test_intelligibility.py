@@ -8,7 +8,7 @@ import jiwer
 import pytest
 
 from tts_serving.text import normalize as speak
-from tts_tools.texts import SENTENCES
+from tts_tools.sample_texts import SENTENCES
 
 # A dozen varied sentences plus text that needs normalization, all sent at once so the server
 # batches them. Whisper should hear "five dollars and fifty cents" where the text says $5.50.

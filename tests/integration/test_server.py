@@ -15,8 +15,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tts_client import AsyncTTSClient, InvalidInput, TTSClient
+from tts_tools.sample_texts import PARAGRAPH, SENTENCES
 from tts_tools.statistics import model_statistics
-from tts_tools.texts import PARAGRAPH, SENTENCES
 
 MODELS = ("phonemizer", "acoustic", "vocoder", "tts")
 

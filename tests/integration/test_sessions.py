@@ -17,8 +17,8 @@ import websocket
 
 from tests.gateway_support import decode, rms_dbfs
 from tts_client import AsyncTTSClient
+from tts_tools.sample_texts import SENTENCES
 from tts_tools.statistics import model_statistics
-from tts_tools.texts import SENTENCES
 
 OUTSIDE = runpy.run_path("examples/vllm_omni_stream_client.py")
 

@@ -13,8 +13,8 @@ from tests.conftest import ROOT
 from tests.integration.test_intelligibility import transcribe, words
 from tts_client import TTSClient
 from tts_tools.launcher.processes import ServerProcess
+from tts_tools.sample_texts import SENTENCES
 from tts_tools.statistics import model_statistics
-from tts_tools.texts import SENTENCES
 
 EXACT = {"noise_scale": 0.0, "noise_w": 0.0}
 

@@ -21,8 +21,8 @@ from tests.conftest import REPOSITORY, ROOT
 from tests.reliability.launcher import Launcher
 from tts_client import InvalidInput, TTSClient
 from tts_tools.launcher.processes import GatewayProcess, ServerProcess
+from tts_tools.sample_texts import PARAGRAPH, SENTENCES
 from tts_tools.statistics import model_statistics
-from tts_tools.texts import PARAGRAPH, SENTENCES
 
 SPEC = [
     {"name": "joe"},

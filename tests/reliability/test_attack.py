@@ -44,7 +44,7 @@ from tts_client.protocol import build_inputs
 from tts_tools.launcher.commands import FRONT_TOKEN_ENV
 from tts_tools.launcher.processes import FrontProcess
 from tts_tools.launcher.stub_healing import stubs_by_model
-from tts_tools.texts import PARAGRAPH, SENTENCES
+from tts_tools.sample_texts import PARAGRAPH, SENTENCES
 
 ARGS = [
     "--header-timeout-s=2",

@@ -19,7 +19,7 @@ from tests.metrics import sample
 from tests.reliability.launcher import Launcher
 from tts_client import ServerUnavailable
 from tts_tools.launcher.processes import ServerProcess
-from tts_tools.texts import PARAGRAPH, SENTENCES
+from tts_tools.sample_texts import PARAGRAPH, SENTENCES
 
 
 def stubs_of(pid: int) -> list[str]:

@@ -33,7 +33,7 @@ from tts_client import AsyncTTSClient, ServerOverloaded, ServerUnavailable, TTSC
 from tts_client.protocol import RetryPolicy
 from tts_tools.launcher.processes import FrontProcess
 from tts_tools.launcher.stub_healing import stubs_by_model
-from tts_tools.texts import PARAGRAPH, SENTENCES
+from tts_tools.sample_texts import PARAGRAPH, SENTENCES
 from tts_wire import TEXT_TOO_LONG
 
 LIMIT_MIB = 1

@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.reliability.launcher import Launcher, alive
 from tts_client import TTSClient, TTSError
-from tts_tools.launcher.children import Keeper, RestartPolicy
+from tts_tools.launcher.children import RestartedChild, RestartPolicy
 from tts_tools.launcher.processes import ServerProcess
 from tts_tools.launcher.stub_healing import STUB, python_models, stubs_by_model
 
@@ -94,7 +94,7 @@ def test_a_gateway_that_keeps_dying_is_restarted_with_backoff_then_given_up():
         starts.append(1)
         return FakeProcess(1)  # dies at once, as on a taken port
 
-    keeper = Keeper("the gateway", start, RestartPolicy(max_restarts=3), said.append)
+    keeper = RestartedChild("the gateway", start, RestartPolicy(max_restarts=3), said.append)
     clock, checks = 0.0, 0
     while keeper.check(clock):
         clock += 0.5
@@ -223,7 +223,7 @@ def test_a_front_door_that_keeps_dying_is_retried_every_30_s_never_given_up():
         starts.append(1)
         return FakeProcess(1)
 
-    keeper = Keeper(
+    keeper = RestartedChild(
         "the front door", start, RestartPolicy(max_restarts=3), said.append, give_up=False
     )
     clock = 0.0

@@ -13,7 +13,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tts_tools.launcher.stub_healing import stubs_by_model
-from tts_tools.texts import hostile_texts
+from tts_tools.sample_texts import hostile_texts
 
 MODELS = ["phonemizer", "acoustic", "vocoder", "tts_stream"]
 GROWTH_MB = {"stub": 20, "tritonserver": 50}  # after a warm-up round

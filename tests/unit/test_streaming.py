@@ -12,7 +12,7 @@ from tts_serving.stream.plan import finish_chunk, plan_chunks, text_blocks
 from tts_serving.text import normalize
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
-from tts_tools.texts import PARAGRAPH
+from tts_tools.sample_texts import PARAGRAPH
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ import pytest
 
 from tts_serving.text import cardinal, normalize, ordinal
 from tts_serving.text.numbers import year
-from tts_tools.texts import hostile_texts
+from tts_tools.sample_texts import hostile_texts
 from tts_wire.split import estimate_ids, split_text
 
 

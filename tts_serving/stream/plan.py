@@ -105,7 +105,9 @@ def plan_chunks(
             continue
         first = settings.first_chunk_ids if index == 0 and block_number == 0 else None
         chunks = split_text(spoken, max_ids, target_len=settings.chunk_target_ids, first_len=first)
-        pieces = (pair for chunk in chunks for pair in _fit(chunk, max_ids, phonemizer, words))
+        pieces = (
+            pair for chunk in chunks for pair in _fit_to_limit(chunk, max_ids, phonemizer, words)
+        )
         if words:
             pieces = BlockWords(block, offset, spoken).place(pieces)
         for piece, (ids, rows) in pieces:
@@ -146,10 +148,10 @@ def _collapse(text: str) -> str:
     return " ".join(text.split())
 
 
-Found = tuple[list[int], "np.ndarray | None"]  # a piece's ids and (asked for) its word rows
+PieceIds = tuple[list[int], "np.ndarray | None"]  # a piece's ids and (asked for) its word rows
 
 
-def _ids(phonemizer: Phonemizer, text: str, words: bool = False) -> Found:
+def _ids(phonemizer: Phonemizer, text: str, words: bool = False) -> PieceIds:
     """The phoneme ids of ``text`` (and with ``words`` its word rows, in ``text``'s own
     characters); no ids when it has nothing speakable (a lone symbol). A text that crashes
     espeak-ng is an error, never a silently skipped chunk."""
@@ -164,9 +166,9 @@ def _ids(phonemizer: Phonemizer, text: str, words: bool = False) -> Found:
         return [], None
 
 
-def _fit(
+def _fit_to_limit(
     chunk: Chunk, max_ids: int, phonemizer: Phonemizer, words: bool = False
-) -> Iterator[tuple[Chunk, Found]]:
+) -> Iterator[tuple[Chunk, PieceIds]]:
     """``chunk`` with its ids, phonemized once; where the real count passes ``max_ids``, its
     pieces (clauses, then words) with theirs. Pieces with nothing speakable are left out."""
     found = _ids(phonemizer, chunk.text, words)
@@ -229,7 +231,7 @@ class BlockWords:
         merged = np.concatenate([rows, np.array(extra, np.int32)])
         return merged[np.lexsort((merged[:, 0], merged[:, 2]))]
 
-    def place(self, pieces: Iterator[tuple[Chunk, Found]]) -> Iterator[tuple[Chunk, Found]]:
+    def place(self, pieces: Iterator[tuple[Chunk, PieceIds]]) -> Iterator[tuple[Chunk, PieceIds]]:
         """Each piece with its rows moved; one piece of look-ahead, so the block's last piece
         (known only when the next is asked for) can take the dropped words at its end."""
         held = None

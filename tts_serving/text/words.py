@@ -263,13 +263,13 @@ WEAK_FORMS = {"a": "ɐ", "an": "ɐn", "the": "ðə", "to": "tə", "of": "ʌv", "
 
 
 @lru_cache(maxsize=4096)
-def _solo_cached(phonemize: Callable[[str], list[str]], word: str) -> str:
+def _word_alone_cached(phonemize: Callable[[str], list[str]], word: str) -> str:
     return "".join(p for p in phonemize(word) if p != " " and not _is_punctuation(p))
 
 
-def _solo(phonemize: Callable[[str], list[str]], word: str, english: bool) -> str:
+def _word_alone(phonemize: Callable[[str], list[str]], word: str, english: bool) -> str:
     weak = WEAK_FORMS.get(_key(word)) if english else None
-    return weak or _solo_cached(phonemize, word)
+    return weak or _word_alone_cached(phonemize, word)
 
 
 def word_spans(
@@ -286,7 +286,7 @@ def word_spans(
     help the alignment)."""
     words = normalized.split()
     chars = original_spans(text, normalized)
-    located = phoneme_words(phonemes, words, lambda w: _solo(phonemize, w, english))
+    located = phoneme_words(phonemes, words, lambda w: _word_alone(phonemize, w, english))
     positions = id_positions(phonemes, id_map)
     spans = [
         WordSpan(positions[first], positions[end], start, stop)

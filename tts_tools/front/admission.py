@@ -154,7 +154,7 @@ def request_cost(model: str, input_bytes: int) -> float:
 
 
 @dataclass(frozen=True)
-class Ticket:
+class AdmissionTicket:
     model: str | None  # None: a request no admission applies to
     start: float
     cost: float = 0.0
@@ -167,7 +167,7 @@ class TooMany(Exception):
     """A client holding its limit of streams, or its share of the server."""
 
 
-FREE = Ticket(None, 0.0)
+FREE = AdmissionTicket(None, 0.0)
 
 
 class Closed(Exception):

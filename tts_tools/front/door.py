@@ -22,10 +22,19 @@ from tts_tools.launcher.commands import FRONT_TOKEN_ENV
 from tts_tools.launcher.security import ADMIN_HEADER, GRPC_HEADER_PREFIX, admin_key
 from tts_tools.launcher.stub_healing import is_ready
 from tts_tools.protowire import infer_request
-from tts_tools.texts import SENTENCES
+from tts_tools.sample_texts import SENTENCES
 from tts_wire import FRONT_TOKEN_HEADER
 
-from .admission import FREE, OTHERS_S, STREAM_COST, Admission, Closed, Ticket, TooMany, request_cost
+from .admission import (
+    FREE,
+    OTHERS_S,
+    STREAM_COST,
+    Admission,
+    AdmissionTicket,
+    Closed,
+    TooMany,
+    request_cost,
+)
 from .grpc_proxy import GrpcProxy
 from .http_proxy import HttpProxy
 from .metrics import FrontMetrics
@@ -87,7 +96,7 @@ class Front(GrpcProxy, HttpProxy):
 
     def enter(
         self, model: str | None, cost: float, rid: str = "", client: str | None = None
-    ) -> Ticket | None:
+    ) -> AdmissionTicket | None:
         """A ticket for a request to ``model`` of ``cost`` from ``client`` (None: the trusted
         gateway, which caps its own callers); None when refused for overload. Raises
         TooMany when the client holds its limit of streams."""
@@ -120,9 +129,9 @@ class Front(GrpcProxy, HttpProxy):
         if client is not None:
             self._work[client] += cost
             self._streams[client] += streamed
-        return Ticket(model, time.monotonic(), cost, measured, rid, client)
+        return AdmissionTicket(model, time.monotonic(), cost, measured, rid, client)
 
-    def leave(self, ticket: Ticket, outcome: str) -> None:
+    def leave(self, ticket: AdmissionTicket, outcome: str) -> None:
         if ticket.model is None:
             return
         if ticket.client is not None:
@@ -234,7 +243,7 @@ class Front(GrpcProxy, HttpProxy):
 
     def _admit_message(
         self, request: bytes, admin: bool, client: str | None
-    ) -> tuple[Ticket, None] | tuple[None, tuple[grpc.StatusCode, str]]:
+    ) -> tuple[AdmissionTicket, None] | tuple[None, tuple[grpc.StatusCode, str]]:
         """(ticket, None) for a ModelInferRequest to pass on, or (None, (code, message))."""
         info = infer_request(request)
         if info is None:

@@ -12,7 +12,7 @@ import tritonclient.grpc as grpc_types
 from tts_tools.protowire import StreamResponse, infer_request, model_name, stream_response
 from tts_wire import FINAL_RESPONSE, stream_error_message
 
-from .admission import FREE, Ticket
+from .admission import FREE, AdmissionTicket
 
 SERVICE = "inference.GRPCInferenceService"
 STREAM_METHOD = f"/{SERVICE}/ModelStreamInfer"
@@ -90,7 +90,7 @@ class GrpcProxy:
         released by the response that ends it (the final flag, or an error without one)."""
         stubs: dict[str, set[int]] = {}  # model -> its stubs when this stream first used it
         hold = asyncio.Event()  # set: a stub of this stream died, keep it open upstream
-        tickets: list[Ticket] = []  # admitted, not yet ended, oldest first
+        tickets: list[AdmissionTicket] = []  # admitted, not yet ended, oldest first
         refusals: asyncio.Queue[bytes] = asyncio.Queue()  # answered here, not by Triton
 
         incoming = requests.__aiter__()
@@ -246,7 +246,7 @@ def _stream_error(request: bytes, code: grpc.StatusCode, message: str) -> bytes:
     return response.SerializeToString()
 
 
-def _match(tickets: list[Ticket], response: StreamResponse) -> Ticket | None:
+def _match(tickets: list[AdmissionTicket], response: StreamResponse) -> AdmissionTicket | None:
     """The admitted request a stream's final response ends: by model and id, else the
     oldest of its model (clients need not set ids), else (no model named) none."""
     same = [t for t in tickets if t.model == response.model]

@@ -81,8 +81,8 @@ def supervise(
     signal.signal(signal.SIGUSR1, lambda *_: drained.set())
     # Stubs of a tritonserver that died are reparented here (not to init) and ended below.
     become_subreaper()
-    gateway: Keeper | None = None
-    front: Keeper | None = None
+    gateway: RestartedChild | None = None
+    front: RestartedChild | None = None
     while True:
         process = _start_server(cmd, env, http_port, headers, restricted, stopping, say, beat)
         if process is None:
@@ -99,7 +99,7 @@ def supervise(
                 shm_prefix=shm_prefix,
             ).start()
             if front_cmd and front is None:
-                front = Keeper(
+                front = RestartedChild(
                     "the front door",
                     lambda: subprocess.Popen(
                         front_cmd, start_new_session=True, preexec_fn=die_with_parent
@@ -116,7 +116,7 @@ def supervise(
             if not metrics.value(SERVING_SINCE):  # once: a restart in place does not warm up
                 metrics.serving_since.set_to_current_time()
             if gateway_cmd and gateway is None:
-                gateway = Keeper(
+                gateway = RestartedChild(
                     "the gateway",
                     lambda: subprocess.Popen(
                         gateway_cmd, start_new_session=True, preexec_fn=die_with_parent
@@ -172,7 +172,7 @@ def _pause(seconds: float, stopping: threading.Event, beat: Callable[..., None])
 
 def _wait_for(
     ready: Callable[[], bool],
-    keeper: Keeper,
+    keeper: RestartedChild,
     stopping: threading.Event,
     beat: Callable[..., None],
     timeout_s: float,
@@ -226,8 +226,8 @@ def _start_server(
 def _stop_in_order(
     process: subprocess.Popen,
     supervisor: Supervisor | None,
-    front: Keeper | None,
-    gateway: Keeper | None,
+    front: RestartedChild | None,
+    gateway: RestartedChild | None,
     drained: threading.Event,
     drain_s: float,
     say: Callable[[str], None],
@@ -267,7 +267,7 @@ def _stop_in_order(
     return code
 
 
-class Keeper:
+class RestartedChild:
     """A child the launcher keeps running (the gateway, the front door): started again after
     it exits, after the policy's backoff, until the policy gives up (a taken port made it
     restart once a second for ever before), or, with ``give_up=False``, every 30 s for ever.
