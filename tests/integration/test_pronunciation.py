@@ -10,6 +10,7 @@ import httpx2 as httpx
 import numpy as np
 import pytest
 
+from tests.integration.guides import run_guide
 from tts_client import InvalidInput
 
 EXACT = {"noise_scale": 0.0, "noise_w": 0.0}
@@ -71,22 +72,9 @@ def test_the_gateway_passes_inline_phonemes_and_their_errors(gateway):
 
 def test_the_guide_runs_as_written(server, gateway, tmp_path):
     """docs/pronunciation.md's curl and Python, ports substituted."""
-    import re
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
-    guide = (ROOT / "docs/pronunciation.md").read_text()
-    (curl,) = re.findall(r"```bash\n(.*?)```", guide, re.S)
-    (code,) = re.findall(r"```python\n(.*?)```", guide, re.S)
-    curl = curl.replace("localhost:8080", gateway.url.split("//", 1)[1])
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", curl], cwd=tmp_path, timeout=120)
-    assert done.returncode == 0 and (tmp_path / "welcome.wav").read_bytes()[:4] == b"RIFF"
-    code = code.replace("localhost:8001", f"localhost:{server.grpc_port}")
-    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert ran.returncode == 0, ran.stderr[-2000:]
-    assert "('ŋwˈiən'," in ran.stdout, ran.stdout
+    out = run_guide("pronunciation.md", server, gateway, tmp_path)
+    assert (tmp_path / "welcome.wav").read_bytes()[:4] == b"RIFF"
+    assert "('ŋwˈiən'," in out, out
 
 
 def test_the_guides_lexicon_example_loads_for_the_voice(exported_repository):

@@ -13,6 +13,7 @@ import httpx2 as httpx
 import numpy as np
 import pytest
 
+from tests.integration.guides import run_guide
 from tts_client import InvalidInput
 
 EXACT = {"noise_scale": 0.0, "noise_w": 0.0}
@@ -153,20 +154,7 @@ def test_the_gateway_speaks_ssml_and_names_the_problem(gateway):
 
 def test_the_guide_runs_as_written(server, gateway, tmp_path):
     """docs/ssml.md's curl and Python, ports substituted."""
-    import re
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
-    guide = (ROOT / "docs/ssml.md").read_text()
-    (curl,) = re.findall(r"```bash\n(.*?)```", guide, re.S)
-    (code,) = re.findall(r"```python\n(.*?)```", guide, re.S)
-    curl = curl.replace("localhost:8080", gateway.url.split("//", 1)[1])
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", curl], cwd=tmp_path, timeout=120)
-    assert done.returncode == 0 and (tmp_path / "code.wav").read_bytes()[:4] == b"RIFF"
-    code = code.replace("localhost:8001", f"localhost:{server.grpc_port}")
-    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert ran.returncode == 0, ran.stderr[-2000:]
+    out = run_guide("ssml.md", server, gateway, tmp_path)
+    assert (tmp_path / "code.wav").read_bytes()[:4] == b"RIFF"
     for word in ("('Call',", "('555-1234',", "('Nguyen',", "('W3C',"):
-        assert word in ran.stdout, ran.stdout
+        assert word in out, out

@@ -169,9 +169,9 @@ class Acoustic:
         if item.segments and len(times):  # each word later by the pauses before it
             times[:, :2] += pauses_before(item.segments, item.words[:, 0])[:, None]
         tensors.append(pb_utils.Tensor(WORDS, times[None]))
-        rows, frames, done = [], 0, iter(durations)
+        rows, frames, done = [], 0, iter(results)
         for r in item.segments:  # a pause alone (no ids) ends where the frames so far end
-            frames += int(next(done).sum()) if r.end > r.start else 0
+            frames += int(next(done).latent.shape[-1]) if r.end > r.start else 0
             rows.append([frames, r.voice, round(r.pause * item.sample_rate)])
         tensors.append(pb_utils.Tensor(LATENT_SEGMENTS, np.array(rows, np.int32).reshape(1, -1, 3)))
         return tensors
