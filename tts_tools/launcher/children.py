@@ -64,100 +64,180 @@ def supervise(
     a healthy server for its proxy took the whole service down). ``heartbeat``: beaten at least
     every second while the launcher's loop runs (its ``/live``, liveness.py).
     """
-    restarts = restarts or RestartPolicy()
-    metrics = metrics or SupervisorMetrics()
-    beat = (heartbeat or Heartbeat()).beat
-    stopping = threading.Event()
-    say = functools.partial(print, flush=True)
-
-    def on_signal(signum, _frame) -> None:
-        if not stopping.is_set():
-            say(f"launcher: {signal.Signals(signum).name}, stopping")
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    drained = threading.Event()  # the front door has drained, but waits for Triton to go
-    signal.signal(signal.SIGUSR1, lambda *_: drained.set())
+    launch = _Launch(
+        cmd,
+        http_port,
+        repository,
+        headers,
+        restarts or RestartPolicy(),
+        metrics or SupervisorMetrics(),
+        (heartbeat or Heartbeat()).beat,
+        shm_prefix,
+        drain_s,
+    )
+    launch.listen_for_signals()
     # Stubs of a tritonserver that died are reparented here (not to init) and ended below.
     become_subreaper()
-    gateway: RestartedChild | None = None
-    front: RestartedChild | None = None
+    front_child = (
+        launch.child("the front door", front_cmd, RestartPolicy(), live=front_live, give_up=False)
+        if front_cmd
+        else None
+    )
+    gateway_child = (
+        launch.child("the gateway", gateway_cmd, gateway_restarts or RestartPolicy())
+        if gateway_cmd
+        else None
+    )
     while True:
-        process = _start_server(cmd, env, http_port, headers, restricted, stopping, say, beat)
+        process = _start_server(
+            cmd, env, http_port, headers, restricted, launch.stopping, launch.say, launch.beat
+        )
         if process is None:
             return 1
-        supervisor: Supervisor | None = None
-        if process.poll() is None and not stopping.is_set():
-            supervisor = Supervisor(
-                process.pid,
-                http_port,
-                repository,
-                headers,
-                say,
-                metrics=metrics,
-                shm_prefix=shm_prefix,
-            ).start()
-            if front_cmd and front is None:
-                front = RestartedChild(
-                    "the front door",
-                    lambda: subprocess.Popen(
-                        front_cmd, start_new_session=True, preexec_fn=die_with_parent
-                    ),
-                    RestartPolicy(),
-                    say,
-                    live=front_live,
-                    give_up=False,
-                    restarts=metrics.child_restarts.labels("front", "exited"),
-                    hangs=metrics.child_restarts.labels("front", "hung"),
-                )
-            if front and front_ready:
-                _wait_for(front_ready, front, stopping, beat, timeout_s=180.0)
-            if not metrics.value(SERVING_SINCE):  # once: a restart in place does not warm up
-                metrics.serving_since.set_to_current_time()
-            if gateway_cmd and gateway is None:
-                gateway = RestartedChild(
-                    "the gateway",
-                    lambda: subprocess.Popen(
-                        gateway_cmd, start_new_session=True, preexec_fn=die_with_parent
-                    ),
-                    gateway_restarts or RestartPolicy(),
-                    say,
-                )
-        keepers = [k for k in (front, gateway) if k]
-        while process.poll() is None and not stopping.is_set():
-            if not all(k.check(time.monotonic()) for k in keepers):
-                stopping.set()
-                break
-            end_orphans(keep={process.pid, *(p for k in keepers for p in k.pids())})
-            beat()
-            stopping.wait(0.5)
-        if stopping.is_set():
+        supervisor = None
+        if process.poll() is None and not launch.stopping.is_set():
+            supervisor = launch.serve(process, front_child, front_ready, gateway_child)
+        launch.watch(process)
+        if launch.stopping.is_set():
             break
-        # tritonserver died on its own. Its stubs would live on (they were seen for minutes,
-        # mapping the dead server's regions): end them, then remove the regions.
+        code = launch.after_death(process, supervisor)
+        if code is not None:
+            return code
+    code = _stop_in_order(
+        process, supervisor, launch.front, launch.gateway, launch.drained, drain_s, launch.say
+    )
+    remove_regions(shm_prefix, set(), launch.say)  # what stubs that died along the way left
+    return 1 if any(k and k.gave_up for k in (launch.gateway, launch.front)) else code
+
+
+class _Launch:
+    """The launcher's state between tritonserver's starts: its children (started once, then
+    kept by their own RestartedChild), the signals, the restart policy."""
+
+    def __init__(
+        self,
+        cmd: list[str],
+        http_port: int,
+        repository: Path,
+        headers: dict[str, str],
+        restarts: RestartPolicy,
+        metrics: SupervisorMetrics,
+        beat: Callable[..., None],
+        shm_prefix: str,
+        drain_s: float,
+    ) -> None:
+        self.cmd, self.http_port, self.repository, self.headers = (
+            cmd,
+            http_port,
+            repository,
+            headers,
+        )
+        self.restarts, self.metrics, self.beat = restarts, metrics, beat
+        self.shm_prefix, self.drain_s = shm_prefix, drain_s
+        self.stopping = threading.Event()
+        self.drained = threading.Event()  # the front door has drained, but waits for Triton
+        self.say = functools.partial(print, flush=True)
+        self.front: RestartedChild | None = None
+        self.gateway: RestartedChild | None = None
+
+    def listen_for_signals(self) -> None:
+        def on_signal(signum, _frame) -> None:
+            if not self.stopping.is_set():
+                self.say(f"launcher: {signal.Signals(signum).name}, stopping")
+            self.stopping.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGUSR1, lambda *_: self.drained.set())
+
+    def child(self, name: str, command: list[str], policy: RestartPolicy, **keep) -> Callable:
+        """A function that starts ``command`` as a RestartedChild (called once it is due)."""
+        short = "front" if "front" in name else "gateway"
+        counters = (
+            {"restarts": self.metrics.child_restarts.labels(short, "exited"),
+             "hangs": self.metrics.child_restarts.labels(short, "hung")}
+            if short == "front"
+            else {}
+        )  # fmt: skip
+
+        def start() -> RestartedChild:
+            return RestartedChild(
+                name,
+                lambda: subprocess.Popen(
+                    command, start_new_session=True, preexec_fn=die_with_parent
+                ),
+                policy,
+                self.say,
+                **keep,
+                **counters,
+            )
+
+        return start
+
+    def serve(self, process, front_child, front_ready, gateway_child) -> Supervisor:
+        """tritonserver is up: its supervisor, then the front door (waited for: it measures a
+        warm-up first), then the gateway, each started once."""
+        supervisor = Supervisor(
+            process.pid,
+            self.http_port,
+            self.repository,
+            self.headers,
+            self.say,
+            metrics=self.metrics,
+            shm_prefix=self.shm_prefix,
+        ).start()
+        if front_child and self.front is None:
+            self.front = front_child()
+        if self.front and front_ready:
+            _wait_for(front_ready, self.front, self.stopping, self.beat, timeout_s=180.0)
+        if not self.metrics.value(SERVING_SINCE):  # once: a restart in place does not warm up
+            self.metrics.serving_since.set_to_current_time()
+        if gateway_child and self.gateway is None:
+            self.gateway = gateway_child()
+        return supervisor
+
+    @property
+    def kept(self) -> list[RestartedChild]:
+        return [k for k in (self.front, self.gateway) if k]
+
+    def watch(self, process) -> None:
+        """Keep the children while tritonserver runs, until a stop (or a child gave up)."""
+        kept = self.kept
+        while process.poll() is None and not self.stopping.is_set():
+            if not all(k.check(time.monotonic()) for k in kept):
+                self.stopping.set()
+                break
+            end_orphans(keep={process.pid, *(p for k in kept for p in k.pids())})
+            self.beat()
+            self.stopping.wait(0.5)
+
+    def after_death(self, process, supervisor: Supervisor | None) -> int | None:
+        """tritonserver died on its own: clean up, and the launcher's exit code, or None to
+        start it again (after the policy's backoff)."""
+        # Its stubs would live on (they were seen for minutes, mapping the dead server's
+        # regions): end them, then remove the regions.
         code = process.wait()
         if supervisor:
             supervisor.stop()
-        orphans = end_orphans(keep={p for k in keepers for p in k.pids()})
+        orphans = end_orphans(keep={p for k in self.kept for p in k.pids()})
         if orphans:
-            say(f"launcher: ended {len(orphans)} stub(s) of the dead tritonserver")
-        remove_regions(shm_prefix, set(), say)
-        delay = restarts.next_delay(time.monotonic())
+            self.say(f"launcher: ended {len(orphans)} stub(s) of the dead tritonserver")
+        remove_regions(self.shm_prefix, set(), self.say)
+        delay = self.restarts.next_delay(time.monotonic())
         if delay is None:
-            say(f"launcher: tritonserver exited ({code}) {restarts.describe()}; giving up")
-            for keeper in keepers:
-                keeper.stop(drain_s)
+            self.say(
+                f"launcher: tritonserver exited ({code}) {self.restarts.describe()}; giving up"
+            )
+            for keeper in self.kept:
+                keeper.stop(self.drain_s)
             return code or 1
-        say(f"launcher: tritonserver exited ({code}); starting it again in {delay:.0f} s")
-        metrics.server_restarts.inc()
-        if _pause(delay, stopping, beat):
-            for keeper in keepers:
-                keeper.stop(drain_s)
+        self.say(f"launcher: tritonserver exited ({code}); starting it again in {delay:.0f} s")
+        self.metrics.server_restarts.inc()
+        if _pause(delay, self.stopping, self.beat):
+            for keeper in self.kept:
+                keeper.stop(self.drain_s)
             return 0  # stopped on request while the server was down: nothing left to stop
-    code = _stop_in_order(process, supervisor, front, gateway, drained, drain_s, say)
-    remove_regions(shm_prefix, set(), say)  # what stubs that died along the way left behind
-    return 1 if any(k and k.gave_up for k in (gateway, front)) else code
+        return None
 
 
 def _pause(seconds: float, stopping: threading.Event, beat: Callable[..., None]) -> bool:
