@@ -88,118 +88,21 @@ class GrpcProxy:
         """A ModelStreamInfer stream: every message is admitted as a unary request is, and
         answered on the stream with an error when refused (the stream goes on); its ticket is
         released by the response that ends it (the final flag, or an error without one)."""
-        stubs: dict[str, set[int]] = {}  # model -> its stubs when this stream first used it
-        hold = asyncio.Event()  # set: a stub of this stream died, keep it open upstream
-        tickets: list[AdmissionTicket] = []  # admitted, not yet ended, oldest first
-        refusals: asyncio.Queue[bytes] = asyncio.Queue()  # answered here, not by Triton
-
-        incoming = requests.__aiter__()
-
-        def admitted(request: bytes) -> bool:
-            """Admit one message: True to pass it on; False when refused (its error queued)."""
-            ticket, refused = self._admit_message(request, admin, client)
-            if refused:
-                refusals.put_nowait(_stream_error(request, *refused))
-                return False
-            if ticket.model:
-                tickets.append(ticket)
-            model = ticket.model or model_name(request)
-            if model and model not in stubs:
-                stubs[model] = self.watch.stubs(model, fresh=True)
-            return True
-
+        stream = _ProxiedStream(self, requests, context, admin, client)
         # Triton's stream is opened by the first message admitted, not by the stream: an idle
         # stream (a client can open 1,024 per connection) then holds nothing upstream.
-        first = None
         try:
-            async for request in incoming:
-                if admitted(request):
-                    first = request
+            async for request in stream.incoming:
+                if stream.admitted(request):
+                    stream.first = request
                     break
-                yield refusals.get_nowait()
+                yield stream.refusals.get_nowait()
         except Exception:  # the client's side ended
             return
-        if first is None:
+        if stream.first is None:
             return
-
-        async def forward() -> AsyncIterator[bytes]:
-            yield first
-            try:
-                async for request in incoming:
-                    if admitted(request):
-                        yield request
-            except Exception:  # the client's side ended (this handler returned or aborted)
-                pass
-            if hold.is_set():
-                # An error here, or the end of requests, would close the stream upstream.
-                await self._closing.wait()
-
-        def ended(response: bytes) -> None:
-            r = stream_response(response)
-            if r is None or not (r.final or (r.error and r.final is None)):
-                return  # more responses follow for its request
-            ticket = _match(tickets, r)
-            if ticket is not None:
-                tickets.remove(ticket)
-                self.leave(ticket, "error" if r.error else "served")
-
-        call = self._channel.stream_stream(STREAM_METHOD)(
-            forward(), metadata=_metadata(context), timeout=context.time_remaining()
-        )
-        responses = call.__aiter__()
-        next_response = next_refusal = None
-        try:
-            while True:
-                if next_response is None:
-                    next_response = asyncio.ensure_future(responses.__anext__())
-                if next_refusal is None:
-                    next_refusal = asyncio.ensure_future(refusals.get())
-                finished, _ = await asyncio.wait(
-                    {next_response, next_refusal},
-                    timeout=self.settings.stream_check_s,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if next_refusal in finished:
-                    yield next_refusal.result()
-                    next_refusal = None
-                    continue
-                if not finished:
-                    dead = [
-                        m for m, pids in stubs.items() if pids and not pids <= self.watch.stubs(m)
-                    ]
-                    if dead:
-                        # Not cancelled upstream: Triton 2.51's Python backend aborted
-                        # (boost lock_exception) on cancelling a request of a dead stub. The
-                        # call is kept referenced (garbage collection would cancel it) until
-                        # this process ends.
-                        hold.set()
-                        self._stuck.append((call, next_response))
-                        call = next_response = None
-                        await context.abort(
-                            grpc.StatusCode.UNAVAILABLE,
-                            f"the instance of model '{dead[0]}' serving this stream died; "
-                            "the stream was ended, retry it",
-                        )
-                    continue
-                try:
-                    response = next_response.result()
-                except StopAsyncIteration:
-                    while not refusals.empty():  # refused after the last response
-                        yield refusals.get_nowait()
-                    return
-                next_response = None
-                ended(response)
-                yield response
-        except grpc.aio.AioRpcError as e:
-            await context.abort(e.code(), e.details() or "")
-        finally:
-            for future in (next_response, next_refusal):
-                if future is not None:
-                    future.cancel()
-            if call is not None:
-                call.cancel()  # the client left or the stream ended: Triton stops its work
-            for ticket in tickets:  # never answered: the stream ended first
-                self.leave(ticket, "error")
+        async for response in stream.relay():
+            yield response
 
     def _grpc_handler(self) -> grpc.GenericRpcHandler:
         front = self
@@ -254,3 +157,116 @@ def _match(tickets: list[AdmissionTicket], response: StreamResponse) -> Admissio
         if response.id and ticket.id == response.id:
             return ticket
     return same[0] if same else None
+
+
+class _ProxiedStream:
+    """One ModelStreamInfer call through the front door: the messages admitted and forwarded,
+    the refusals answered here, Triton's responses relayed, the stubs watched."""
+
+    def __init__(self, front, requests, context, admin: bool, client: str | None) -> None:
+        self.front, self.context, self.admin, self.client = front, context, admin, client
+        self.stubs: dict[str, set[int]] = {}  # model -> its stubs when this stream first used it
+        self.hold = asyncio.Event()  # set: a stub of this stream died, keep it open upstream
+        self.tickets: list[AdmissionTicket] = []  # admitted, not yet ended, oldest first
+        self.refusals: asyncio.Queue[bytes] = asyncio.Queue()  # answered here, not by Triton
+        self.incoming = requests.__aiter__()
+        self.first: bytes | None = None
+        self.call = self.next_response = self.next_refusal = None
+
+    def admitted(self, request: bytes) -> bool:
+        """Admit one message: True to pass it on; False when refused (its error queued)."""
+        ticket, refused = self.front._admit_message(request, self.admin, self.client)
+        if refused:
+            self.refusals.put_nowait(_stream_error(request, *refused))
+            return False
+        if ticket.model:
+            self.tickets.append(ticket)
+        model = ticket.model or model_name(request)
+        if model and model not in self.stubs:
+            self.stubs[model] = self.front.watch.stubs(model, fresh=True)
+        return True
+
+    async def forward(self) -> AsyncIterator[bytes]:
+        yield self.first
+        try:
+            async for request in self.incoming:
+                if self.admitted(request):
+                    yield request
+        except Exception:  # the client's side ended (this handler returned or aborted)
+            pass
+        if self.hold.is_set():
+            # An error here, or the end of requests, would close the stream upstream.
+            await self.front._closing.wait()
+
+    def ended(self, response: bytes) -> None:
+        r = stream_response(response)
+        if r is None or not (r.final or (r.error and r.final is None)):
+            return  # more responses follow for its request
+        ticket = _match(self.tickets, r)
+        if ticket is not None:
+            self.tickets.remove(ticket)
+            self.front.leave(ticket, "error" if r.error else "served")
+
+    def dead_models(self) -> list[str]:
+        watch = self.front.watch
+        return [m for m, pids in self.stubs.items() if pids and not pids <= watch.stubs(m)]
+
+    async def end_for_dead_stub(self, model: str) -> None:
+        # Not cancelled upstream: Triton 2.51's Python backend aborted (boost lock_exception)
+        # on cancelling a request of a dead stub. The call is kept referenced (garbage
+        # collection would cancel it) until this process ends.
+        self.hold.set()
+        self.front._stuck.append((self.call, self.next_response))
+        self.call = self.next_response = None
+        await self.context.abort(
+            grpc.StatusCode.UNAVAILABLE,
+            f"the instance of model '{model}' serving this stream died; the stream was ended, "
+            "retry it",
+        )
+
+    async def relay(self) -> AsyncIterator[bytes]:
+        """Triton's responses and the refusals, as they come; the stream ended with an error
+        when a stub it uses dies."""
+        self.call = self.front._channel.stream_stream(STREAM_METHOD)(
+            self.forward(), metadata=_metadata(self.context), timeout=self.context.time_remaining()
+        )
+        responses = self.call.__aiter__()
+        try:
+            while True:
+                if self.next_response is None:
+                    self.next_response = asyncio.ensure_future(responses.__anext__())
+                if self.next_refusal is None:
+                    self.next_refusal = asyncio.ensure_future(self.refusals.get())
+                finished, _ = await asyncio.wait(
+                    {self.next_response, self.next_refusal},
+                    timeout=self.front.settings.stream_check_s,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if self.next_refusal in finished:
+                    yield self.next_refusal.result()
+                    self.next_refusal = None
+                    continue
+                if not finished:
+                    dead = self.dead_models()
+                    if dead:
+                        await self.end_for_dead_stub(dead[0])
+                    continue
+                try:
+                    response = self.next_response.result()
+                except StopAsyncIteration:
+                    while not self.refusals.empty():  # refused after the last response
+                        yield self.refusals.get_nowait()
+                    return
+                self.next_response = None
+                self.ended(response)
+                yield response
+        except grpc.aio.AioRpcError as e:
+            await self.context.abort(e.code(), e.details() or "")
+        finally:
+            for future in (self.next_response, self.next_refusal):
+                if future is not None:
+                    future.cancel()
+            if self.call is not None:
+                self.call.cancel()  # the client left or the stream ended: Triton stops its work
+            for ticket in self.tickets:  # never answered: the stream ended first
+                self.front.leave(ticket, "error")
