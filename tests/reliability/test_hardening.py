@@ -20,8 +20,8 @@ import pytest
 from tests.conftest import ROOT
 from tests.reliability.launcher import Launcher, alive
 from tts_client import TTSClient, TTSError
-from tts_tools.launcher.children import RestartedChild, RestartPolicy
 from tts_tools.launcher.processes import ServerProcess
+from tts_tools.launcher.restarts import RestartedChild, RestartPolicy
 from tts_tools.launcher.stub_healing import STUB, python_models, stubs_by_model
 
 BODY = {"model": "tts-1", "voice": "alloy", "input": "Fine.", "response_format": "pcm"}

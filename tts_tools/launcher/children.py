@@ -10,13 +10,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from .commands import GATEWAY_DRAIN_S
 from .environment import server_env
 from .liveness import Heartbeat
-from .processes import stop_process
+from .restarts import RestartedChild, RestartPolicy
 from .security import ADMIN_HEADER, KEY_FAILED, RESTRICTED, SERVER_UMASK, key_works
 from .stub_healing import (
     SERVING_SINCE,
@@ -49,21 +48,7 @@ def supervise(
     heartbeat: Heartbeat | None = None,
 ) -> int:
     """Run tritonserver (and the front door and the gateway) as children with the supervisor
-    beside them.
-
-    SIGTERM/SIGINT stop the gateway first, which stops accepting and lets its requests finish
-    (up to ``drain_s``) while Triton still serves them; then the front door the same way (its
-    connections to Triton closed, so none holds Triton's exit); then tritonserver. A gateway
-    or front door that dies is started again; so is a tritonserver that dies on its own (a
-    crash, an OOM kill), with backoff, until ``restarts`` says it keeps dying; then the
-    launcher exits with its code. ``front_ready``: whether the front door listens yet (it
-    measures a warm-up first); the gateway starts after it, so its start-up does not share
-    the cores with that measurement. ``front_live``: the front door's own liveness probe; one
-    that stops answering is killed and started again. The front door is never given up on: a
-    proxy that keeps crashing is retried every 30 s while tritonserver keeps running (stopping
-    a healthy server for its proxy took the whole service down). ``heartbeat``: beaten at least
-    every second while the launcher's loop runs (its ``/live``, liveness.py).
-    """
+    beside them, until a stop; the exit code. How: :class:`_Launch`."""
     launch = _Launch(
         cmd,
         http_port,
@@ -78,16 +63,7 @@ def supervise(
     launch.listen_for_signals()
     # Stubs of a tritonserver that died are reparented here (not to init) and ended below.
     become_subreaper()
-    front_child = (
-        launch.child("the front door", front_cmd, RestartPolicy(), live=front_live, give_up=False)
-        if front_cmd
-        else None
-    )
-    gateway_child = (
-        launch.child("the gateway", gateway_cmd, gateway_restarts or RestartPolicy())
-        if gateway_cmd
-        else None
-    )
+    launch.plan(front_cmd, front_live, gateway_cmd, gateway_restarts)
     while True:
         process = _start_server(
             cmd, env, http_port, headers, restricted, launch.stopping, launch.say, launch.beat
@@ -96,7 +72,7 @@ def supervise(
             return 1
         supervisor = None
         if process.poll() is None and not launch.stopping.is_set():
-            supervisor = launch.serve(process, front_child, front_ready, gateway_child)
+            supervisor = launch.serve(process, front_ready)
         launch.watch(process)
         if launch.stopping.is_set():
             break
@@ -112,7 +88,22 @@ def supervise(
 
 class _Launch:
     """The launcher's state between tritonserver's starts: its children (started once, then
-    kept by their own RestartedChild), the signals, the restart policy."""
+    kept by their own RestartedChild), the signals, the restart policy (``supervise``'s
+    arguments).
+
+    SIGTERM/SIGINT stop the gateway first, which stops accepting and lets its requests finish
+    (up to ``drain_s``) while Triton still serves them; then the front door the same way (its
+    connections to Triton closed, so none holds Triton's exit); then tritonserver. A gateway
+    or front door that dies is started again; so is a tritonserver that dies on its own (a
+    crash, an OOM kill), with backoff, until ``restarts`` says it keeps dying; then the
+    launcher exits with its code. ``front_ready``: whether the front door listens yet (it
+    measures a warm-up first); the gateway starts after it, so its start-up does not share
+    the cores with that measurement. ``front_live``: the front door's own liveness probe; one
+    that stops answering is killed and started again. The front door is never given up on: a
+    proxy that keeps crashing is retried every 30 s while tritonserver keeps running (stopping
+    a healthy server for its proxy took the whole service down). ``heartbeat``: beaten at least
+    every second while the launcher's loop runs (its ``/live``, liveness.py).
+    """
 
     def __init__(
         self,
@@ -139,6 +130,8 @@ class _Launch:
         self.say = functools.partial(print, flush=True)
         self.front: RestartedChild | None = None
         self.gateway: RestartedChild | None = None
+        self.start_front: Callable[[], RestartedChild] | None = None
+        self.start_gateway: Callable[[], RestartedChild] | None = None
 
     def listen_for_signals(self) -> None:
         def on_signal(signum, _frame) -> None:
@@ -174,7 +167,20 @@ class _Launch:
 
         return start
 
-    def serve(self, process, front_child, front_ready, gateway_child) -> Supervisor:
+    def plan(self, front_cmd, front_live, gateway_cmd, gateway_restarts) -> None:
+        """What serve() starts once tritonserver first answers (None: not that child)."""
+        self.start_front = (
+            self.child("the front door", front_cmd, RestartPolicy(), live=front_live, give_up=False)
+            if front_cmd
+            else None
+        )
+        self.start_gateway = (
+            self.child("the gateway", gateway_cmd, gateway_restarts or RestartPolicy())
+            if gateway_cmd
+            else None
+        )
+
+    def serve(self, process, front_ready) -> Supervisor:
         """tritonserver is up: its supervisor, then the front door (waited for: it measures a
         warm-up first), then the gateway, each started once."""
         supervisor = Supervisor(
@@ -186,14 +192,14 @@ class _Launch:
             metrics=self.metrics,
             shm_prefix=self.shm_prefix,
         ).start()
-        if front_child and self.front is None:
-            self.front = front_child()
+        if self.start_front and self.front is None:
+            self.front = self.start_front()
         if self.front and front_ready:
             _wait_for(front_ready, self.front, self.stopping, self.beat, timeout_s=180.0)
         if not self.metrics.value(SERVING_SINCE):  # once: a restart in place does not warm up
             self.metrics.serving_since.set_to_current_time()
-        if gateway_child and self.gateway is None:
-            self.gateway = gateway_child()
+        if self.start_gateway and self.gateway is None:
+            self.gateway = self.start_gateway()
         return supervisor
 
     @property
@@ -345,120 +351,3 @@ def _stop_in_order(
     if supervisor:
         supervisor.stop()
     return code
-
-
-class RestartedChild:
-    """A child the launcher keeps running (the gateway, the front door): started again after
-    it exits, after the policy's backoff, until the policy gives up (a taken port made it
-    restart once a second for ever before), or, with ``give_up=False``, every 30 s for ever.
-
-    ``live``: a liveness probe (the child's own answer, not its upstream's); once it has
-    answered since its start, a child that does not answer for ``hang_s`` is killed and
-    started again (a stopped or deadlocked process hung every client before). Until its first
-    answer it has ``start_s`` (the front door measures a warm-up before it listens)."""
-
-    PROBE_EVERY_S = 2.0
-
-    def __init__(
-        self,
-        name: str,
-        start: Callable[[], subprocess.Popen],
-        policy: RestartPolicy,
-        say: Callable[[str], None],
-        live: Callable[[], bool] | None = None,
-        give_up: bool = True,
-        hang_s: float = 10.0,
-        start_s: float = 180.0,
-        restarts=None,
-        hangs=None,
-    ) -> None:
-        self.name, self.start, self.policy, self.say = name, start, policy, say
-        self.live, self.give_up, self.hang_s, self.start_s = live, give_up, hang_s, start_s
-        self._restarts, self._hangs = restarts, hangs  # Prometheus counters, or None
-        self.process: subprocess.Popen | None = None
-        self.due: float | None = None  # when it is started again
-        self.gave_up = False
-        self._run()
-
-    def _run(self) -> None:
-        self.process, self.due = self.start(), None
-        self._started = self._probed = time.monotonic()
-        self._answered: float | None = None  # its last answer to the probe since it started
-
-    def _probe(self, now: float) -> None:
-        """Kill it when it has stopped answering its liveness probe."""
-        if not self.live or now - self._probed < self.PROBE_EVERY_S:
-            return
-        self._probed = now
-        if self.live():
-            self._answered = now
-            return
-        since = self._answered if self._answered is not None else self._started
-        allowed = self.hang_s if self._answered is not None else self.start_s
-        if now - since > allowed:
-            self.say(
-                f"launcher: {self.name} has not answered its liveness probe for "
-                f"{now - since:.0f} s; killing it to start it again"
-            )
-            if self._hangs is not None:
-                self._hangs.inc()
-            self.process.kill()
-            self.process.wait()
-
-    def pids(self) -> list[int]:
-        return [self.process.pid] if self.process else []
-
-    def check(self, now: float) -> bool:
-        """Start it again when due; False once it has died too often (the launcher stops)."""
-        if self.process and self.process.poll() is None and self.due is None:
-            self._probe(now)
-        if self.process and self.process.poll() is not None and self.due is None:
-            code = self.process.returncode
-            delay = self.policy.next_delay(now)
-            if delay is None and self.give_up:
-                self.say(
-                    f"launcher: {self.name} exited ({code}) {self.policy.describe()}; "
-                    "giving up (its error is above)"
-                )
-                self.gave_up = True
-                return False
-            if delay is None:
-                delay = 30.0
-                self.say(
-                    f"launcher: {self.name} exited ({code}) {self.policy.describe()}; "
-                    "tritonserver keeps serving, trying it again every 30 s (its error is above)"
-                )
-            else:
-                self.say(
-                    f"launcher: {self.name} exited ({code}); starting it again in {delay:.0f} s"
-                )
-            if self._restarts is not None:
-                self._restarts.inc()
-            self.due = now + delay
-        if self.due is not None and now >= self.due:
-            self._run()
-        return True
-
-    def stop(self, grace: float, kill: bool = True) -> None:
-        if self.process:
-            stop_process(self.process, grace, kill)
-
-
-@dataclass
-class RestartPolicy:
-    """Restart a dead tritonserver after 1, 2, 4 ... (at most 30) s, but not more than
-    ``max_restarts`` times within ``window_s``: a server that keeps dying needs a person."""
-
-    max_restarts: int = 5
-    window_s: float = 600.0
-    times: list[float] = field(default_factory=list)
-
-    def next_delay(self, now: float) -> float | None:
-        self.times = [t for t in self.times if now - t < self.window_s]
-        if len(self.times) >= self.max_restarts:
-            return None
-        self.times.append(now)
-        return float(min(30, 2 ** (len(self.times) - 1)))
-
-    def describe(self) -> str:
-        return f"{len(self.times)} times within {self.window_s:.0f} s"
