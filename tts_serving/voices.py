@@ -102,10 +102,14 @@ class VoiceTable(Generic[T]):
     def __init__(self, voices: list[VoiceFiles], build: Callable[[VoiceFiles], T]) -> None:
         self.items: dict[str, T] = {v.name: build(v) for v in voices}
         self.default = voices[0].name
+        # In the order of voices.json, the same in every stage: an SSML document's segments
+        # name their voice by this index between the stages.
+        self.names: tuple[str, ...] = tuple(self.items)
+        self._index = {name: i for i, name in enumerate(self.names)}
 
-    @property
-    def names(self) -> list[str]:
-        return list(self.items)
+    def index(self, name: str) -> int:
+        """The position of a voice (known to be loaded) in ``names``."""
+        return self._index[name]
 
     def pick(self, name: str | None) -> tuple[str, T]:
         """The named voice (None or empty: the default), or InvalidInputError listing them."""

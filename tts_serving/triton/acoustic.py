@@ -99,7 +99,7 @@ class Acoustic:
             single_item(request, SEGMENTS, optional=True), ids.size, len(names), 4, SEGMENTS
         )
         check_pauses([r.pause for r in rows])
-        plan = rows or [SegmentRow(0, ids.size, names.index(name), 1.0, 0.0)]
+        plan = rows or [SegmentRow(0, ids.size, self.voices.index(name), 1.0, 0.0)]
         # speed is checked here, once per process: tts_stream and the gateway check their own
         # request before any work, against the same range (tts_wire).
         speed = scalar(request, SPEED, 1.0)

@@ -71,18 +71,24 @@ class Phonemizer:
             raise InvalidInputError("text must hold one string per request")
         name, phonemizer = self.voices.pick(voice_name(request))
         limit = self.settings.max_characters
-        clean = decode_clean(check_encoded_size(raw[0], limit))
+        as_sent = decode_utf8(check_encoded_size(raw[0], limit))
+        clean = decode_clean(as_sent)
         sent = check_characters(clean.text, limit)
         asked = flag(request, NORMALIZE, None)
         words = flag(request, WORD_TIMESTAMPS, False)
         if is_ssml(sent):
-            document = ssml.parse(decode_utf8(raw[0]), name, self.voice_infos)
+            document = ssml.parse(as_sent, name, self.voice_infos)
             return self.document_item(document, asked, words)
-        rewrite = normalize if normalizes(phonemizer, asked, self.settings.normalize_text) else None
-        check_inline(sent, phonemizer.config.phoneme_id_map)  # its errors quote the text as sent
-        # The lexicon first (it may write [[ inline phonemes ]]), which nothing rewrites.
-        text = outside_blocks(self.lexicon.apply(name, sent), rewrite)
+        text = self.spoken(name, phonemizer, sent, asked)
         return PhonemizerItem([(name, text, sent if words else None)], [clean if words else None])
+
+    def spoken(self, name: str, phonemizer, text: str, asked: bool | None) -> str:
+        """What the voice's worker phonemizes of ``text``: inline phonemes checked (the
+        errors quote the text as sent), the lexicon applied (it may write [[ inline
+        phonemes ]], which nothing rewrites), then the normalizer outside the blocks."""
+        rewrite = normalize if normalizes(phonemizer, asked, self.settings.normalize_text) else None
+        check_inline(text, phonemizer.config.phoneme_id_map)
+        return outside_blocks(self.lexicon.apply(name, text), rewrite)
 
     def document_item(
         self, document: ssml.Document, asked: bool | None, words: bool
@@ -91,15 +97,10 @@ class Phonemizer:
         jobs, sources, plan = [], [], []
         for segment in document.segments:
             _, phonemizer = self.voices.pick(segment.voice)
-            rewrite = (
-                normalize if normalizes(phonemizer, asked, self.settings.normalize_text) else None
-            )
-            said = " ".join(segment.text.split())
-            check_inline(said, phonemizer.config.phoneme_id_map)
-            text = outside_blocks(self.lexicon.apply(segment.voice, said), rewrite)
+            text = self.spoken(segment.voice, phonemizer, " ".join(segment.text.split()), asked)
             jobs.append((segment.voice, text, segment.source.text if words else None))
             sources.append(segment.source if words else None)
-            voice = self.voices.names.index(segment.voice)
+            voice = self.voices.index(segment.voice)
             plan.append((float(voice), segment.rate, segment.pause_after_s))
         return PhonemizerItem(jobs, sources, plan, document.leading_pause_s)
 
