@@ -10,7 +10,7 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 
-from tts_wire import TEXT_TOO_LONG, noise_error, speed_error
+from tts_wire import MAX_SPEED, MIN_SPEED, TEXT_TOO_LONG, noise_error, speed_error
 
 from .errors import InvalidInputError
 
@@ -106,6 +106,20 @@ def validate_speed(speed: float) -> float:
     if problem:
         raise InvalidInputError(problem)
     return speed
+
+
+def validate_rate(speed: float, rate: float) -> float:
+    """The speed of an SSML span: the request's ``speed`` times its ``<prosody rate>``, within
+    the same range (its error names the rate when the rate put it out)."""
+    try:
+        return validate_speed(speed * rate)
+    except InvalidInputError:
+        if rate == 1.0:
+            raise
+        raise InvalidInputError(
+            f"<prosody rate> makes a span's speed {speed * rate:g} (the request's {speed:g} "
+            f"times the rate {rate:g}), outside {MIN_SPEED:g}..{MAX_SPEED:g}"
+        ) from None
 
 
 def validate_noise(name: str, value: float) -> float:

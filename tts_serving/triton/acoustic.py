@@ -18,8 +18,6 @@ import triton_python_backend_utils as pb_utils
 from tts_wire import (
     LATENT,
     LATENT_SEGMENTS,
-    MAX_SPEED,
-    MIN_SPEED,
     NOISE_SCALE,
     NOISE_W,
     PHONEME_IDS,
@@ -40,7 +38,7 @@ from ..engines.segments import (
     segment_rows,
 )
 from ..errors import InvalidInputError
-from ..inputs import validate_noise, validate_speed
+from ..inputs import validate_noise, validate_rate
 from ..settings import AcousticSettings
 from ..text.words import word_times
 from ..voices import VoiceTable
@@ -121,21 +119,12 @@ class Acoustic:
     def part(
         self, name: str, ids: np.ndarray, speed: float, rate: float, noise, noise_w
     ) -> AcousticPart:
-        speed *= rate
         _, (voice, model) = self.voices.pick(name)
         if ids.min() < 0 or ids.max() >= voice.num_symbols:
             raise InvalidInputError(
                 f"phoneme_ids must be in 0..{voice.num_symbols - 1} for voice {name!r}"
             )
-        try:
-            speed = validate_speed(speed)
-        except InvalidInputError:
-            if rate == 1.0:
-                raise
-            raise InvalidInputError(
-                f"<prosody rate> makes this span's speed {speed:g} (the request's times the "
-                f"rate {rate:g}), outside {MIN_SPEED:g}..{MAX_SPEED:g}"
-            ) from None
+        speed = validate_rate(speed, rate)
         noise = validate_noise(NOISE_SCALE, voice.noise_scale if noise is None else noise)
         noise_w = validate_noise(NOISE_W, voice.noise_w_scale if noise_w is None else noise_w)
         # The speed is its own column: the graph spreads the voice's durations over 1/speed

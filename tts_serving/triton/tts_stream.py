@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -48,7 +49,7 @@ from ..inputs import (
     decode_clean,
     decode_utf8,
     sent_rows,
-    validate_speed,
+    validate_rate,
 )
 from ..settings import StreamSettings
 from ..stream.plan import PlannedChunk, finish_chunk, plan_chunks, plan_document
@@ -79,17 +80,6 @@ def stream_option(request, name: str, default: Any) -> Any:
     if array.dtype == np.bool_:
         return bool(value)
     return float(value)
-
-
-def validate_segment_speed(speed: float) -> None:
-    """An SSML segment's speed (the request's times its rate) within the speed range."""
-    try:
-        validate_speed(speed)
-    except InvalidInputError:
-        raise InvalidInputError(
-            f"<prosody rate> makes a span's speed {speed:g} (the request's times the rate), "
-            f"outside {MIN_SPEED:g}..{MAX_SPEED:g}"
-        ) from None
 
 
 SHUTTING_DOWN = "Server not ready"  # Triton's answer to a request during shutdown
@@ -134,16 +124,25 @@ class StreamRequest:
     clean: CleanText  # maps word spans back to the text as sent
 
     def inputs(self, chunk: PlannedChunk) -> list:
-        """The voice and option tensors of ``chunk``'s stage calls (an SSML chunk: its
-        segment's voice, and the speed times its rate)."""
+        """The voice and option tensors of ``chunk``'s stage calls: the stream's own, made
+        once; an SSML chunk's segment its voice and the speed times its rate."""
+        if chunk.voice in (None, self.voice) and chunk.rate == 1.0:
+            return self.stream_inputs
         options = dict(self.options)
-        if chunk.rate != 1.0:
-            options[SPEED] = options.get(SPEED, 1.0) * chunk.rate
-        voice = (chunk.voice or self.voice).encode()
-        return [
-            pb_utils.Tensor(VOICE, np.array([[voice]], dtype=np.object_)),
-            *(pb_utils.Tensor(k, np.array([[v]], np.float32)) for k, v in options.items()),
-        ]
+        options[SPEED] = options.get(SPEED, 1.0) * chunk.rate
+        return _tensors(chunk.voice or self.voice, options)
+
+    @cached_property
+    def stream_inputs(self) -> list:
+        return _tensors(self.voice, self.options)
+
+
+def _tensors(voice: str, options: dict[str, float]) -> list:
+    """[1, 1] tensors of a voice and options (the voice first)."""
+    return [
+        pb_utils.Tensor(VOICE, np.array([[voice.encode()]], dtype=np.object_)),
+        *(pb_utils.Tensor(k, np.array([[v]], np.float32)) for k, v in options.items()),
+    ]
 
 
 class TtsStream:
@@ -167,6 +166,7 @@ class TtsStream:
         self.lexicon = lexicon_file(
             self.ctx.version_dir, self.voices, self.logger.log_info, self.logger.log_error
         )
+        self.voice_infos = voice_infos(self.voices)
         rates = {p.config.sample_rate for _, p in self.voices}
         if len(rates) != 1:
             raise ModelConfigError(f"every voice must share one sample rate, got {sorted(rates)}")
@@ -192,11 +192,12 @@ class TtsStream:
         raw = stream_option(request, TEXT, None)
         if raw is None:
             raise InvalidInputError("input 'text' is missing")
-        clean = decode_clean(check_encoded_size(raw, self.settings.max_characters))
+        as_sent = decode_utf8(check_encoded_size(raw, self.settings.max_characters))
+        clean = decode_clean(as_sent)
         text = clean.text
         voice, phonemizer = self.voices.pick(decode_voice(stream_option(request, VOICE, None)))
         document = (
-            ssml.parse(decode_utf8(raw), voice, voice_infos(self.voices), ssml.STREAM_LIMITS)
+            ssml.parse(as_sent, voice, self.voice_infos, ssml.STREAM_LIMITS)
             if is_ssml(text)
             else None
         )
@@ -224,7 +225,7 @@ class TtsStream:
             )
         else:
             for segment in document.segments:  # before the first chunk, not in the middle
-                validate_segment_speed(options.speed * segment.rate)
+                validate_rate(options.speed, segment.rate)
             plan = plan_document(
                 document,
                 self.settings,
