@@ -2,10 +2,9 @@
 
 Triton reads them with ``--model-config-name=<profile>`` (``make serve PROFILE=gpu``); a model
 without one falls back to its config.pbtxt. They are generated from each config.pbtxt plus the
-few overrides below, so a change to a model's inputs or defaults reaches every profile:
-
-Each config.pbtxt's ``input`` and ``output`` blocks are generated too, from the declarations
-in ``tts_wire.tensors``:
+few overrides below, so a change to a model's inputs or defaults reaches every profile. Each
+config.pbtxt's ``input`` and ``output`` blocks are generated too, from the declarations in
+``tts_wire.tensors``:
 
     python -m tts_tools.profiles            # rewrite them
     python -m tts_tools.profiles --check    # fail when a committed file is stale (a test does)

@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from tts_wire.tensors import LATENT_CHANNELS as LATENT_CHANNELS  # (engines read it here)
+
 from ..errors import ModelConfigError
 from ..settings import EngineSettings
 
@@ -15,7 +17,6 @@ ACOUSTIC_INPUTS = ("phoneme_ids", "phoneme_lengths", "scales")
 ACOUSTIC_OUTPUTS = ("latent", "num_frames", "durations")
 VOCODER_INPUT = "latent"
 VOCODER_OUTPUT = "audio"
-LATENT_CHANNELS = 192
 
 _OPT_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,

@@ -91,5 +91,10 @@ def concat_frames(latents: Sequence) -> np.ndarray:
 
 
 def to_host(audio) -> np.ndarray:
-    """A numpy array of ``audio`` (a torch tensor is copied from its device)."""
-    return audio if is_numpy(audio) else audio.float().cpu().numpy()
+    """A numpy array of ``audio``; a torch tensor (the DLPack path) is copied from its device
+    as the torch engine copies its own outputs (torch is only imported then)."""
+    if is_numpy(audio):
+        return audio
+    from .torch_engine import to_host as torch_to_host
+
+    return torch_to_host(audio.float())

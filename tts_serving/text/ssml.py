@@ -99,10 +99,6 @@ class Document:
     segments: tuple[Segment, ...]
     leading_pause_s: float = 0.0
 
-    @property
-    def voices(self) -> list[str]:
-        return list(dict.fromkeys(s.voice for s in self.segments))
-
 
 def language_voice(language: str, current: str, voices: Sequence[VoiceInfo]) -> str:
     """The voice for ``language``: the current one if it speaks it, else the first loaded one
