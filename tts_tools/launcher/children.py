@@ -50,7 +50,6 @@ def supervise(
     """Run tritonserver (and the front door and the gateway) as children with the supervisor
     beside them, until a stop; the exit code. How: :class:`_Launch`."""
     launch = _Launch(
-        cmd,
         http_port,
         repository,
         headers,
@@ -107,7 +106,6 @@ class _Launch:
 
     def __init__(
         self,
-        cmd: list[str],
         http_port: int,
         repository: Path,
         headers: dict[str, str],
@@ -117,12 +115,7 @@ class _Launch:
         shm_prefix: str,
         drain_s: float,
     ) -> None:
-        self.cmd, self.http_port, self.repository, self.headers = (
-            cmd,
-            http_port,
-            repository,
-            headers,
-        )
+        self.http_port, self.repository, self.headers = http_port, repository, headers
         self.restarts, self.metrics, self.beat = restarts, metrics, beat
         self.shm_prefix, self.drain_s = shm_prefix, drain_s
         self.stopping = threading.Event()
@@ -145,13 +138,6 @@ class _Launch:
 
     def child(self, name: str, command: list[str], policy: RestartPolicy, **keep) -> Callable:
         """A function that starts ``command`` as a RestartedChild (called once it is due)."""
-        short = "front" if "front" in name else "gateway"
-        counters = (
-            {"restarts": self.metrics.child_restarts.labels(short, "exited"),
-             "hangs": self.metrics.child_restarts.labels(short, "hung")}
-            if short == "front"
-            else {}
-        )  # fmt: skip
 
         def start() -> RestartedChild:
             return RestartedChild(
@@ -162,7 +148,6 @@ class _Launch:
                 policy,
                 self.say,
                 **keep,
-                **counters,
             )
 
         return start
@@ -170,7 +155,15 @@ class _Launch:
     def plan(self, front_cmd, front_live, gateway_cmd, gateway_restarts) -> None:
         """What serve() starts once tritonserver first answers (None: not that child)."""
         self.start_front = (
-            self.child("the front door", front_cmd, RestartPolicy(), live=front_live, give_up=False)
+            self.child(
+                "the front door",
+                front_cmd,
+                RestartPolicy(),
+                live=front_live,
+                give_up=False,
+                restarts=self.metrics.child_restarts.labels("front", "exited"),
+                hangs=self.metrics.child_restarts.labels("front", "hung"),
+            )
             if front_cmd
             else None
         )
