@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tts_serving.model_config import TRITON_PARAMETERS
-from tts_wire.tensors import MODEL_IO
+from tts_wire.tensors import ENSEMBLES, MODEL_IO, check_ensemble
 
 REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
 
@@ -198,13 +198,30 @@ def render(base: str, model: str, profile: str, o: Override) -> str:
 
 
 def with_io(text: str, model: str) -> str:
-    """config.pbtxt text with its ``input`` and ``output`` blocks as tts_wire.tensors declares
-    them (the one place a tensor is declared)."""
+    """config.pbtxt text with its ``input`` and ``output`` blocks (and an ensemble's steps) as
+    tts_wire.tensors declares them (the one place a tensor is declared)."""
     io = MODEL_IO[model]
     for kind, tensors in (("input", io.inputs), ("output", io.outputs)):
         block = f"{kind} [\n" + ",\n".join(t.pbtxt() for t in tensors) + "\n]"
         text = _sub(text, rf"^{kind} \[\n(?:.*\n)*?\]$", block.replace("\\", "\\\\"), kind)
+    if model in ENSEMBLES:
+        block = ensemble_scheduling(model)
+        text = _sub(text, r"^ensemble_scheduling \{\n(?:.*\n)*?\}$", block, "ensemble_scheduling")
     return text
+
+
+def ensemble_scheduling(model: str) -> str:
+    """The ``ensemble_scheduling`` block of ``model``: each step maps every input and output of
+    its model to the tensor of the same name."""
+    check_ensemble(model)
+    steps = []
+    for step in ENSEMBLES[model]:
+        io = MODEL_IO[step]
+        maps = [f'      input_map {{ key: "{t.name}", value: "{t.name}" }}' for t in io.inputs]
+        maps += [f'      output_map {{ key: "{t.name}", value: "{t.name}" }}' for t in io.outputs]
+        lines = [f'      model_name: "{step}"', "      model_version: -1", *maps]
+        steps.append("    {\n" + "\n".join(lines) + "\n    }")
+    return "ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}"
 
 
 def expected(repository: Path = REPOSITORY) -> dict[Path, str]:

@@ -2,22 +2,37 @@
 
 import math
 import re
+from dataclasses import fields
 
 import pytest
 
+from tts_client.protocol import OptionKeywords
 from tts_wire import MAX_NOISE, MAX_SPEED, MIN_SPEED, SynthesisOptions, noise_error, speed_error
+from tts_wire.tensors import MODEL_IO, OPTIONS, ModelIO, Tensor, check_ensemble
 
 
 def test_options_send_only_what_was_set():
-    assert SynthesisOptions().inputs() == {"speed": 1.0}
-    options = SynthesisOptions(1.5, 0.0, 0.8, False, "joe", priority=2)
+    assert SynthesisOptions().inputs() == {}
+    assert SynthesisOptions(speed=1.0, word_timestamps=False).inputs() == {}
+    options = SynthesisOptions(1.5, 0.0, 0.8, False, "joe", priority=2, word_timestamps=True)
     assert options.inputs() == {
         "speed": 1.5,
         "noise_scale": 0.0,
         "noise_w": 0.8,
         "normalize": False,
         "voice": "joe",
+        "word_timestamps": True,
     }  # priority is Triton's request priority, not an input
+
+
+def test_each_option_field_is_an_input_of_tts_and_tts_stream_and_a_client_keyword():
+    """One declaration: the fields (priority aside) are the options tensors.py declares, and
+    the client's loose keywords (a static type) list the same."""
+    names = [f.name for f in fields(SynthesisOptions) if f.name != "priority"]
+    assert names == [o.name for o in OPTIONS]
+    for model in ("tts", "tts_stream"):
+        assert set(names) <= {t.name for t in MODEL_IO[model].inputs}
+    assert list(OptionKeywords.__annotations__) == names
 
 
 @pytest.mark.parametrize(
@@ -49,3 +64,18 @@ def test_the_server_checks_the_same_ranges():
         validate_speed(MAX_SPEED + 1)
     with pytest.raises(InvalidInputError, match=re.escape(noise_error("noise_w", MAX_NOISE + 1))):
         validate_noise("noise_w", MAX_NOISE + 1)
+
+
+def test_the_ensemble_steps_must_connect(monkeypatch):
+    check_ensemble("tts")  # as declared
+    vocoder = MODEL_IO["vocoder"]
+    volume = Tensor("volume", "FP32", (1,), optional=True, stages=("vocoder",))
+    monkeypatch.setitem(MODEL_IO, "vocoder", ModelIO((*vocoder.inputs, volume), vocoder.outputs))
+    with pytest.raises(ValueError, match=r"vocoder needs \['volume'\], which nothing before"):
+        check_ensemble("tts")
+    tts = MODEL_IO["tts"]
+    monkeypatch.setitem(MODEL_IO, "tts", ModelIO((*tts.inputs, volume), tts.outputs))
+    check_ensemble("tts")  # declared on tts too: it connects
+    monkeypatch.setitem(MODEL_IO, "vocoder", vocoder)
+    with pytest.raises(ValueError, match=r"inputs no step takes \['volume'\]"):
+        check_ensemble("tts")

@@ -22,9 +22,9 @@ from tts_wire import (
     NOISE_W,
     PHONEME_IDS,
     SEGMENTS,
-    SPEED,
     WORD_SPANS,
     WORDS,
+    SynthesisOptions,
 )
 from tts_wire.tensors import MODEL_IO
 
@@ -42,7 +42,7 @@ from ..inputs import validate_noise, validate_rate
 from ..settings import AcousticSettings
 from ..text.words import word_times
 from ..voices import VoiceTable
-from .adapter import ModelContext, execute_batched, output_or_error, scalar, single_item, voice_name
+from .adapter import ModelContext, execute_batched, output_or_error, request_options, single_item
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,8 @@ class Acoustic:
         )
 
     def parse(self, request) -> AcousticItem:
-        name, (voice, _) = self.voices.pick(voice_name(request))
+        options = request_options(request, "acoustic")
+        name, (voice, _) = self.voices.pick(options.voice)
         ids = single_item(request, PHONEME_IDS).astype(np.int64).reshape(-1)
         if ids.size == 0 or ids.size > self.max_ids:
             raise InvalidInputError(f"phoneme_ids must hold 1..{self.max_ids} ids, got {ids.size}")
@@ -98,13 +99,10 @@ class Acoustic:
         )
         check_pauses([r.pause for r in rows])
         plan = rows or [SegmentRow(0, ids.size, self.voices.index(name), 1.0, 0.0)]
-        # speed is checked here, once per process: tts_stream and the gateway check their own
-        # request before any work, against the same range (tts_wire).
-        speed = scalar(request, SPEED, 1.0)
-        noise = scalar(request, NOISE_SCALE, None)
-        noise_w = scalar(request, NOISE_W, None)
+        # Each span's speed (times its rate) is checked in part(): tts_stream and the gateway
+        # check their own request before any work, against the same range (tts_wire).
         parts = [
-            self.part(names[r.voice], ids[r.start : r.end], speed, r.rate, noise, noise_w)
+            self.part(names[r.voice], ids[r.start : r.end], r.rate, options)
             for r in plan
             if r.end > r.start
         ]
@@ -117,16 +115,18 @@ class Acoustic:
         )
 
     def part(
-        self, name: str, ids: np.ndarray, speed: float, rate: float, noise, noise_w
+        self, name: str, ids: np.ndarray, rate: float, options: SynthesisOptions
     ) -> AcousticPart:
         _, (voice, model) = self.voices.pick(name)
         if ids.min() < 0 or ids.max() >= voice.num_symbols:
             raise InvalidInputError(
                 f"phoneme_ids must be in 0..{voice.num_symbols - 1} for voice {name!r}"
             )
-        speed = validate_rate(speed, rate)
-        noise = validate_noise(NOISE_SCALE, voice.noise_scale if noise is None else noise)
-        noise_w = validate_noise(NOISE_W, voice.noise_w_scale if noise_w is None else noise_w)
+        speed = validate_rate(options.speed, rate)
+        noise = voice.noise_scale if options.noise_scale is None else options.noise_scale
+        noise_w = voice.noise_w_scale if options.noise_w is None else options.noise_w
+        # A voice's own scales (its voice.json) are checked too.
+        noise, noise_w = validate_noise(NOISE_SCALE, noise), validate_noise(NOISE_W, noise_w)
         # The speed is its own column: the graph spreads the voice's durations over 1/speed
         # of the time (export/graph.proportional_durations), so 2.0 is twice as fast.
         scales = np.array([noise, voice.length_scale, noise_w, speed], np.float32)

@@ -18,8 +18,8 @@ import triton_python_backend_utils as pb_utils
 
 from tts_serving.engines.batching import is_numpy
 from tts_serving.model_config import config_parameters, parse_settings
-from tts_wire import VOICE
-from tts_wire.tensors import ModelIO
+from tts_wire import SynthesisOptions
+from tts_wire.tensors import MODEL_IO, OPTIONS, ModelIO
 
 from ..errors import InvalidInputError, ModelConfigError
 from ..voices import VoiceFiles, decode_voice, discover, exported
@@ -147,8 +147,14 @@ def single_item(
     return array[0]
 
 
-def _one_value(request, name: str):
-    item = single_item(request, name, optional=True)
+def one_value(request, name: str, batched: bool = True):
+    """The one value of input ``name`` (None: absent): a batched model's [1, 1] or
+    ``tts_stream``'s [1]. Bytes stay bytes, numbers and flags stay numpy scalars."""
+    if batched:
+        item = single_item(request, name, optional=True)
+    else:
+        tensor = pb_utils.get_input_tensor_by_name(request, name)
+        item = None if tensor is None else tensor.as_numpy()
     if item is None:
         return None
     if item.size != 1:
@@ -156,21 +162,26 @@ def _one_value(request, name: str):
     return item.reshape(-1)[0]
 
 
-def voice_name(request) -> str | None:
-    """The optional ``voice`` input of a batched request (None: the default voice)."""
-    return decode_voice(_one_value(request, VOICE))
+# An option's value from its data type (tts_wire.tensors.OPTIONS); an empty string is absent.
+_READ: dict[str, Callable[[Any], Any]] = {"FP32": float, "BOOL": bool, "STRING": decode_voice}
+_OPTION_NAMES = {o.name for o in OPTIONS}
 
 
-def scalar(request, name: str, default: float) -> float:
-    """An optional number input of one value (batched models)."""
-    value = _one_value(request, name)
-    return default if value is None else float(value)
-
-
-def flag(request, name: str, default: bool | None) -> bool | None:
-    """An optional BOOL input of one value (batched models); ``default`` when absent."""
-    value = _one_value(request, name)
-    return default if value is None else bool(value)
+def request_options(request, model: str) -> SynthesisOptions:
+    """The options a request to ``model`` set, read and checked once (the same object as the
+    client's and the gateway's; absent ones at its defaults): the one reader of the batched
+    stages and ``tts_stream``, for the options ``model`` declares (tts_wire.tensors)."""
+    batched = model != "tts_stream"
+    values = {}
+    for tensor in MODEL_IO[model].inputs:
+        if tensor.name in _OPTION_NAMES:
+            raw = one_value(request, tensor.name, batched)
+            if raw is not None:
+                values[tensor.name] = _READ[tensor.dtype](raw)
+    try:
+        return SynthesisOptions(**values)
+    except ValueError as e:
+        raise InvalidInputError(str(e)) from None
 
 
 def all_finite(array: np.ndarray) -> bool:

@@ -8,13 +8,11 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from tts_wire import (
-    NORMALIZE,
     PHONEME_IDS,
     SEGMENTS,
     TEXT,
     TEXT_TOO_LONG,
     WORD_SPANS,
-    WORD_TIMESTAMPS,
 )
 from tts_wire.tensors import MODEL_IO
 
@@ -26,7 +24,7 @@ from ..text.espeak_pool import Job, phonemize_jobs, voice_phonemizers
 from ..text.inline import check as check_inline, outside_blocks
 from ..text.lexicon import lexicon_file
 from ..text.ssml import is_ssml
-from .adapter import ModelContext, execute_batched, flag, normalizes, single_item, voice_name
+from .adapter import ModelContext, execute_batched, normalizes, request_options, single_item
 
 
 @dataclass(frozen=True)
@@ -69,13 +67,13 @@ class Phonemizer:
         raw = single_item(request, TEXT).reshape(-1)
         if raw.size != 1:
             raise InvalidInputError("text must hold one string per request")
-        name, phonemizer = self.voices.pick(voice_name(request))
+        options = request_options(request, "phonemizer")
+        name, phonemizer = self.voices.pick(options.voice)
         limit = self.settings.max_characters
         as_sent = decode_utf8(check_encoded_size(raw[0], limit))
         clean = decode_clean(as_sent)
         sent = check_characters(clean.text, limit)
-        asked = flag(request, NORMALIZE, None)
-        words = flag(request, WORD_TIMESTAMPS, False)
+        asked, words = options.normalize, options.word_timestamps
         if is_ssml(sent):
             document = ssml.parse(as_sent, name, self.voice_infos)
             return self.document_item(document, asked, words)

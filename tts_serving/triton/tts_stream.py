@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from dataclasses import dataclass
-from functools import cached_property
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -24,23 +22,17 @@ from tts_wire import (
     INTERNAL,
     INVALID_ARGUMENT,
     LATENT,
-    MAX_SPEED,
-    MIN_SPEED,
-    NOISE_SCALE,
-    NOISE_W,
-    NORMALIZE,
     PHONEME_IDS,
     SPEED,
     TEXT,
     UNAVAILABLE,
     VOICE,
     WORD_SPANS,
-    WORD_TIMESTAMPS,
     WORDS,
     SynthesisOptions,
     stream_error_message,
 )
-from tts_wire.tensors import MODEL_IO
+from tts_wire.tensors import ACOUSTIC, MODEL_IO, VOCODER, options_of
 
 from ..errors import InvalidInputError, ModelConfigError
 from ..inputs import (
@@ -58,29 +50,8 @@ from ..text import ssml
 from ..text.espeak_pool import voice_phonemizers
 from ..text.lexicon import lexicon_file
 from ..text.ssml import is_ssml
-from ..voices import decode_voice
-from .adapter import ModelContext, normalizes
+from .adapter import ModelContext, normalizes, one_value, request_options
 from .phonemizer import voice_infos
-
-
-def stream_option(request, name: str, default: Any) -> Any:
-    """One value of a non-batched input (``tts_stream``: shape [1]), or ``default``.
-
-    Bytes stay bytes (text), BOOL becomes bool, numbers become float.
-    """
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    if tensor is None:
-        return default
-    array = tensor.as_numpy().reshape(-1)
-    if array.size != 1:
-        raise InvalidInputError(f"input {name!r} must hold one value, got {array.size}")
-    value = array[0]
-    if isinstance(value, bytes | str):
-        return value
-    if array.dtype == np.bool_:
-        return bool(value)
-    return float(value)
-
 
 SHUTTING_DOWN = "Server not ready"  # Triton's answer to a request during shutdown
 
@@ -100,8 +71,6 @@ def stage_error(model: str, error) -> Exception:
 
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-# What each chunk's acoustic request carries of a stream's options (the voice goes apart).
-ACOUSTIC_OPTIONS = (SPEED, NOISE_SCALE, NOISE_W)
 FINALIZE_WAIT_S = 20.0  # inside Triton's default 30 s exit timeout, so unloading ends
 
 
@@ -114,35 +83,45 @@ class ChunkAudio:
     words: np.ndarray | None
 
 
+# The stages each chunk goes through here (tts_stream phonemizes itself).
+STAGES = (ACOUSTIC, VOCODER)
+
+
+def forwarded(request, stage: str) -> dict[str, np.ndarray]:
+    """The options of ``request`` that ``stage`` takes (tts_wire.tensors), as sent, [1, 1]."""
+    values = {}
+    for option in options_of(stage):
+        tensor = pb_utils.get_input_tensor_by_name(request, option.name)
+        if tensor is not None:
+            values[option.name] = tensor.as_numpy().reshape(1, 1)
+    return values
+
+
 @dataclass(frozen=True)
 class StreamRequest:
     """One stream's plan and what every chunk's stage calls carry besides its ids."""
 
     plan: Iterator[PlannedChunk]
-    voice: str  # both stages take it (acoustic: network, defaults; vocoder: gain)
-    options: dict[str, float]  # speed and the noise scales a client set
+    options: SynthesisOptions  # read and checked once (adapter.request_options)
+    voice: str  # the stream's voice (the default one when none was asked)
+    sent: dict[str, dict[str, np.ndarray]]  # by stage: the options it takes, as sent
     clean: CleanText  # maps word spans back to the text as sent
+    _made: dict[tuple[str, str, float], list] = field(default_factory=dict)
 
-    def inputs(self, chunk: PlannedChunk) -> list:
-        """The voice and option tensors of ``chunk``'s stage calls: the stream's own, made
-        once; an SSML chunk's segment its voice and the speed times its rate."""
-        if chunk.voice in (None, self.voice) and chunk.rate == 1.0:
-            return self.stream_inputs
-        options = dict(self.options)
-        options[SPEED] = options.get(SPEED, 1.0) * chunk.rate
-        return _tensors(chunk.voice or self.voice, options)
-
-    @cached_property
-    def stream_inputs(self) -> list:
-        return _tensors(self.voice, self.options)
-
-
-def _tensors(voice: str, options: dict[str, float]) -> list:
-    """[1, 1] tensors of a voice and options (the voice first)."""
-    return [
-        pb_utils.Tensor(VOICE, np.array([[voice.encode()]], dtype=np.object_)),
-        *(pb_utils.Tensor(k, np.array([[v]], np.float32)) for k, v in options.items()),
-    ]
+    def inputs(self, chunk: PlannedChunk, stage: str) -> list:
+        """The option tensors of ``chunk``'s call to ``stage``: the ones sent, the voice its
+        own (an SSML segment's, else the stream's) and the speed times its segment's rate;
+        made once per stage, voice and rate."""
+        key = (stage, chunk.voice or self.voice, chunk.rate)
+        if key not in self._made:
+            values = dict(self.sent[stage])
+            takes = {o.name for o in options_of(stage)}
+            if VOICE in takes:
+                values[VOICE] = np.array([[key[1].encode()]], dtype=np.object_)
+            if SPEED in takes and chunk.rate != 1.0:
+                values[SPEED] = np.array([[self.options.speed * chunk.rate]], np.float32)
+            self._made[key] = [pb_utils.Tensor(k, v) for k, v in values.items()]
+        return self._made[key]
 
 
 class TtsStream:
@@ -189,31 +168,21 @@ class TtsStream:
         return None
 
     def parse(self, request) -> StreamRequest:
-        raw = stream_option(request, TEXT, None)
+        raw = one_value(request, TEXT, batched=False)
         if raw is None:
             raise InvalidInputError("input 'text' is missing")
         as_sent = decode_utf8(check_encoded_size(raw, self.settings.max_characters))
         clean = decode_clean(as_sent)
         text = clean.text
-        voice, phonemizer = self.voices.pick(decode_voice(stream_option(request, VOICE, None)))
+        # The same options object as the client's and the gateway's, checked once here
+        # against the wire contract's ranges; absent noise: acoustic uses the voice's.
+        options = request_options(request, "tts_stream")
+        voice, phonemizer = self.voices.pick(options.voice)
         document = (
             ssml.parse(as_sent, voice, self.voice_infos, ssml.STREAM_LIMITS)
             if is_ssml(text)
             else None
         )
-        try:
-            # The same options object as the client's and the gateway's, checked once here
-            # against the wire contract's ranges; absent noise: acoustic uses the voice's.
-            options = SynthesisOptions(
-                speed=stream_option(request, SPEED, 1.0),
-                noise_scale=stream_option(request, NOISE_SCALE, None),
-                noise_w=stream_option(request, NOISE_W, None),
-                normalize=stream_option(request, NORMALIZE, None),
-                word_timestamps=bool(stream_option(request, WORD_TIMESTAMPS, False)),
-            )
-        except ValueError as e:
-            raise InvalidInputError(str(e)) from None
-        scalars = {k: v for k, v in options.inputs().items() if k in ACOUSTIC_OPTIONS}
         if document is None:
             plan = plan_chunks(
                 text,
@@ -234,7 +203,8 @@ class TtsStream:
                 options.word_timestamps,
                 self.lexicon.apply,
             )
-        return StreamRequest(plan, voice, scalars, clean)
+        sent = {stage: forwarded(request, stage) for stage in STAGES}
+        return StreamRequest(plan, options, voice, sent, clean)
 
     async def bls(self, model, inputs, outputs: list[str]) -> list:
         request = pb_utils.InferenceRequest(
@@ -251,9 +221,8 @@ class TtsStream:
         if chunk.words is not None:  # asked for: acoustic times them from its frames
             inputs.append(pb_utils.Tensor(WORD_SPANS, chunk.words[None]))
             outputs.append(WORDS)
-        voice, *options = stream.inputs(chunk)
-        found = await self.bls("acoustic", [*inputs, voice, *options], outputs)
-        (audio,) = await self.bls("vocoder", [found[0], voice], [AUDIO])
+        found = await self.bls(ACOUSTIC, [*inputs, *stream.inputs(chunk, ACOUSTIC)], outputs)
+        (audio,) = await self.bls(VOCODER, [found[0], *stream.inputs(chunk, VOCODER)], [AUDIO])
         times = found[1].as_numpy().reshape(-1, 4) if len(found) > 1 else None
         if times is not None and len(times):
             # (times, times, characters of the clean text) -> characters of the text as sent
@@ -261,13 +230,12 @@ class TtsStream:
             times = np.asarray(spans, dtype=times.dtype).reshape(-1, 4)
         return ChunkAudio(audio.as_numpy().reshape(-1), times)
 
-    def sender(self, request):
+    def sender(self, request, speed: float):
+        """(send, is_closed) of ``request``'s stream; ``speed`` scales the pauses it adds."""
         response_sender = request.get_response_sender()
         rate = self.sample_rate
         closed = False
         sent_samples = 0  # words are timed from the stream's start
-        speed = float(stream_option(request, SPEED, 1.0))  # checked by parse(): in range
-        speed = speed if MIN_SPEED <= speed <= MAX_SPEED else 1.0
 
         def is_closed() -> bool:
             return closed
@@ -313,20 +281,22 @@ class TtsStream:
         return send, is_closed
 
     async def stream(self, request):
-        send, closed = self.sender(request)
+        parsed, refusal = None, None
         if self.in_flight.count >= self.settings.max_streams:
             # Shed load at once rather than queue a stream behind minutes of others.
             message = f"{self.settings.max_streams} streams are running; retry later"
-            send(StreamResponse(error_code=UNAVAILABLE, error_message=message))
+            refusal = StreamResponse(error_code=UNAVAILABLE, error_message=message)
+        else:
+            try:
+                parsed = self.parse(request)  # no await: counted once it runs
+            except InvalidInputError as e:
+                refusal = StreamResponse(error_code=INVALID_ARGUMENT, error_message=str(e))
+        send, closed = self.sender(request, parsed.options.speed if parsed else 1.0)
+        if parsed is None:
+            send(refusal)
             send(StreamResponse(final=True))
             return
         with self.in_flight:
-            try:
-                parsed = self.parse(request)
-            except InvalidInputError as e:
-                send(StreamResponse(error_code=INVALID_ARGUMENT, error_message=str(e)))
-                send(StreamResponse(final=True))
-                return
             outcome = await run_stream(
                 parsed.plan,
                 lambda chunk: self.synthesize(chunk, parsed),

@@ -29,8 +29,8 @@ from .adapter import (
     count_non_finite,
     execute_batched,
     output_or_error,
+    request_options,
     single_item,
-    voice_name,
 )
 
 # The acoustic model's latents stay within a few units; far larger values are not a latent
@@ -92,7 +92,7 @@ class Vocoder:
         self.logger.log_info(f"vocoder ready on {engine} with {self.settings}; voice gains {gains}")
 
     def parse(self, request) -> VocoderItem:
-        name, _ = self.voices.pick(voice_name(request))
+        name, _ = self.voices.pick(request_options(request, "vocoder").voice)
         latent = single_item(request, LATENT, device=self.settings.device_tensors)
         if self.settings.device_tensors and is_numpy(latent):
             import torch  # one kind per batch: a latent sent from the host joins as a tensor

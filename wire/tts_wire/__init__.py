@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 # Tensor names, identical in tts, tts_stream and every stage.
 TEXT = "text"
@@ -152,13 +152,8 @@ class SynthesisOptions:
             raise ValueError(problem)
 
     def inputs(self) -> dict[str, float | bool | str]:
-        """The optional inputs to send, by tensor name (speed always, the rest when set)."""
-        values = {
-            SPEED: float(self.speed),
-            NOISE_SCALE: self.noise_scale,
-            NOISE_W: self.noise_w,
-            NORMALIZE: self.normalize,
-            VOICE: self.voice,
-            WORD_TIMESTAMPS: True if self.word_timestamps else None,
-        }
-        return {name: value for name, value in values.items() if value is not None}
+        """The optional inputs to send, by tensor name (each field is the input of its name,
+        tts_wire.tensors.OPTIONS): those set away from their default, whose value the server
+        takes when the input is absent."""
+        values = ((f, getattr(self, f.name)) for f in fields(self) if f.name != "priority")
+        return {f.name: value for f, value in values if value is not None and value != f.default}

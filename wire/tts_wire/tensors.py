@@ -1,9 +1,11 @@
 """Every model's inputs and outputs, declared once: name, data type, dims, optional, ragged.
 
-The rest is derived: the ``input``/``output`` blocks of each ``config.pbtxt`` (written and
-checked by ``python -m tts_tools.profiles``), the check each model makes of its config at
-``initialize`` (names, data types, dims, flags), and the client's data types. A new request
-option is one ``Tensor`` here, added to the models that take it, and its use.
+The rest is derived: the ``input``/``output`` blocks of each ``config.pbtxt`` and the ``tts``
+ensemble's maps (written and checked by ``python -m tts_tools.profiles``), the check each model
+makes of its config at ``initialize`` (names, data types, dims, flags), the one reader of a
+request's options (``tts_serving.triton.adapter.request_options``), what ``tts_stream``
+forwards to each stage, and the client's data types. A new request option is one ``Tensor``
+in ``OPTIONS`` naming the stages that take it, its ``SynthesisOptions`` field, and its use.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class Tensor:
     optional: bool = False
     ragged: bool = False  # allow_ragged_batch: padded inside the model
     doc: str = ""  # the comment above it in config.pbtxt (lines joined by "\n")
+    # A request option: the stages of the tts ensemble that take it (tts_stream forwards it to
+    # the same ones); the stage models declare it as an input with their own doc.
+    stages: tuple[str, ...] = ()
 
     def but(self, **changes: object) -> Tensor:
         """This tensor with ``changes`` (another doc, ragged in a batched stage)."""
@@ -70,14 +75,9 @@ class ModelIO:
 _ONE = (1,)
 WHICH_VOICE = "Which voice (python -m export --voices); absent or empty: the first."
 WORD_ROWS = "Rows (start s, end s, first character, end character) of the text sent"
+PHONEMIZER, ACOUSTIC, VOCODER = "phonemizer", "acoustic", "vocoder"
 
 TEXT_IN = Tensor(TEXT, "STRING", _ONE)
-SPEED_IN = Tensor(SPEED, "FP32", _ONE, optional=True)
-NOISE_SCALE_IN = Tensor(NOISE_SCALE, "FP32", _ONE, optional=True)
-NOISE_W_IN = Tensor(NOISE_W, "FP32", _ONE, optional=True)
-NORMALIZE_IN = Tensor(NORMALIZE, "BOOL", _ONE, optional=True)
-VOICE_IN = Tensor(VOICE, "STRING", _ONE, optional=True, doc=WHICH_VOICE)
-WORD_TIMESTAMPS_IN = Tensor(WORD_TIMESTAMPS, "BOOL", _ONE, optional=True)
 AUDIO_OUT = Tensor(AUDIO, "FP32", (-1,))
 WORDS_OUT = Tensor(WORDS, "FP32", (-1, 4))
 CHUNK_TEXT_OUT = Tensor(CHUNK_TEXT, "STRING", _ONE)
@@ -86,29 +86,49 @@ WORD_SPANS_T = Tensor(WORD_SPANS, "INT32", (-1, 4))
 SEGMENTS_T = Tensor(SEGMENTS, "FP32", (-1, 4))
 LATENT_T = Tensor(LATENT, "FP32", (LATENT_CHANNELS, -1))
 LATENT_SEGMENTS_T = Tensor(LATENT_SEGMENTS, "INT32", (-1, 3))
-# What a client may set on tts and tts_stream besides the text (tts_wire.SynthesisOptions).
-OPTIONS = (SPEED_IN, NOISE_SCALE_IN, NOISE_W_IN, NORMALIZE_IN, VOICE_IN)
+
+
+def _option(name: str, dtype: str, *stages: str, doc: str = "") -> Tensor:
+    return Tensor(name, dtype, _ONE, optional=True, doc=doc, stages=stages)
+
+
+# What a client may set on tts and tts_stream besides the text (tts_wire.SynthesisOptions,
+# field for field), and the stages that take each.
+OPTIONS = (
+    _option(SPEED, "FP32", ACOUSTIC),
+    _option(NOISE_SCALE, "FP32", ACOUSTIC),
+    _option(NOISE_W, "FP32", ACOUSTIC),
+    _option(NORMALIZE, "BOOL", PHONEMIZER),
+    _option(VOICE, "STRING", PHONEMIZER, ACOUSTIC, VOCODER, doc=WHICH_VOICE),
+    _option(WORD_TIMESTAMPS, "BOOL", PHONEMIZER),
+)
+
+
+def options_of(stage: str, **docs: str) -> tuple[Tensor, ...]:
+    """The options ``stage`` takes, in OPTIONS' order; ``docs``: its own comment for some."""
+    return tuple(o.but(doc=docs.get(o.name, o.doc)) for o in OPTIONS if stage in o.stages)
+
+
+def _request(doc: str, timestamps: str) -> tuple[Tensor, ...]:
+    return (
+        TEXT_IN.but(doc=doc),
+        *(o.but(doc=timestamps) if o.name == WORD_TIMESTAMPS else o for o in OPTIONS),
+    )
+
 
 MODEL_IO: dict[str, ModelIO] = {
     "tts": ModelIO(
-        (
-            TEXT_IN.but(doc="Plain text, or an SSML document (starts with <speak>; docs/ssml.md)."),
-            *OPTIONS,
-            WORD_TIMESTAMPS_IN.but(
-                doc="true: the words output times each word (from the frames the voice gave "
-                "its phonemes)."
-            ),
+        _request(
+            "Plain text, or an SSML document (starts with <speak>; docs/ssml.md).",
+            "true: the words output times each word (from the frames the voice gave its phonemes).",
         ),
         (AUDIO_OUT, WORDS_OUT.but(doc=f"{WORD_ROWS}; none unless asked.")),
     ),
     "tts_stream": ModelIO(
-        (
-            TEXT_IN,
-            *OPTIONS,
-            WORD_TIMESTAMPS_IN.but(
-                doc="true: each chunk's response also has the words output (times from the "
-                "stream's start)."
-            ),
+        _request(
+            "",
+            "true: each chunk's response also has the words output (times from the stream's "
+            "start).",
         ),
         (
             AUDIO_OUT,
@@ -118,16 +138,15 @@ MODEL_IO: dict[str, ModelIO] = {
             WORDS_OUT.but(doc=f"{WORD_ROWS}; sent only when asked."),
         ),
     ),
-    "phonemizer": ModelIO(
+    PHONEMIZER: ModelIO(
         (
             TEXT_IN,
-            NORMALIZE_IN.but(
-                doc="Write out numbers, dates, currency... first (English voices); absent: "
-                "normalize_text."
-            ),
-            VOICE_IN,
-            WORD_TIMESTAMPS_IN.but(
-                doc="Also locate each word of the text in the ids (word_spans); absent: false."
+            *options_of(
+                PHONEMIZER,
+                normalize="Write out numbers, dates, currency... first (English voices); "
+                "absent: normalize_text.",
+                word_timestamps="Also locate each word of the text in the ids (word_spans); "
+                "absent: false.",
             ),
         ),
         (
@@ -141,13 +160,10 @@ MODEL_IO: dict[str, ModelIO] = {
             ),
         ),
     ),
-    "acoustic": ModelIO(
+    ACOUSTIC: ModelIO(
         (
             PHONEME_IDS_T.but(ragged=True),
-            SPEED_IN,
-            NOISE_SCALE_IN,
-            NOISE_W_IN,
-            VOICE_IN,
+            *options_of(ACOUSTIC),
             WORD_SPANS_T.but(
                 optional=True,
                 ragged=True,
@@ -173,10 +189,10 @@ MODEL_IO: dict[str, ModelIO] = {
             ),
         ),
     ),
-    "vocoder": ModelIO(
+    VOCODER: ModelIO(
         (
             LATENT_T.but(ragged=True),
-            VOICE_IN,
+            *options_of(VOCODER),
             LATENT_SEGMENTS_T.but(
                 optional=True,
                 ragged=True,
@@ -187,6 +203,30 @@ MODEL_IO: dict[str, ModelIO] = {
         (AUDIO_OUT,),
     ),
 }
+
+# The ensembles and their steps in order. Every tensor keeps its name end to end, so each
+# step maps every input and output of its model to the tensor of the same name
+# (python -m tts_tools.profiles writes the maps; check_ensemble checks they connect).
+ENSEMBLES: dict[str, tuple[str, ...]] = {"tts": (PHONEMIZER, ACOUSTIC, VOCODER)}
+
+
+def check_ensemble(name: str) -> None:
+    """Raise ``ValueError`` unless each step's inputs are the ensemble's inputs or an earlier
+    step's outputs, every input of the ensemble is taken and every output is made."""
+    io = MODEL_IO[name]
+    available = {t.name for t in io.inputs}
+    taken: set[str] = set()
+    for step in ENSEMBLES[name]:
+        step_io = MODEL_IO[step]
+        missing = [t.name for t in step_io.inputs if t.name not in available]
+        if missing:
+            raise ValueError(f"{name}: {step} needs {missing}, which nothing before it makes")
+        taken |= {t.name for t in step_io.inputs}
+        available |= {t.name for t in step_io.outputs}
+    unused = [t.name for t in io.inputs if t.name not in taken]
+    unmade = [t.name for t in io.outputs if t.name not in available]
+    if unused or unmade:
+        raise ValueError(f"{name}: inputs no step takes {unused}, outputs no step makes {unmade}")
 
 
 def client_datatypes() -> dict[str, str]:
