@@ -127,9 +127,13 @@ format: $(VENV)/.installed
 unit: $(VENV)/.installed
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
-# --durations: the slowest tests in every run, to keep the suite's time in view.
+# --durations: the slowest tests in every run, to keep the suite's time in view. Two workers,
+# one test file each at a time (a file's servers are its own; most of a test's time is a
+# server starting, draining or timing out, so two overlap well even on two cores).
+# PYTEST_WORKERS=0 runs them in one process.
+PYTEST_WORKERS ?= 2
 test: setup test-system-deps export lint client-venv deploy-venv
-	$(PY) -m pytest -rs --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -rs --durations=15 -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # A user's environment: the README's `pip install` lines and nothing else (./client, which
 # carries ./wire's tts_wire and resolves the newest tritonclient in its range; openai at the

@@ -101,9 +101,21 @@ def pytest_addoption(parser):
     )
 
 
+# The tiers in the order make test runs them: the longest files first, so the two workers
+# (pytest -n 2 --dist loadfile) end together instead of one waiting on a late long file.
+TIER_ORDER = ("reliability", "integration", "repository", "adapter", "unit")
+
+
+def _tier(item) -> int:
+    parts = Path(str(item.path)).relative_to(ROOT / "tests").parts
+    return TIER_ORDER.index(parts[0]) if parts[0] in TIER_ORDER else len(TIER_ORDER)
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked `gpu` are skipped, with the reason, where there is no GPU; tests marked
-    `long` unless --long is given (`make test-reliability`)."""
+    `long` unless --long is given (`make test-reliability`). The tiers run longest first
+    (a stable sort: each file's tests stay together and in order)."""
+    items.sort(key=_tier)
     gpu = gpu_available()
     long = config.getoption("--long")
     skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU")
