@@ -82,6 +82,13 @@ class Launcher:
         ).stdout.split()
         return int(out[0])
 
+    def shm_prefix(self) -> str:
+        """The prefix of its tritonserver's /dev/shm regions (from its command line)."""
+        args = Path(f"/proc/{self.triton_pid()}/cmdline").read_bytes().decode().split("\0")
+        flag = "shm-region-prefix-name="
+        (prefix,) = [a.split(flag, 1)[1] for a in args if flag in a]
+        return prefix
+
     def children(self) -> list[int]:
         """Every process the launcher started (tritonserver, the front door, the gateway)."""
         out = subprocess.run(

@@ -22,6 +22,13 @@ from tts_tools.launcher.processes import ServerProcess
 from tts_tools.sample_texts import PARAGRAPH, SENTENCES
 
 
+def regions(prefix: str) -> set[str]:
+    """The /dev/shm regions of the server whose prefix is ``prefix`` (make test runs other
+    servers beside this one, whose regions come and go)."""
+    assert prefix.startswith("tts_")
+    return {name for name in os.listdir("/dev/shm") if name.startswith(prefix)}
+
+
 def stubs_of(pid: int) -> list[str]:
     """The Python-backend stub processes whose parent is ``pid``."""
     out = subprocess.run(
@@ -36,14 +43,13 @@ def stubs_of(pid: int) -> list[str]:
 def test_sigterm_ends_everything_clearly_and_leaves_nothing(exported_repository, tmp_path):
     from tts_client import TTSClient
 
-    shm_before = set(os.listdir("/dev/shm"))
     server = ServerProcess(
         exported_repository, tmp_path / "triton.log", cache_dir=ROOT / ".cache" / "triton"
     )
     server.start()
     pid = server.process.pid
     try:
-        assert stubs_of(pid)  # the models' stubs are running
+        assert stubs_of(pid) and regions(server.shm_prefix)  # the models' stubs are running
         results: dict = {}
         streaming = threading.Barrier(3)
         first_chunks: list[int] = []  # a server refusing everything fails here, not silently
@@ -103,7 +109,7 @@ def test_sigterm_ends_everything_clearly_and_leaves_nothing(exported_repository,
         r = results[f"stream{k}"]
         assert isinstance(r, int) or isinstance(r, ServerUnavailable), r
     assert not stubs_of(pid)
-    assert set(os.listdir("/dev/shm")) - shm_before == set()
+    assert regions(server.shm_prefix) == set()
 
 
 def gateway_requests(port: int) -> float:
@@ -124,13 +130,13 @@ def test_sigterm_to_make_serve_drains_the_gateway(exported_repository, tmp_path)
 
     import httpx2 as httpx
 
-    shm_before = set(os.listdir("/dev/shm"))
     launcher = Launcher(exported_repository, tmp_path / "launcher.log")
     gateway = launcher.gateway
     url = f"{launcher.url}/v1/audio/speech"
     try:
         launcher.wait_ready()
-        triton_pid = launcher.triton_pid()
+        triton_pid, shm_prefix = launcher.triton_pid(), launcher.shm_prefix()
+        assert regions(shm_prefix)
         results: dict = {}
         started = threading.Barrier(3)
 
@@ -171,7 +177,7 @@ def test_sigterm_to_make_serve_drains_the_gateway(exported_repository, tmp_path)
     assert [results[k] for k in range(8)] == [200] * 8, results
     assert results["stream0"] == results["stream1"] == "speech.audio.done", results
     assert not stubs_of(triton_pid)
-    assert set(os.listdir("/dev/shm")) - shm_before == set()
+    assert regions(shm_prefix) == set()
 
 
 def test_a_stream_cut_at_the_drain_limit_ends_with_an_error_event(server, tmp_path_factory):
