@@ -133,7 +133,8 @@ unit: $(VENV)/.installed
 # PYTEST_WORKERS=0 runs them in one process.
 PYTEST_WORKERS ?= 2
 test: setup test-system-deps export lint client-venv deploy-venv
-	$(PY) -m pytest -rs --durations=15 -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -rs --durations=15 -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	  $(PYTEST_ARGS)
 
 # A user's environment: the README's `pip install` lines and nothing else (./client, which
 # carries ./wire's tts_wire and resolves the newest tritonclient in its range; openai at the

@@ -6,10 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import REPOSITORY, ROOT
 from tts_tools.launcher.processes import ServerProcess
-
-ROOT = Path(__file__).resolve().parent.parent
-REPOSITORY = ROOT / "model_repository"
 
 _SERVER: ServerProcess | None = None
 
@@ -54,8 +52,8 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture(scope="session")
 def gateway(server, tmp_path_factory):
-    """The OpenAI-compatible gateway on the test server (voices: tests/gateway_support.py)."""
-    from tests.gateway_support import gateway_on
+    """The OpenAI-compatible gateway on the test server (voices: tests/support/gateway.py)."""
+    from tests.support.gateway import gateway_on
 
     with gateway_on(server, tmp_path_factory, "--max-input-chars=20000") as gw:
         yield gw
@@ -102,7 +100,8 @@ def pytest_addoption(parser):
 
 
 # The tiers in the order make test runs them: the longest files first, so the two workers
-# (pytest -n 2 --dist loadfile) end together instead of one waiting on a late long file.
+# end together instead of one waiting on a late long file (pytest -n 2 --dist loadfile
+# --no-loadscope-reorder: by default xdist would start with the files that have most tests).
 TIER_ORDER = ("reliability", "integration", "repository", "adapter", "unit")
 
 
