@@ -28,7 +28,7 @@ import numpy as np
 from tritonclient.grpc import InferenceServerException, InferInput, aio as grpc_aio
 
 from bench.compare import percentile
-from tests.reliability.launcher import Launcher
+from tests.support.launcher import Launcher
 from tts_tools.sample_texts import SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent

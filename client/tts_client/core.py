@@ -3,7 +3,7 @@
 Where the server is (:class:`Endpoint`), which models serve plain and streamed requests, the
 timeout, retries and priority, and how one call is built from a text and its
 :class:`~tts_wire.SynthesisOptions`: the same inputs and the same request parameters go on the
-wire from either client (tests/unit/test_client_unit.py checks it with a fake transport).
+wire from either client (tests/unit/client/test_client.py checks it with a fake transport).
 """
 
 from __future__ import annotations

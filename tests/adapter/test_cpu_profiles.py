@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from bench.cpu_variants import GATES, report
-from tests import fake_pb_utils as pb
-from tests.adapter.test_model_adapters import load_model, text_request
-from tests.integration.test_intelligibility import TEXTS
+from tests.support import pb_utils as pb
+from tests.support.models import load_model, text_request
+from tests.support.speech import TEXTS
 from tts_serving.model_config import pbtxt_parameters
 
 EVALUATION = TEXTS[::4]  # six of the gates' sentences: a few seconds

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests import fake_pb_utils as pb
-from tests.adapter.test_model_adapters import load_model, text_request
+from tests.support import pb_utils as pb
+from tests.support.models import load_model, text_request
 
 pytestmark = pytest.mark.gpu
 

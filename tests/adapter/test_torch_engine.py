@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from export.torch_weights import onnx_weights
-from tests import fake_pb_utils as pb
-from tests.adapter.test_model_adapters import load_model, text_request
+from tests.support import pb_utils as pb
+from tests.support.models import load_model, text_request
 from tts_serving.engines import INT8_FILE, WEIGHTS_FILE
 from tts_serving.engines.models import Vocoder, load_acoustic, load_vocoder, model_file
 from tts_serving.engines.torch_decoder import Decoder

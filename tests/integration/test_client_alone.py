@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 PYTHON = ROOT / ".venv-client" / "bin" / "python"
 

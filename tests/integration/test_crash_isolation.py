@@ -1,7 +1,7 @@
 """Texts that crash espeak-ng, sent through every interface with normal traffic beside them:
 no stub dies (the supervisor heals nothing), each crasher is spoken or refused with a 4xx,
 and every normal request is served (issue 19). The worker pool's own tests are in
-tests/unit/test_espeak_pool.py."""
+tests/unit/serving/text/test_espeak_pool.py."""
 
 from __future__ import annotations
 

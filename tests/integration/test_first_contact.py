@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.conftest import ROOT
-from tests.reliability.launcher import Launcher
+from tests.support.launcher import Launcher
+from tests.support.paths import ROOT
 from tts_tools.sample_texts import SENTENCES
 
 WINDOW_S = 3.0  # the front door's admission window in this module (default 30 s)

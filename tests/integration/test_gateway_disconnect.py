@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from tests.gateway_support import good_request
-from tests.metrics import sample
+from tests.support.gateway import good_request
+from tests.support.metrics import sample
 from tts_tools.sample_texts import PARAGRAPH
 
 

@@ -10,7 +10,7 @@ import httpx2 as httpx
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.gateway_support import good_request
+from tests.support.gateway import good_request
 
 EXAMPLES = 300
 COUNTER = {"requests": 0, "ok": 0}

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")

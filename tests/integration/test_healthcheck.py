@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-from tests.conftest import REPOSITORY
+from tests.support.paths import REPOSITORY
 
 
 def healthcheck(*args: str) -> subprocess.CompletedProcess:

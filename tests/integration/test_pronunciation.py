@@ -10,7 +10,7 @@ import httpx2 as httpx
 import numpy as np
 import pytest
 
-from tests.integration.guides import run_guide
+from tests.support.guides import run_guide
 from tts_client import InvalidInput
 
 EXACT = {"noise_scale": 0.0, "noise_w": 0.0}
@@ -82,7 +82,7 @@ def test_the_guides_lexicon_example_loads_for_the_voice(exported_repository):
     import json
     import re
 
-    from tests.conftest import ROOT
+    from tests.support.paths import ROOT
     from tts_serving.text.lexicon import parse
     from tts_serving.voices import load_voice_config
 

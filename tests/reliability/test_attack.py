@@ -36,9 +36,9 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from tests.metrics import sample
-from tests.reliability.h2probe import Connection
-from tests.reliability.launcher import Launcher, alive
+from tests.support.h2probe import Connection
+from tests.support.launcher import Launcher, alive
+from tests.support.metrics import sample
 from tts_client import TTSClient
 from tts_client.protocol import build_inputs
 from tts_tools.launcher.commands import FRONT_TOKEN_ENV

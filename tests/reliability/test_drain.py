@@ -14,9 +14,9 @@ import subprocess
 import threading
 import time
 
-from tests.conftest import ROOT
-from tests.metrics import sample
-from tests.reliability.launcher import Launcher
+from tests.support.launcher import Launcher
+from tests.support.metrics import sample
+from tests.support.paths import ROOT
 from tts_client import ServerUnavailable
 from tts_tools.launcher.processes import ServerProcess
 from tts_tools.sample_texts import PARAGRAPH, SENTENCES
@@ -187,7 +187,7 @@ def test_a_stream_cut_at_the_drain_limit_ends_with_an_error_event(server, tmp_pa
 
     import httpx2 as httpx
 
-    from tests.gateway_support import gateway_on
+    from tests.support.gateway import gateway_on
 
     gateway = gateway_on(server, tmp_path_factory, "--max-input-chars=20000", "--drain-s=2")
     gateway.start()

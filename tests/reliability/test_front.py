@@ -26,9 +26,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.metrics import sample
-from tests.reliability.launcher import Launcher
-from tests.reliability.test_memory import rss_mb
+from tests.support.launcher import Launcher
+from tests.support.memory import rss_mb
+from tests.support.metrics import sample
 from tts_client import AsyncTTSClient, ServerOverloaded, ServerUnavailable, TTSClient
 from tts_client.protocol import RetryPolicy
 from tts_tools.launcher.processes import FrontProcess

@@ -17,8 +17,8 @@ import time
 import httpx2 as httpx
 import pytest
 
-from tests.conftest import ROOT
-from tests.reliability.launcher import Launcher, alive
+from tests.support.launcher import Launcher, alive
+from tests.support.paths import ROOT
 from tts_client import TTSClient, TTSError
 from tts_tools.launcher.processes import ServerProcess
 from tts_tools.launcher.restarts import RestartedChild, RestartPolicy

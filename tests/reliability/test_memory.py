@@ -4,26 +4,18 @@ each 5 times; `make test-reliability` 50 times."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from tests.support.memory import rss_mb
 from tts_tools.launcher.stub_healing import stubs_by_model
 from tts_tools.sample_texts import hostile_texts
 
 MODELS = ["phonemizer", "acoustic", "vocoder", "tts_stream"]
 GROWTH_MB = {"stub": 20, "tritonserver": 50}  # after a warm-up round
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
 
 
 def tensor(module, name: str, array: np.ndarray, datatype: str):

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 from tts_client import ServerOverloaded, TTSClient
 from tts_client.protocol import NO_RETRY
 from tts_tools.launcher.processes import ServerProcess
@@ -98,7 +98,7 @@ def test_three_times_capacity_for_60_s_is_shed_at_the_gateway(server, tmp_path_f
 
     import httpx2 as httpx
 
-    from tests.gateway_support import gateway_on
+    from tests.support.gateway import gateway_on
 
     limit = 16
     with gateway_on(server, tmp_path_factory, f"--max-concurrent-requests={limit}") as gw:

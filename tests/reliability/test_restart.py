@@ -11,7 +11,7 @@ import time
 
 import httpx2 as httpx
 
-from tests.reliability.launcher import Launcher, alive
+from tests.support.launcher import Launcher, alive
 from tts_tools.launcher.liveness import LIVE_PATH
 from tts_tools.launcher.stub_healing import python_models, stubs_by_model
 

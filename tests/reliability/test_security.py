@@ -16,7 +16,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 from tts_tools.launcher.commands import server_command
 from tts_tools.launcher.environment import KEY_ENV, KEY_PLACEHOLDER, server_env
 from tts_tools.launcher.security import ADMIN_HEADER, DEFAULT_BIND, admin_key

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 from tts_client import TTSClient, TTSError
 from tts_client.protocol import NO_RETRY
 from tts_tools.launcher.processes import ServerProcess

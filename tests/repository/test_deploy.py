@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.repository.test_install import ALL, norm, pins
+from tests.support.paths import ROOT
+from tests.support.requirements import ALL, norm, pins
 from tts_gateway.settings import GatewaySettings
 from tts_tools.launcher.commands import (
     FRONT_TOKEN_FILE_ENV,
@@ -29,7 +30,6 @@ from tts_tools.launcher.commands import (
 from tts_tools.launcher.liveness import LIVE_PATH
 from tts_tools.launcher.stub_healing import SERVING_SINCE
 
-ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "docker/Dockerfile"
 DEPLOY_TOOLS = ROOT / ".venv-deploy" / "bin"
 # (Named image-cpu and image-gpu, not cpu and gpu: a test id holding "gpu" is skipped as one

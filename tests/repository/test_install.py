@@ -7,32 +7,10 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import ROOT
+from tests.support.requirements import ALL, norm, pins
 
-
-def norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def pins(path: Path) -> dict[str, str]:
-    """name -> version of a requirements file, following its -r includes."""
-    found: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        line = line.split("#")[0].strip()
-        if line.startswith("-r "):
-            found.update(pins(path.parent / line[3:].strip()))
-        elif line:
-            name, _, version = line.partition("==")
-            assert version, f"{path}: {line!r} is not an exact pin"
-            name = name.split("[")[0]  # extras pin the same distribution
-            assert norm(name) not in found, f"{path}: {name} pinned twice"
-            found[norm(name)] = version
-    return found
-
-
-ALL = pins(ROOT / "requirements.txt")
 SERVE = pins(ROOT / "requirements/serve.txt")
 TORCH = pins(ROOT / "requirements/torch.txt")
 TEST_TOOLS = {"pytest", "hypothesis", "ruff", "selenium", "faster-whisper", "matplotlib", "jiwer"}
@@ -50,8 +28,8 @@ def test_the_server_set_is_lean_and_every_file_pins_the_same_versions():
 SERVE_IMPORTS = """
 import sys
 sys.modules["torch"] = None
-from tests import fake_pb_utils
-fake_pb_utils.install().TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1  # (tts_stream reads it)
+from tests.support import pb_utils
+pb_utils.install()
 import export.__main__, export.build, export.torch_weights
 import tts_tools.server, tts_tools.front, tts_tools.launcher.children
 import tts_gateway.__main__, tts_gateway.app

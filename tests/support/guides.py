@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def run_guide(name: str, server, gateway, folder: Path) -> str:

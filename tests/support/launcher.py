@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx2 as httpx
 
-from tests.conftest import ROOT
-from tests.metrics import sample
+from tests.support.metrics import sample
+from tests.support.paths import ROOT
 from tts_tools.launcher.commands import free_port
 
 

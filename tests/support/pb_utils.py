@@ -60,12 +60,35 @@ class Tensor:
         return self._array
 
 
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+
+
+class ResponseSender:
+    """A decoupled model's sender: records each ``send`` as (response or None, flags)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[InferenceResponse | None, int]] = []
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        if self.sent and self.sent[-1][1] & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            raise RuntimeError("send after the final flag")  # the real stub refuses it too
+        self.sent.append((response, flags))
+
+
 class InferenceRequest:
     """Fake request: a dict of input name -> numpy array (with the batch dimension), or a
     Tensor as another model's response holds it (a DLPack one included)."""
 
     def __init__(self, **inputs: np.ndarray) -> None:
         self.inputs = {k: v if isinstance(v, Tensor) else Tensor(k, v) for k, v in inputs.items()}
+        self.sender = ResponseSender()
+        self.cancelled = False
+
+    def get_response_sender(self) -> ResponseSender:
+        return self.sender
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled
 
 
 class InferenceResponse:

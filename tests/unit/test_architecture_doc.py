@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def layout_block(package: str, following: str) -> str:

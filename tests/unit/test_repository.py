@@ -1,11 +1,11 @@
 """The committed model configs parse with Triton's own schema and keep the tensor contract."""
 
 import re
-from pathlib import Path
 
 import pytest
 from tritonclient.grpc import model_config_pb2
 
+from tests.support.paths import REPOSITORY as REPO, ROOT
 from tts_serving.errors import ModelConfigError
 from tts_serving.model_config import (
     defaults,
@@ -15,8 +15,6 @@ from tts_serving.model_config import (
 )
 from tts_serving.settings import SETTINGS, AcousticSettings, knob_table
 
-ROOT = Path(__file__).resolve().parents[2]
-REPO = ROOT / "model_repository"
 MODELS = ["phonemizer", "acoustic", "vocoder", "tts", "tts_stream"]
 
 

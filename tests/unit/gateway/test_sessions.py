@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
+from tests.support.fake_backend import FakeBackend
 from tts_client.audio import Audio, Word
 from tts_client.errors import InvalidInput, ServerOverloaded
 from tts_client.session import BufferRule, SpeechSession, TextBuffer
 from tts_gateway.app import create_app
 from tts_gateway.settings import GatewaySettings
-
-from .test_gateway_unit import FakeBackend
 
 RATE = 22050
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 from tts_tools.cpu_scaling import MEASURED, cpu_layout, predicted_rate
 
 

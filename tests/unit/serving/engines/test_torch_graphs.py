@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from tests.unit.test_repository import REPO
+from tests.support.paths import REPOSITORY as REPO
 from tts_serving.engines import torch_engine
 from tts_serving.engines.torch_engine import TorchOptions, bind_device, graph_cells, pick_bucket
 from tts_serving.model_config import parse_settings, pbtxt_parameters

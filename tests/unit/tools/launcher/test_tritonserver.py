@@ -12,8 +12,6 @@ import pytest
 
 from tts_tools.launcher import commands, environment
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def fake_triton_home(tmp_path: Path) -> Path:
     home = tmp_path / "tritonserver"

@@ -1,0 +1,103 @@
+"""tts_stream's responses under a fake response sender: the final flag travels with the last
+chunk, an error is sent without it and followed by a flag-only final, nothing is sent after
+the final flag, and a stream over the limit is refused with both."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from tests.support import pb_utils as pb
+from tts_serving.settings import StreamSettings
+from tts_serving.stream.plan import PlannedChunk
+from tts_serving.stream.scheduler import InFlight, StreamResponse
+from tts_serving.triton.tts_stream import ChunkAudio, TtsStream
+from tts_wire import AUDIO, CHUNK_TEXT, INVALID_ARGUMENT, UNAVAILABLE, WORDS, parse_stream_error
+
+FINAL = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+RATE = 22050
+
+
+def stream_model(**settings) -> TtsStream:
+    """A TtsStream with what its sender uses, without voices (initialize needs the export)."""
+    model = TtsStream()
+    model.settings = StreamSettings(**settings)
+    model.sample_rate = RATE
+    model.in_flight = InFlight()
+    model.codes = {
+        INVALID_ARGUMENT: pb.TritonError.INVALID_ARG,
+        UNAVAILABLE: pb.TritonError.UNAVAILABLE,
+    }
+    return model
+
+
+def chunk(index: int, text: str, sentence_end: bool = True) -> PlannedChunk:
+    return PlannedChunk(index, text, [1, 2, 3], sentence_end)
+
+
+def audio(seconds: float, words: np.ndarray | None = None) -> ChunkAudio:
+    return ChunkAudio(np.full(int(RATE * seconds), 0.1, np.float32), words)
+
+
+def outputs(response: pb.InferenceResponse) -> dict[str, np.ndarray]:
+    return {t.name(): t.as_numpy() for t in response.output_tensors}
+
+
+def test_the_final_flag_travels_with_the_last_chunk_and_nothing_follows_it():
+    model, request = stream_model(sentence_silence_ms=100.0, fade_ms=0.0), pb.InferenceRequest()
+    send, closed = model.sender(request, speed=2.0)
+    send(StreamResponse(chunk(0, "One."), audio(0.5)))
+    assert not closed()
+    send(StreamResponse(chunk(1, "Two."), audio(0.25), last=True))
+    assert closed()
+    send(StreamResponse(final=True))  # the scheduler's final after the last chunk: dropped
+    send(StreamResponse(error_code=UNAVAILABLE, error_message="late"))  # dropped too
+    (first, flags0), (last, flags1) = request.sender.sent
+    assert (flags0, flags1) == (0, FINAL)
+    assert not first.has_error() and not last.has_error()
+    one, two = outputs(first), outputs(last)
+    assert one[CHUNK_TEXT].tolist() == [b"One."] and two[CHUNK_TEXT].tolist() == [b"Two."]
+    # A pause after a sentence that is not the last, shortened by the speed (100 ms / 2).
+    assert one[AUDIO].size == int(RATE * 0.5) + round(RATE * 0.05)
+    assert two[AUDIO].size == int(RATE * 0.25)  # the last: no pause after it
+    assert WORDS not in one  # not asked: a plain stream's responses carry no words
+
+
+def test_an_error_is_sent_without_the_flag_then_a_flag_only_final():
+    model, request = stream_model(), pb.InferenceRequest()
+    send, closed = model.sender(request, speed=1.0)
+    send(StreamResponse(chunk(0, "One."), audio(0.1)))
+    send(StreamResponse(error_code=INVALID_ARGUMENT, error_message="text is empty"))
+    assert not closed()
+    send(StreamResponse(final=True))
+    assert closed()
+    (_, f0), (error, f1), (final, f2) = request.sender.sent
+    assert (f0, f1, f2) == (0, 0, FINAL)
+    assert final is None  # the flag alone: an error sent with it crashed Triton 2.51
+    assert error.error().code() == pb.TritonError.INVALID_ARG
+    assert parse_stream_error(error.error().message()) == (INVALID_ARGUMENT, "text is empty")
+
+
+def test_words_are_timed_from_the_streams_start():
+    model, request = stream_model(sentence_silence_ms=0.0, fade_ms=0.0), pb.InferenceRequest()
+    send, _ = model.sender(request, speed=1.0)
+    rows = np.array([[0.0, 0.2, 0, 3]], np.float32)
+    words = {}
+    for k, seconds in enumerate((0.5, 0.25)):
+        send(StreamResponse(chunk(k, "Hi."), audio(seconds, rows.copy()), last=k == 1))
+        words[k] = outputs(request.sender.sent[-1][0])[WORDS]
+    assert words[0][0, :2].tolist() == pytest.approx([0.0, 0.2])
+    assert words[1][0, :2].tolist() == pytest.approx([0.5, 0.7])  # after the first's samples
+    assert words[1][0, 2:].tolist() == [0, 3]  # characters are not shifted
+
+
+def test_a_stream_over_the_limit_is_refused_with_an_error_and_a_final():
+    model, request = stream_model(max_streams=1), pb.InferenceRequest()
+    with model.in_flight:  # one stream running
+        asyncio.run(model.stream(request))
+    (error, f0), (final, f1) = request.sender.sent
+    assert (f0, f1, final) == (0, FINAL, None)
+    code, message = parse_stream_error(error.error().message())
+    assert code == UNAVAILABLE and "1 streams are running; retry later" in message

@@ -1,0 +1,1 @@
+"""What the tests share: paths, fakes, launchers, probes, helpers (no tests here)."""

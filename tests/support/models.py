@@ -1,0 +1,45 @@
+"""Model.py adapters loaded as the Python-backend stub loads them, under the fake pb_utils."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+from google.protobuf.json_format import MessageToDict
+
+from tests.support import pb_utils as pb
+from tts_serving.model_config import read_model_config
+
+
+def load_model(repository, name, params=None, max_batch_size=16):
+    """Import model_repository/<name>/1/model.py and initialize it like the stub does."""
+    spec = importlib.util.spec_from_file_location(
+        f"model_{name}", repository / name / "1" / "model.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    pbtxt = read_model_config(repository / name / "config.pbtxt")
+    # The tensors as Triton hands them to the stub (protobuf's JSON: int64 dims as strings).
+    tensors = MessageToDict(pbtxt, preserving_proto_field_name=True)
+    config = {
+        "name": name,
+        "input": tensors.get("input", []),
+        "output": tensors.get("output", []),
+        "max_batch_size": max_batch_size,
+        "parameters": {k: {"string_value": v} for k, v in (params or {}).items()},
+    }
+    model = module.TritonPythonModel()
+    model.initialize(
+        {
+            "model_config": json.dumps(config),
+            "model_repository": str(repository / name),
+            "model_version": "1",
+            "model_instance_kind": "CPU",
+        }
+    )
+    return model
+
+
+def text_request(text: bytes) -> pb.InferenceRequest:
+    return pb.InferenceRequest(text=np.array([[text]], dtype=object))
