@@ -204,7 +204,10 @@ def test_make_serve_offers_the_repositorys_voices_through_the_gateway(two_voices
 
         normal, slow = speak("alloy"), speak("joe_slow")
         assert normal.status_code == slow.status_code == 200, slow.text
-        assert 1.3 < len(slow.content) / len(normal.content) < 1.6  # length_scale 1.5
+        # length_scale 1.5 makes this sentence 1.35x as long (Piper's ceil keeps the shortest
+        # ids at one frame); joe's noise moves its length by a few % either way (1.29 seen),
+        # and a mix-up of the voices gives 1.0.
+        assert 1.2 < len(slow.content) / len(normal.content) < 1.6
     finally:
         launcher.close()
 
