@@ -93,7 +93,8 @@ def forwarded(request, stage: str) -> dict[str, np.ndarray]:
     for option in options_of(stage):
         tensor = pb_utils.get_input_tensor_by_name(request, option.name)
         if tensor is not None:
-            values[option.name] = tensor.as_numpy().reshape(1, 1)
+            # A copy: the request's own memory is the backend's, the stream outlives reads.
+            values[option.name] = tensor.as_numpy().reshape(1, 1).copy()
     return values
 
 
