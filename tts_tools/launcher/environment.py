@@ -6,6 +6,7 @@ backends). Also the shim that hands tritonserver the admin key.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -13,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 
 PY_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -58,13 +60,31 @@ def prepare_backends(cache_dir: Path) -> Path:
     stub = src / "python_backend_stubs" / PY_VERSION / "triton_python_backend_stub"
     if not stub.exists():
         raise SystemExit(f"nvidia-pytriton has no Python backend stub for Python {PY_VERSION}")
-    backends = cache_dir / f"backends-py{PY_VERSION}"
-    python_backend = backends / "python"
-    marker = python_backend / "triton_python_backend_stub"
-    if not marker.exists() or marker.stat().st_size != stub.stat().st_size:
-        shutil.rmtree(backends, ignore_errors=True)
-        shutil.copytree(src / "backends" / "python", python_backend)
-        shutil.copy2(stub, marker)
+    backends = Path(cache_dir) / f"backends-py{PY_VERSION}"
+    marker = backends / "python" / "triton_python_backend_stub"
+
+    def current() -> bool:
+        return marker.exists() and marker.stat().st_size == stub.stat().st_size
+
+    if current():
+        return backends
+    # Made aside and renamed into place: several servers start at once (make test's workers,
+    # a benchmark beside make serve), and one must never see, or delete, another's half copy.
+    backends.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{backends.name}-", dir=backends.parent))
+    shutil.copytree(src / "backends" / "python", staging / "python")
+    shutil.copy2(stub, staging / "python" / "triton_python_backend_stub")
+    if not current():
+        if backends.exists():  # another pytriton's stub: set aside, then removed
+            stale = staging.with_name(staging.name + "-stale")
+            with contextlib.suppress(OSError):
+                backends.rename(stale)
+            shutil.rmtree(stale, ignore_errors=True)
+        with contextlib.suppress(OSError):  # lost the race: the winner's copy is the same
+            staging.rename(backends)
+    shutil.rmtree(staging, ignore_errors=True)
+    if not current():
+        raise RuntimeError(f"could not lay out the Python backend in {backends}")
     return backends
 
 

@@ -156,3 +156,36 @@ def test_the_front_doors_token_comes_from_a_variable_or_a_mounted_file(tmp_path)
         secret_setting(
             FRONT_TOKEN_ENV, FRONT_TOKEN_FILE_ENV, what, {FRONT_TOKEN_FILE_ENV: str(token)}
         )
+
+
+def _prepare_after(barrier, cache: Path, results) -> None:
+    barrier.wait()  # all at once, as make test's workers start their servers
+    try:
+        results.put(str(environment.prepare_backends(cache)))
+    except Exception as e:
+        results.put(f"{type(e).__name__}: {e}")
+
+
+def test_servers_starting_at_once_share_one_complete_backend_folder(tmp_path):
+    """make test's workers start servers at once on an empty cache: each must get a whole
+    python backend (one copy failed with FileExistsError; a late one deleted a half copy)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    expected = environment.pytriton_dir() / "python_backend_stubs" / environment.PY_VERSION
+    for round in range(3):
+        cache = tmp_path / f"cache{round}"
+        barrier, results = context.Barrier(8), context.Queue()
+        workers = [
+            context.Process(target=_prepare_after, args=(barrier, cache, results)) for _ in range(8)
+        ]
+        for w in workers:
+            w.start()
+        found = {results.get(timeout=60) for _ in workers}
+        for w in workers:
+            w.join(10)
+        (folder,) = found  # one answer, the folder: no error
+        stub = Path(folder) / "python" / "triton_python_backend_stub"
+        assert stub.stat().st_size == (expected / stub.name).stat().st_size
+        assert (Path(folder) / "python" / "libtriton_python.so").exists()
+        assert [p.name for p in cache.iterdir()] == [Path(folder).name]  # nothing left aside
