@@ -28,7 +28,7 @@ from tts_serving.engines.loudness import LOUDNESS_FILE, VoiceLoudness
 from tts_serving.settings import load_settings
 from tts_serving.voices import FOLDER, INDEX, check_name, load_voice_config
 
-from .graph import make_scales_per_item, split
+from .graph import make_scales_per_item, make_speakers_per_item, split
 from .quantize import export_int8_vocoder
 from .verify import torch_installed, verify
 
@@ -114,18 +114,18 @@ def _own_graph(specs: list[VoiceSpec], spec: VoiceSpec) -> bool:
     return spec is specs[0] or spec.model.resolve() != specs[0].model.resolve()
 
 
+def _multi_speaker(spec: VoiceSpec) -> bool:
+    return load_voice_config(spec.config).num_speakers > 1
+
+
 def _outputs(repo: Path, specs: list[VoiceSpec]) -> list[Path]:
     files = []
     for spec in specs:
         if _own_graph(specs, spec):
-            files += [
-                _folder(repo, "acoustic", specs, spec) / "model.onnx",
-                _folder(repo, "acoustic", specs, spec) / WEIGHTS_FILE,
-                _folder(repo, "vocoder", specs, spec) / "model.onnx",
-                _folder(repo, "vocoder", specs, spec) / WEIGHTS_FILE,
-                _folder(repo, "vocoder", specs, spec) / INT8_FILE,
-                _folder(repo, "vocoder", specs, spec) / LOUDNESS_FILE,
-            ]
+            acoustic, vocoder = (_folder(repo, m, specs, spec) for m in ("acoustic", "vocoder"))
+            files += [acoustic / "model.onnx", vocoder / "model.onnx", vocoder / LOUDNESS_FILE]
+            if not _multi_speaker(spec):  # the torch engine's and cpu-int8's files
+                files += [acoustic / WEIGHTS_FILE, vocoder / WEIGHTS_FILE, vocoder / INT8_FILE]
         files += [_folder(repo, m, specs, spec) / "voice.json" for m in VOICE_JSON_MODELS]
     return files + [repo / m / "1" / INDEX for m in VOICE_JSON_MODELS]
 
@@ -166,15 +166,24 @@ def check_config_parameters(repo: Path, sample_rate: int, hop_length: int) -> No
 
 
 def export_graphs(source: Path, config: Path, acoustic_dir: Path, vocoder_dir: Path) -> None:
-    """Split ``source``, prove the halves equal it, write them and the voice's loudness."""
+    """Split ``source``, prove the halves equal it, write them and the voice's loudness (and,
+    for a single-speaker voice, the torch engine's weights and the int8 vocoder)."""
     voice = load_voice_config(config)
     t0 = time.perf_counter()
     log.info("loading %s (%.0f MB)", source, source.stat().st_size / 1e6)
     model = onnx.load(str(source))
     make_scales_per_item(model)
+    multi_speaker = make_speakers_per_item(model)
+    if multi_speaker != (voice.num_speakers > 1):
+        raise SystemExit(
+            f"{config} says num_speakers {voice.num_speakers} but {source} "
+            f"{'takes' if multi_speaker else 'has no'} speaker input (sid): they must agree"
+        )
     acoustic, vocoder = split(model)
     log.info(
-        "split into acoustic + vocoder with per-item scales in %.1f s", time.perf_counter() - t0
+        "split into acoustic + vocoder with per-item scales%s in %.1f s",
+        f" and speakers ({voice.num_speakers})" if multi_speaker else "",
+        time.perf_counter() - t0,
     )
     with tempfile.TemporaryDirectory() as tmp:
         # Each half in its own folder, as in the repository: its weights file lies beside it.
@@ -183,7 +192,8 @@ def export_graphs(source: Path, config: Path, acoustic_dir: Path, vocoder_dir: P
         v_path.parent.mkdir()
         onnx.save(acoustic, str(a_path))
         onnx.save(vocoder, str(v_path))
-        convert(a_path, v_path)  # weights.safetensors beside each, for the torch engine
+        if not multi_speaker:  # the torch engine has no speaker embedding: onnxruntime only
+            convert(a_path, v_path)  # weights.safetensors beside each, for the torch engine
         log.info("verifying against the whole source model (about 30 s on 2 cores)")
         result = verify(source, a_path, v_path, voice)
         if not result.ok:
@@ -195,18 +205,21 @@ def export_graphs(source: Path, config: Path, acoustic_dir: Path, vocoder_dir: P
             loudness.peak,
             loudness.gain,
         )
-        t1 = time.perf_counter()
-        export_int8_vocoder(a_path, v_path, voice, v_path.with_name(INT8_FILE))
-        log.info(
-            "quantized the vocoder to int8 (profile cpu-int8) in %.1f s", time.perf_counter() - t1
-        )
         vocoder_dir.mkdir(parents=True, exist_ok=True)
         acoustic_dir.mkdir(parents=True, exist_ok=True)
         loudness.write(vocoder_dir / LOUDNESS_FILE)
-        shutil.move(str(v_path.with_name(INT8_FILE)), vocoder_dir / INT8_FILE)
+        if not multi_speaker:
+            t1 = time.perf_counter()
+            export_int8_vocoder(a_path, v_path, voice, v_path.with_name(INT8_FILE))
+            log.info(
+                "quantized the vocoder to int8 (profile cpu-int8) in %.1f s",
+                time.perf_counter() - t1,
+            )
+            shutil.move(str(v_path.with_name(INT8_FILE)), vocoder_dir / INT8_FILE)
         for path, folder in ((a_path, acoustic_dir), (v_path, vocoder_dir)):
             shutil.move(str(path), folder / "model.onnx")
-            shutil.move(str(path.with_name(WEIGHTS_FILE)), folder / WEIGHTS_FILE)
+            if not multi_speaker:
+                shutil.move(str(path.with_name(WEIGHTS_FILE)), folder / WEIGHTS_FILE)
 
 
 def export(

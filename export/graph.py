@@ -9,6 +9,7 @@ from tts_serving.engines.onnx import (
     ACOUSTIC_INPUTS,
     ACOUSTIC_OUTPUTS,
     LATENT_CHANNELS,
+    SPEAKER_INPUT,
     VOCODER_INPUT,
     VOCODER_OUTPUT,
 )
@@ -84,6 +85,21 @@ def make_scales_per_item(model: onnx.ModelProto) -> None:
     proportional_durations(model, axes_name)
 
 
+def make_speakers_per_item(model: onnx.ModelProto) -> bool:
+    """A multi-speaker voice's ``sid``, [1] in Piper's export, made [B] so one batch can mix
+    speakers (the graph gathers each item's speaker embedding and broadcasts it per item).
+    Returns whether the voice has one."""
+    sid = next((i for i in model.graph.input if i.name == SPEAKER_INPUT), None)
+    if sid is None:
+        return False
+    dims = sid.type.tensor_type.shape.dim
+    if sid.type.tensor_type.elem_type != TensorProto.INT64 or len(dims) != 1:
+        raise ValueError(f"expected the source voice's {SPEAKER_INPUT} input to be int64 [1]")
+    del dims[:]
+    dims.add().dim_param = "batch_size"
+    return True
+
+
 def proportional_durations(model: onnx.ModelProto, axes_name: str) -> None:
     """Durations that follow 1/speed: the voice's own frames per id (Piper's ``ceil`` at the
     voice's length scale, so speed 1 is the source exactly), spread over 1/speed of the time
@@ -155,11 +171,14 @@ def split(model: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     ceils = [n.output[0] for n in model.graph.node if n.op_type == "Ceil"]
     if ceils != [VOICE_DURATIONS]:
         raise ValueError(f"expected one Ceil ({VOICE_DURATIONS}) for the durations, got {ceils}")
+    # A multi-speaker voice's halves both take the speaker (Piper's VITS conditions the
+    # durations and the flow, and the decoder, on its embedding).
+    speakers = (SPEAKER_INPUT,) if any(i.name == SPEAKER_INPUT for i in model.graph.input) else ()
     extractor = onnx.utils.Extractor(model)
     acoustic = extractor.extract_model(
-        list(SOURCE_INPUTS), [SOURCE_LATENT, SOURCE_FRAMES, SOURCE_DURATIONS]
+        list(SOURCE_INPUTS + speakers), [SOURCE_LATENT, SOURCE_FRAMES, SOURCE_DURATIONS]
     )
-    vocoder = extractor.extract_model([SOURCE_LATENT], [SOURCE_AUDIO])
+    vocoder = extractor.extract_model([SOURCE_LATENT, *speakers], [SOURCE_AUDIO])
     _rename(
         acoustic,
         dict(

@@ -11,7 +11,7 @@ import onnxruntime as ort
 from piper.config import PiperConfig
 
 from tts_serving.engines.models import load_acoustic, load_vocoder, model_file
-from tts_serving.engines.onnx import create_session
+from tts_serving.engines.onnx import SPEAKER_INPUT, create_session
 from tts_serving.settings import EngineSettings
 from tts_serving.text.phonemize import Phonemizer
 
@@ -68,15 +68,17 @@ def torch_installed() -> bool:
     return True
 
 
-def _whole(session: ort.InferenceSession, ids: list[int], scales: np.ndarray) -> np.ndarray:
-    (audio,) = session.run(
-        None,
-        {
-            "input": np.array([ids], dtype=np.int64),
-            "input_lengths": np.array([len(ids)], dtype=np.int64),
-            "scales": np.asarray(scales, dtype=np.float32),
-        },
-    )
+def _whole(
+    session: ort.InferenceSession, ids: list[int], scales: np.ndarray, speaker: int | None
+) -> np.ndarray:
+    feeds = {
+        "input": np.array([ids], dtype=np.int64),
+        "input_lengths": np.array([len(ids)], dtype=np.int64),
+        "scales": np.asarray(scales, dtype=np.float32),
+    }
+    if speaker is not None:  # a multi-speaker voice, as Piper runs it: sid [1]
+        feeds[SPEAKER_INPUT] = np.array([speaker], dtype=np.int64)
+    (audio,) = session.run(None, feeds)
     return audio.reshape(-1)
 
 
@@ -122,51 +124,61 @@ def _report(result: VerifyResult, sentences: int, with_torch: bool) -> None:
     )
 
 
+def _torch_halves(acoustic_onnx: Path, vocoder_onnx: Path, voice: PiperConfig) -> tuple:
+    """The torch engine (float32, CPU) on the weights beside the split files."""
+    options = EngineSettings(engine="torch", device="cpu", max_padded_length=0)
+    weights = model_file(options)
+    return (
+        load_acoustic(acoustic_onnx.with_name(weights), options),
+        load_vocoder(vocoder_onnx.with_name(weights), voice.hop_length, options),
+    )
+
+
 def verify(
     source_onnx: Path, acoustic_onnx: Path, vocoder_onnx: Path, voice: PiperConfig
 ) -> VerifyResult:
     """Compare split vs whole model with noise scales 0 (the graph draws random noise), and
-    the torch engine on the weights beside the split files (torch_weights.convert) too."""
+    the torch engine on the weights beside the split files (torch_weights.convert) too. A
+    multi-speaker voice speaks the sentences with its speakers in turn (the batches mix them),
+    each compared with the whole model given that speaker; the torch engine serves none."""
     options = EngineSettings(intra_op_threads=0, max_padded_length=0)
-    torch_options = EngineSettings(engine="torch", device="cpu", max_padded_length=0)
     whole = create_session(source_onnx, options)
     acoustic = load_acoustic(acoustic_onnx, options)
     vocoder = load_vocoder(vocoder_onnx, voice.hop_length, options)
-    with_torch = torch_installed()
-    if with_torch:
-        weights = model_file(torch_options)
-        torch_acoustic = load_acoustic(acoustic_onnx.with_name(weights), torch_options)
-        torch_vocoder = load_vocoder(
-            vocoder_onnx.with_name(weights), voice.hop_length, torch_options
-        )
+    multi = voice.num_speakers > 1
+    with_torch = torch_installed() and not multi
+    on_torch = _torch_halves(acoustic_onnx, vocoder_onnx, voice) if with_torch else None
     phonemizer = Phonemizer(voice, max_phoneme_ids=10_000)
     ids = [phonemizer.ids(s) for s in SENTENCES]
+    speakers = [k % voice.num_speakers for k in range(len(ids))] if multi else None
+    sid = speakers or [None] * len(ids)
 
     def split_pipeline(
-        batch_ids: list[list[int]], scales: np.ndarray, torch: bool = False
+        batch_ids: list[list[int]], scales: np.ndarray, halves=(acoustic, vocoder), speakers=None
     ) -> list[np.ndarray]:
-        a, v = (torch_acoustic, torch_vocoder) if torch else (acoustic, vocoder)
-        return v(a([np.array(x) for x in batch_ids], scales))
+        a, v = halves
+        return v(a([np.array(x) for x in batch_ids], scales, speakers), speakers)
 
     plain = np.array([0.0, voice.length_scale, 0.0], dtype=np.float32)
-    reference = [_whole(whole, x, plain) for x in ids]
+    reference = [_whole(whole, x, plain, s) for x, s in zip(ids, sid)]
     # Batch 1 and a padded batch 8 through the acoustic half once each: their audio is
     # compared with the whole model, their frames per id with each other.
-    alone = [acoustic.run([np.array(x)], plain[None])[0] for x in ids]
-    together = acoustic.run([np.array(x) for x in ids], np.tile(plain, (len(ids), 1)))
-    batch1 = [vocoder([r.latent])[0] for r in alone]
-    batch8 = vocoder([r.latent for r in together])
+    one = [None if s is None else [s] for s in sid]
+    alone = [acoustic.run([np.array(x)], plain[None], s)[0] for x, s in zip(ids, one)]
+    together = acoustic.run([np.array(x) for x in ids], np.tile(plain, (len(ids), 1)), speakers)
+    batch1 = [vocoder([r.latent], s)[0] for r, s in zip(alone, one)]
+    batch8 = vocoder([r.latent for r in together], speakers)
 
     # One padded batch mixing speeds (length scales); noise stays 0 to stay comparable.
     mixed_scales = np.array(
         [[0.0, ls, 0.0] for ls in (0.5, 1.0, 2.0, 0.8, 1.25, 3.0, 0.3, 1.0)], dtype=np.float32
     )
-    mixed_reference = [_whole(whole, x, s) for x, s in zip(ids, mixed_scales)]
-    mixed = split_pipeline(ids, mixed_scales)
+    mixed_reference = [_whole(whole, x, s, k) for x, s, k in zip(ids, mixed_scales, sid)]
+    mixed = split_pipeline(ids, mixed_scales, speakers=speakers)
     torch_batch1 = (
-        [split_pipeline([x], plain[None], torch=True)[0] for x in ids] if with_torch else []
+        [split_pipeline([x], plain[None], on_torch)[0] for x in ids] if with_torch else []
     )
-    torch_mixed = split_pipeline(ids, mixed_scales, torch=True) if with_torch else []
+    torch_mixed = split_pipeline(ids, mixed_scales, on_torch) if with_torch else []
 
     durations_exact = _durations_exact(alone, together, ids)
     result = VerifyResult(

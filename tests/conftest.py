@@ -9,6 +9,9 @@ import pytest
 from tests.support.paths import REPOSITORY, ROOT
 from tts_tools.launcher.processes import ServerProcess
 
+# Fixtures kept with their support code: a headless browser for the gateway page's tests.
+pytest_plugins = ["tests.support.browser"]
+
 _SERVER: ServerProcess | None = None
 
 

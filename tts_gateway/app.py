@@ -35,7 +35,7 @@ from .errors import APIError, bad_request
 from .metrics import Metrics
 from .middleware import Access, BodyLimit, error_response
 from .service import SpeechBackend, SpeechJob, SpeechService, default_backend
-from .settings import MODELS, GatewaySettings, known_model
+from .settings import MODELS, GatewaySettings, Voice, known_model
 
 log = logging.getLogger("tts_gateway")
 
@@ -149,7 +149,7 @@ def create_app(
     app = FastAPI(
         title="TTS gateway",
         description="OpenAI-compatible speech API in front of Triton Inference Server",
-        version="0.3.1",
+        version="0.4.0",
         lifespan=lifespan,
         # FastAPI's /docs and /redoc load their scripts from a CDN: blank offline. /docs points
         # to the schema instead.
@@ -238,19 +238,20 @@ def _info_routes(app: FastAPI, settings: GatewaySettings, service: SpeechService
 
     @app.get("/v1/audio/voices")
     async def voices() -> dict:
-        return {
-            "voices": [
-                {
-                    "id": v.id,
-                    "name": v.id,  # Open WebUI reads id and name
-                    "description": v.description,
-                    "aliases": list(v.aliases),
-                    "speed": v.speed,
-                    "language": v.language or None,
-                }
-                for v in settings.voices
-            ]
-        }
+        return {"voices": [voice_listing(v) for v in settings.voices]}
+
+
+def voice_listing(voice: Voice) -> dict:
+    """One voice as ``GET /v1/audio/voices`` lists it (the page's list too)."""
+    return {
+        "id": voice.id,
+        "name": voice.id,  # Open WebUI reads id and name
+        "description": voice.description,
+        "aliases": list(voice.aliases),
+        "speed": voice.speed,
+        "language": voice.language or None,
+        "speaker": voice.speaker,
+    }
 
 
 def speech_job(

@@ -67,12 +67,15 @@ async def check_voices(backend: SpeechBackend, voices, wait_s: float = 60.0) -> 
     (the front door opens its ports after its warm-up): a warning, and /ready says so."""
     loop = asyncio.get_running_loop()
     until = loop.time() + wait_s
-    for name in sorted({v.model_voice for v in voices if v.model_voice}):
-        users = ", ".join(v.id for v in voices if v.model_voice == name)
+    served = {(v.model_voice, v.speaker) for v in voices if v.model_voice or v.speaker}
+    for name, speaker in sorted(served, key=lambda pair: (pair[0] or "", pair[1] or "")):
+        users = ", ".join(v.id for v in voices if (v.model_voice, v.speaker) == (name, speaker))
+        options = SynthesisOptions(voice=name, speaker=speaker)
+        which = f"Triton voice {name or 'default'!r}" + (f" speaker {speaker!r}" if speaker else "")
         try:
             while True:
                 try:
-                    await backend.synthesize("Ready.", options=SynthesisOptions(voice=name))
+                    await backend.synthesize("Ready.", options=options)
                     break
                 except ServerUnavailable:
                     if loop.time() >= until:
@@ -80,8 +83,8 @@ async def check_voices(backend: SpeechBackend, voices, wait_s: float = 60.0) -> 
                     await asyncio.sleep(0.5)
         except InvalidInput as e:
             raise SystemExit(
-                f"gateway: voice(s) {users} speak with Triton voice {name!r}, which the server "
-                f"does not serve ({e}); export it (make serve VOICES=...) or fix --voices-file"
+                f"gateway: voice(s) {users} speak with {which}, which the server does not "
+                f"serve ({e}); export it (make serve VOICES=...) or fix --voices-file"
             ) from None
         except TTSError as e:
             log.warning("gateway: could not check voice %r with Triton: %s", name, e)

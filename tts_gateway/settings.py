@@ -48,7 +48,8 @@ class Voice:
     """A voice the gateway offers: its id, aliases, the Triton voice behind it and defaults.
 
     ``model_voice`` is the name the repository serves it under (``python -m export --voices``;
-    None: the repository's first voice). ``speed`` multiplies the request's speed;
+    None: the repository's first voice), ``speaker`` one speaker of a multi-speaker voice (a
+    name of its speaker_id_map or an id; None: its first). ``speed`` multiplies the request's speed;
     ``noise_scale`` / ``noise_w`` (None: the voice's own) set the variation of timbre and
     timing (0 and 0: the same audio for the same text).
     """
@@ -61,12 +62,19 @@ class Voice:
     noise_scale: float | None = None
     noise_w: float | None = None
     language: str = ""  # the voice's espeak-ng language ("en-us", "de"), as listed
+    speaker: str | None = None
 
     def __post_init__(self) -> None:
         # The wire contract's ranges, checked at start: a bad voices file is refused in one
         # line, never answered request by request.
         try:
-            SynthesisOptions(self.speed, self.noise_scale, self.noise_w, voice=self.model_voice)
+            SynthesisOptions(
+                self.speed,
+                self.noise_scale,
+                self.noise_w,
+                voice=self.model_voice,
+                speaker=self.speaker,
+            )
         except ValueError as e:
             raise ValueError(f"voice {self.id!r}: {e}") from None
 
@@ -79,6 +87,7 @@ class Voice:
                 noise_scale=self.noise_scale,
                 noise_w=self.noise_w,
                 voice=self.model_voice,
+                speaker=self.speaker,
                 **options,
             )
         except ValueError as e:
@@ -111,11 +120,15 @@ DEFAULT_VOICES = (
 )
 
 
+SPEAKER_SEPARATOR = ":"
+
+
 def repository_voices(entries: list[str]) -> tuple[Voice, ...]:
     """The voice table for the voices a repository serves (``voices.json``, default first;
-    entries ``name`` or ``name=language``): each offered under its own name, and OpenAI's voice
-    names as aliases of the default (the first), so an OpenAI client's ``alloy`` speaks with
-    the repository's default voice."""
+    entries ``name`` or ``name=language``, a multi-speaker voice's as ``name:speaker``, one per
+    speaker): each offered under its own name, and OpenAI's voice names as aliases of the
+    default (the first), so an OpenAI client's ``alloy`` speaks with the repository's default
+    voice. A multi-speaker voice's own name is an alias of its first speaker's entry."""
     if not entries:
         return DEFAULT_VOICES
     pairs = [(n.strip(), lang.strip()) for n, _, lang in (e.partition("=") for e in entries)]
@@ -123,13 +136,18 @@ def repository_voices(entries: list[str]) -> tuple[Voice, ...]:
     if name == DEFAULT_VOICES[0].id and language in ("", DEFAULT_VOICES[0].language):
         table = [DEFAULT_VOICES[0]]
     else:
-        table = [
-            Voice(name, f"{name} (the repository's default)", OPENAI_VOICES, language=language)
-        ]
-    table += [
-        Voice(n, f"{n} (from the model repository)", model_voice=n, language=lang)
-        for n, lang in rest
-    ]
+        voice, _, speaker = name.partition(SPEAKER_SEPARATOR)
+        aliases = OPENAI_VOICES + ((voice,) if speaker else ())
+        description = f"{name} (the repository's default)"
+        table = [Voice(name, description, aliases, language=language, speaker=speaker or None)]
+    seen = {name.partition(SPEAKER_SEPARATOR)[0]}
+    for n, lang in rest:
+        voice, _, speaker = n.partition(SPEAKER_SEPARATOR)
+        # A multi-speaker voice's own name speaks with its first speaker.
+        aliases = (voice,) if speaker and voice not in seen else ()
+        seen.add(voice)
+        description = f"{n} (from the model repository)"
+        table.append(Voice(n, description, aliases, voice, language=lang, speaker=speaker or None))
     return tuple(table)
 
 

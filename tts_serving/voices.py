@@ -101,6 +101,7 @@ class VoiceTable(Generic[T]):
 
     def __init__(self, voices: list[VoiceFiles], build: Callable[[VoiceFiles], T]) -> None:
         self.items: dict[str, T] = {v.name: build(v) for v in voices}
+        self.configs: dict[str, PiperConfig] = {v.name: v.config for v in voices}
         self.default = voices[0].name
         # In the order of voices.json, the same in every stage: an SSML document's segments
         # name their voice by this index between the stages.
@@ -118,17 +119,56 @@ class VoiceTable(Generic[T]):
             raise InvalidInputError(f"unknown voice {name!r}; voices: {', '.join(self.items)}")
         return name, self.items[name]
 
+    def speaker(self, voice: str, speaker: str | None) -> int:
+        """The id of ``speaker`` of the (loaded) ``voice``: see :func:`speaker_id`."""
+        return speaker_id(self.configs[voice], voice, speaker)
+
     def __iter__(self) -> Iterator[tuple[str, T]]:
         return iter(self.items.items())
 
 
-def decode_voice(raw: bytes | str | None) -> str | None:
-    """A request's ``voice`` input (UTF-8 bytes) as a name, None when absent or empty."""
+def speakers(config: PiperConfig) -> list[str]:
+    """A voice's speaker names in id order (ids as names where its config names none); one
+    empty list for a single-speaker voice."""
+    if config.num_speakers <= 1:
+        return []
+    names = {i: str(i) for i in range(config.num_speakers)}
+    for name, i in config.speaker_id_map.items():
+        if 0 <= i < config.num_speakers:
+            names[i] = name
+    return [names[i] for i in range(config.num_speakers)]
+
+
+def speaker_id(config: PiperConfig, voice: str, speaker: str | None) -> int:
+    """The id of a request's ``speaker`` (a name of the voice's ``speaker_id_map`` or an id
+    0..N-1; None or empty: its first, 0), or InvalidInputError saying what it has."""
+    speaker = (speaker or "").strip()
+    if not speaker:
+        return 0
+    if config.num_speakers <= 1:
+        raise InvalidInputError(
+            f"voice {voice!r} has one speaker: leave speaker empty (got {speaker!r})"
+        )
+    if speaker in config.speaker_id_map:
+        return int(config.speaker_id_map[speaker])
+    if speaker.isdigit() and int(speaker) < config.num_speakers:
+        return int(speaker)
+    names = speakers(config)
+    shown = ", ".join(names[:20]) + (f" ... ({len(names)} in all)" if len(names) > 20 else "")
+    raise InvalidInputError(
+        f"unknown speaker {speaker[:64]!r} of voice {voice!r}; its speakers: {shown} "
+        f"(or an id 0..{config.num_speakers - 1})"
+    )
+
+
+def decode_name(raw: bytes | str | None, input_name: str = "voice") -> str | None:
+    """A request's ``voice`` or ``speaker`` input (UTF-8 bytes) as a name, None when absent or
+    empty."""
     if raw is None:
         return None
     if isinstance(raw, bytes):
         try:
             raw = raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise InvalidInputError("voice is not valid UTF-8") from None
+            raise InvalidInputError(f"{input_name} is not valid UTF-8") from None
     return raw.strip() or None

@@ -6,22 +6,25 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tts_wire import MAX_SPEED, MIN_SPEED
 
 from .audio import Audio, join_chunks
 from .client import TTSClient
 from .errors import TTSError
+from .protocol import OptionKeywords
+
+if TYPE_CHECKING:  # (typing.Unpack is Python 3.11+, the client runs on 3.10)
+    from typing_extensions import Unpack
 
 
 def stream_to_file(
     client: TTSClient,
     text: str,
-    speed: float,
     path: str,
     start: float,
-    voice: str | None = None,
-    word_timestamps: bool = False,
+    **options: Unpack[OptionKeywords],
 ) -> Audio:
     """Write each chunk as it arrives, so the file grows while the server works."""
     import soundfile
@@ -29,7 +32,7 @@ def stream_to_file(
     chunks = []
     fmt = "FLAC" if path.lower().endswith(".flac") else "WAV"
     with soundfile.SoundFile(path, "w", client.sample_rate, 1, "PCM_16", format=fmt) as f:
-        chunks_of = client.stream(text, speed=speed, voice=voice, word_timestamps=word_timestamps)
+        chunks_of = client.stream(text, **options)
         for chunk in chunks_of:
             if chunk.index == 0:
                 print(f"first audio after {time.perf_counter() - start:.2f} s", file=sys.stderr)
@@ -51,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         help=f"{MIN_SPEED}..{MAX_SPEED}, 1.0 = normal",
     )
     parser.add_argument("--voice", default=None, help="a voice the server has (default: its first)")
+    parser.add_argument(
+        "--speaker", default=None, help="a multi-speaker voice's speaker: a name or an id"
+    )
     parser.add_argument("--model", default="tts")
     parser.add_argument(
         "--stream", action="store_true", help="stream long text, writing audio as it arrives (gRPC)"
@@ -67,14 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with TTSClient(args.url, model=args.model) as client:
             start = time.perf_counter()
+            options = OptionKeywords(
+                speed=args.speed,
+                voice=args.voice,
+                speaker=args.speaker,
+                word_timestamps=bool(args.captions),
+            )
             if args.stream:
-                audio = stream_to_file(
-                    client, text, args.speed, args.output, start, args.voice, bool(args.captions)
-                )
+                audio = stream_to_file(client, text, args.output, start, **options)
             else:
-                audio = client.synthesize(
-                    text, speed=args.speed, voice=args.voice, word_timestamps=bool(args.captions)
-                )
+                audio = client.synthesize(text, **options)
                 audio.write(args.output)
             if args.captions:
                 srt = Path(args.captions).suffix.lower() == ".srt"

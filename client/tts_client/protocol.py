@@ -35,6 +35,7 @@ from tts_wire import (
     NOT_FOUND as NOT_FOUND,
     PRIORITY_LEVELS as PRIORITY_LEVELS,
     RESOURCE_EXHAUSTED as RESOURCE_EXHAUSTED,
+    SPEAKER as SPEAKER,
     SPEED as SPEED,
     TEXT as TEXT,
     TEXT_TOO_LONG as TEXT_TOO_LONG,
@@ -76,6 +77,7 @@ class OptionKeywords(TypedDict, total=False):
     normalize: bool | None
     voice: str | None
     word_timestamps: bool
+    speaker: str | None
 
 
 def options(options: SynthesisOptions | None = None, **keywords: object) -> SynthesisOptions:

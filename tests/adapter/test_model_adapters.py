@@ -39,8 +39,8 @@ def test_an_input_renamed_in_config_pbtxt_fails_the_load(exported_repository, tm
     repo = tmp_path / "repo"
     shutil.copytree(exported_repository / name, repo / name)
     config = repo / name / "config.pbtxt"
-    config.write_text(config.read_text().replace('name: "voice"', 'name: "speaker"'))
-    with pytest.raises(ModelConfigError, match=r"missing \['voice'\], unknown \['speaker'\]"):
+    config.write_text(config.read_text().replace('name: "voice"', 'name: "voice_name"'))
+    with pytest.raises(ModelConfigError, match=r"missing \['voice'\], unknown \['voice_name'\]"):
         load_model(repo, name)
 
 
@@ -196,7 +196,7 @@ def set_network(vocoder, fn) -> None:
 def test_internal_failure_is_an_error_not_silence(exported_repository):
     vocoder = load_model(exported_repository, "vocoder")
 
-    def broken(_items):
+    def broken(_items, _speakers):
         raise RuntimeError("onnxruntime exploded")
 
     set_network(vocoder, broken)
@@ -298,8 +298,8 @@ def test_huge_latents_are_refused_and_non_finite_audio_is_an_error(exported_repo
 
     real_model = network(vocoder)
 
-    def one_bad_item(items):
-        audio = real_model(items)
+    def one_bad_item(items, speakers):
+        audio = real_model(items, speakers)
         audio[1] = np.full_like(audio[1], np.nan)
         return audio
 

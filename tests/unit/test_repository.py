@@ -135,6 +135,7 @@ def test_tts_stream_is_decoupled_and_speaks_the_tts_contract():
         "normalize",
         "voice",
         "word_timestamps",
+        "speaker",
     }
     assert "audio" in {o.name for o in stream.output}
 

@@ -16,6 +16,7 @@ import onnxruntime as ort
 
 from tts_serving.engines.batching import halve_on_error, pad_stack, run_in_buckets, split_by_lengths
 
+from ..errors import ModelConfigError
 from ..settings import EngineSettings
 from . import INT8_FILE, WEIGHTS_FILE
 from .null import NullAcousticNet, NullVocoderNet
@@ -29,6 +30,17 @@ def model_file(options: EngineSettings) -> str:
     if options.dtype == "int8":
         return INT8_FILE
     return "model.onnx"  # the null engine reads none, but names the voice's network by it
+
+
+def check_speakers(voice: str, num_speakers: int, options: EngineSettings) -> None:
+    """A multi-speaker voice runs on ONNX Runtime at float32 only (export writes neither torch
+    weights nor an int8 vocoder for it): ModelConfigError on another engine or dtype."""
+    if num_speakers > 1 and (options.engine == "torch" or options.dtype == "int8"):
+        raise ModelConfigError(
+            f"voice {voice!r} has {num_speakers} speakers: multi-speaker voices run on the "
+            f"onnxruntime engine at float32 only (this profile: engine {options.engine}, dtype "
+            f"{options.dtype}); serve it with a float32 ONNX Runtime profile or leave it out"
+        )
 
 
 def torch_options(options: EngineSettings, device_id: int = 0, graph_budget: int = 0):
@@ -90,7 +102,7 @@ def with_speed(scales: np.ndarray) -> np.ndarray:
 
 
 class AcousticModel:
-    """Phoneme ids + per-item scales -> latent frames [192, T_i] per item."""
+    """Phoneme ids + per-item scales (+ speakers) -> latent frames [192, T_i] per item."""
 
     def __init__(self, net, options: EngineSettings) -> None:
         """``net``: an OrtAcousticNet, a TorchAcousticNet, or an ONNX Runtime session."""
@@ -98,21 +110,31 @@ class AcousticModel:
         self.options = options
         # The torch engine can keep the latents on its device (the DLPack hand-off).
         self.net_options = {"on_device": True} if options.device_tensors else {}
+        self.multi_speaker = bool(getattr(self.net, "takes_speakers", False))
 
-    def __call__(self, ids: Sequence[np.ndarray], scales: np.ndarray) -> list[np.ndarray]:
+    def __call__(
+        self, ids: Sequence[np.ndarray], scales: np.ndarray, speakers: Sequence[int] | None = None
+    ) -> list[np.ndarray]:
         """``ids``: int64 arrays [L_i]; ``scales``: float32 [B, 4] = (noise, length, noise_w,
-        speed), or [B, 3] without the speed (1: the voice's own durations)."""
-        return [r.latent for r in self.run(ids, scales)]
+        speed), or [B, 3] without the speed (1: the voice's own durations); ``speakers``: each
+        item's speaker id of a multi-speaker voice (None: the first)."""
+        return [r.latent for r in self.run(ids, scales, speakers)]
 
-    def run(self, ids: Sequence[np.ndarray], scales: np.ndarray) -> list[AcousticResult]:
+    def run(
+        self, ids: Sequence[np.ndarray], scales: np.ndarray, speakers: Sequence[int] | None = None
+    ) -> list[AcousticResult]:
         """Each item's latent with the frames per id it was built from (word timings)."""
         scales = with_speed(np.asarray(scales, dtype=np.float32).reshape(len(ids), -1))
-        items = [(np.asarray(x, dtype=np.int64), scales[i]) for i, x in enumerate(ids)]
+        sids = speaker_ids(self.multi_speaker, speakers, len(ids))
+        items = [(np.asarray(x, dtype=np.int64), scales[i], sids[i]) for i, x in enumerate(ids)]
 
-        def run(bucket: list[tuple[np.ndarray, np.ndarray]]) -> list[AcousticResult]:
+        def run(bucket: list[tuple[np.ndarray, np.ndarray, int]]) -> list[AcousticResult]:
             padded, lengths = pad_stack([b[0] for b in bucket])
             scales = np.stack([b[1] for b in bucket])
-            latent, frames, durations = self.net(padded, lengths, scales, **self.net_options)
+            options = dict(self.net_options)
+            if self.multi_speaker:
+                options["speakers"] = np.array([b[2] for b in bucket], np.int64)
+            latent, frames, durations = self.net(padded, lengths, scales, **options)
             latents = split_by_lengths(latent, frames)
             return [
                 AcousticResult(lat, durations[k, : lengths[k]].astype(np.int32))
@@ -127,19 +149,39 @@ class AcousticModel:
         return run_in_buckets(items, lengths, run_halving, o.bucket_max_waste, o.max_padded_length)
 
 
+def speaker_ids(multi_speaker: bool, speakers: Sequence[int] | None, count: int) -> list[int]:
+    """Each item's speaker id (0 where none is given); ValueError for a speaker other than 0
+    of a network with one speaker (the voice table refuses those with a clear message first)."""
+    sids = [0] * count if speakers is None else [int(s) for s in speakers]
+    if len(sids) != count:
+        raise ValueError(f"{len(sids)} speakers for {count} items")
+    if not multi_speaker and any(sids):
+        raise ValueError("this voice's network has one speaker")
+    return sids
+
+
 class Vocoder:
-    """Latent frames [192, T_i] -> audio, exactly T_i * hop_length samples per item."""
+    """Latent frames [192, T_i] (+ speakers) -> audio, exactly T_i * hop_length samples per item."""
 
     def __init__(self, net, hop_length: int, options: EngineSettings) -> None:
         """``net``: an OrtVocoderNet, a TorchVocoderNet, or an ONNX Runtime session."""
         self.net = OrtVocoderNet(net) if isinstance(net, ort.InferenceSession) else net
         self.hop_length = hop_length
         self.options = options
+        self.multi_speaker = bool(getattr(self.net, "takes_speakers", False))
 
-    def __call__(self, latents: Sequence[np.ndarray]) -> list[np.ndarray]:
-        def run(bucket: list[np.ndarray]) -> list[np.ndarray]:
-            padded, frames = pad_stack(bucket, axis=-1)
-            audio = self.net(padded)
+    def __call__(
+        self, latents: Sequence[np.ndarray], speakers: Sequence[int] | None = None
+    ) -> list[np.ndarray]:
+        """``speakers``: each item's speaker id of a multi-speaker voice (None: the first)."""
+        sids = speaker_ids(self.multi_speaker, speakers, len(latents))
+
+        def run(bucket: list[tuple[np.ndarray, int]]) -> list[np.ndarray]:
+            padded, frames = pad_stack([b[0] for b in bucket], axis=-1)
+            if self.multi_speaker:
+                audio = self.net(padded, np.array([b[1] for b in bucket], np.int64))
+            else:
+                audio = self.net(padded)
             # Past an item's own frames a padded batch holds a non-silent tail: cut it off.
             return split_by_lengths(audio, frames * self.hop_length)
 
@@ -149,5 +191,5 @@ class Vocoder:
         lengths = [lat.shape[-1] for lat in latents]
         o = self.options
         return run_in_buckets(
-            list(latents), lengths, run_halving, o.bucket_max_waste, o.max_padded_length
+            list(zip(latents, sids)), lengths, run_halving, o.bucket_max_waste, o.max_padded_length
         )

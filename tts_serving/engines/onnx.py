@@ -17,6 +17,9 @@ ACOUSTIC_INPUTS = ("phoneme_ids", "phoneme_lengths", "scales")
 ACOUSTIC_OUTPUTS = ("latent", "num_frames", "durations")
 VOCODER_INPUT = "latent"
 VOCODER_OUTPUT = "audio"
+# A multi-speaker voice's speaker per item, int64 [B], in both halves (Piper names it "sid";
+# export/graph.py makes Piper's [1] per item).
+SPEAKER_INPUT = "sid"
 
 _OPT_LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -56,6 +59,17 @@ class _OrtNet:
     def __init__(self, session: ort.InferenceSession) -> None:
         self.session = session
         self.description = f"ONNX Runtime {ort.__version__} on {session.get_providers()[0]}"
+        # A multi-speaker voice's halves take each item's speaker.
+        self.takes_speakers = SPEAKER_INPUT in {i.name for i in session.get_inputs()}
+
+    def feeds(self, feeds: dict, speakers: np.ndarray | None) -> dict:
+        """``feeds`` with the speakers for a multi-speaker network (ValueError if they do not
+        match it: the voice table resolves speakers before any item gets here)."""
+        if self.takes_speakers != (speakers is not None):
+            raise ValueError("speakers are given exactly when the network is multi-speaker")
+        if speakers is not None:
+            feeds[SPEAKER_INPUT] = np.asarray(speakers, np.int64).reshape(-1)
+        return feeds
 
     @staticmethod
     def is_out_of_memory(error: BaseException) -> bool:
@@ -63,22 +77,28 @@ class _OrtNet:
 
 
 class OrtAcousticNet(_OrtNet):
-    """One ONNX Runtime call: padded ids [B, L], lengths [B], scales [B, 4] -> latent
-    [B, 192, T], frames [B], frames per id [B, L]."""
+    """One ONNX Runtime call: padded ids [B, L], lengths [B], scales [B, 4] (and speakers [B]
+    of a multi-speaker voice) -> latent [B, 192, T], frames [B], frames per id [B, L]."""
 
     def __call__(
-        self, ids: np.ndarray, lengths: np.ndarray, scales: np.ndarray
+        self,
+        ids: np.ndarray,
+        lengths: np.ndarray,
+        scales: np.ndarray,
+        speakers: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        feeds = {"phoneme_ids": ids, "phoneme_lengths": lengths, "scales": scales}
         latent, frames, durations = self.session.run(
-            list(ACOUSTIC_OUTPUTS),
-            {"phoneme_ids": ids, "phoneme_lengths": lengths, "scales": scales},
+            list(ACOUSTIC_OUTPUTS), self.feeds(feeds, speakers)
         )
         return latent, frames.reshape(-1), durations.reshape(ids.shape)
 
 
 class OrtVocoderNet(_OrtNet):
-    """One ONNX Runtime call: padded latents [B, 192, T] -> audio [B, T * hop]."""
+    """One ONNX Runtime call: padded latents [B, 192, T] (and speakers [B] of a multi-speaker
+    voice) -> audio [B, T * hop]."""
 
-    def __call__(self, latent: np.ndarray) -> np.ndarray:
-        (audio,) = self.session.run([VOCODER_OUTPUT], {VOCODER_INPUT: latent})
+    def __call__(self, latent: np.ndarray, speakers: np.ndarray | None = None) -> np.ndarray:
+        feeds = self.feeds({VOCODER_INPUT: latent}, speakers)
+        (audio,) = self.session.run([VOCODER_OUTPUT], feeds)
         return audio.reshape(latent.shape[0], -1)

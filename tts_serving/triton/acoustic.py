@@ -29,7 +29,13 @@ from tts_wire import (
 from tts_wire.tensors import MODEL_IO
 
 from ..engines.batching import run_grouped
-from ..engines.models import AcousticModel, AcousticResult, load_acoustic, model_file
+from ..engines.models import (
+    AcousticModel,
+    AcousticResult,
+    check_speakers,
+    load_acoustic,
+    model_file,
+)
 from ..engines.segments import (
     SegmentRow,
     check_pauses,
@@ -52,6 +58,7 @@ class AcousticPart:
     model: AcousticModel  # the voice's network
     ids: np.ndarray  # int64 [L]
     scales: np.ndarray  # float32 (noise_scale, length_scale, noise_w, speed)
+    speaker: int  # of a multi-speaker voice (0: its first, or the only one)
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,7 @@ class Acoustic:
         models: dict = {}  # one session per ONNX file, shared by the voices that use it
 
         def load(voice):
+            check_speakers(voice.name, voice.config.num_speakers, self.ctx.settings)
             path = voice.file(model_file(self.ctx.settings))
             if path not in models:
                 models[path] = load_acoustic(path, self.ctx.settings, self.ctx.device_id)
@@ -90,6 +98,7 @@ class Acoustic:
     def parse(self, request) -> AcousticItem:
         options = request_options(request, "acoustic")
         name, (voice, _) = self.voices.pick(options.voice)
+        speaker = self.voices.speaker(name, options.speaker)
         ids = single_item(request, PHONEME_IDS).astype(np.int64).reshape(-1)
         if ids.size == 0 or ids.size > self.max_ids:
             raise InvalidInputError(f"phoneme_ids must hold 1..{self.max_ids} ids, got {ids.size}")
@@ -101,8 +110,10 @@ class Acoustic:
         plan = rows or [SegmentRow(0, ids.size, self.voices.index(name), 1.0, 0.0)]
         # Each span's speed (times its rate) is checked in part(): tts_stream and the gateway
         # check their own request before any work, against the same range (tts_wire).
+        # The request's speaker speaks its voice's spans; another voice's (SSML <voice>), its first.
+        speakers = [speaker if n == name else 0 for n in names]
         parts = [
-            self.part(names[r.voice], ids[r.start : r.end], r.rate, options)
+            self.part(names[r.voice], ids[r.start : r.end], r.rate, options, speakers[r.voice])
             for r in plan
             if r.end > r.start
         ]
@@ -115,7 +126,7 @@ class Acoustic:
         )
 
     def part(
-        self, name: str, ids: np.ndarray, rate: float, options: SynthesisOptions
+        self, name: str, ids: np.ndarray, rate: float, options: SynthesisOptions, speaker: int = 0
     ) -> AcousticPart:
         _, (voice, model) = self.voices.pick(name)
         if ids.min() < 0 or ids.max() >= voice.num_symbols:
@@ -130,14 +141,16 @@ class Acoustic:
         # The speed is its own column: the graph spreads the voice's durations over 1/speed
         # of the time (export/graph.proportional_durations), so 2.0 is twice as fast.
         scales = np.array([noise, voice.length_scale, noise_w, speed], np.float32)
-        return AcousticPart(model, ids, scales)
+        return AcousticPart(model, ids, scales, speaker)
 
     def run(self, items: list[AcousticItem]) -> list:
         parts = [p for it in items for p in it.parts]
 
         def run_model(model: AcousticModel, indices: list[int]) -> list[AcousticResult]:
             return model.run(
-                [parts[i].ids for i in indices], np.stack([parts[i].scales for i in indices])
+                [parts[i].ids for i in indices],
+                np.stack([parts[i].scales for i in indices]),
+                [parts[i].speaker for i in indices],
             )
 
         results = run_grouped([p.model for p in parts], run_model)

@@ -22,7 +22,7 @@ from tts_wire import SynthesisOptions
 from tts_wire.tensors import MODEL_IO, OPTIONS, ModelIO
 
 from ..errors import InvalidInputError, ModelConfigError
-from ..voices import VoiceFiles, decode_voice, discover, exported
+from ..voices import VoiceFiles, decode_name, discover, exported
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -163,7 +163,11 @@ def one_value(request, name: str, batched: bool = True):
 
 
 # An option's value from its data type (tts_wire.tensors.OPTIONS); an empty string is absent.
-_READ: dict[str, Callable[[Any], Any]] = {"FP32": float, "BOOL": bool, "STRING": decode_voice}
+_READ: dict[str, Callable[[Any, str], Any]] = {
+    "FP32": lambda raw, _: float(raw),
+    "BOOL": lambda raw, _: bool(raw),
+    "STRING": decode_name,
+}
 _OPTION_NAMES = {o.name for o in OPTIONS}
 
 
@@ -177,7 +181,7 @@ def request_options(request, model: str) -> SynthesisOptions:
         if tensor.name in _OPTION_NAMES:
             raw = one_value(request, tensor.name, batched)
             if raw is not None:
-                values[tensor.name] = _READ[tensor.dtype](raw)
+                values[tensor.name] = _READ[tensor.dtype](raw, tensor.name)
     try:
         return SynthesisOptions(**values)
     except ValueError as e:

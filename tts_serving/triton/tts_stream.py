@@ -23,6 +23,7 @@ from tts_wire import (
     INVALID_ARGUMENT,
     LATENT,
     PHONEME_IDS,
+    SPEAKER,
     SPEED,
     TEXT,
     UNAVAILABLE,
@@ -111,14 +112,16 @@ class StreamRequest:
 
     def inputs(self, chunk: PlannedChunk, stage: str) -> list:
         """The option tensors of ``chunk``'s call to ``stage``: the ones sent, the voice its
-        own (an SSML segment's, else the stream's) and the speed times its segment's rate;
-        made once per stage, voice and rate."""
+        own (an SSML segment's, else the stream's; the speaker only for the stream's voice) and
+        the speed times its segment's rate; made once per stage, voice and rate."""
         key = (stage, chunk.voice or self.voice, chunk.rate)
         if key not in self._made:
             values = dict(self.sent[stage])
             takes = {o.name for o in options_of(stage)}
             if VOICE in takes:
                 values[VOICE] = np.array([[key[1].encode()]], dtype=np.object_)
+            if key[1] != self.voice:  # another voice's span (SSML <voice>): its first speaker
+                values.pop(SPEAKER, None)
             if SPEED in takes and chunk.rate != 1.0:
                 values[SPEED] = np.array([[self.options.speed * chunk.rate]], np.float32)
             self._made[key] = [pb_utils.Tensor(k, v) for k, v in values.items()]
@@ -179,6 +182,7 @@ class TtsStream:
         # against the wire contract's ranges; absent noise: acoustic uses the voice's.
         options = request_options(request, "tts_stream")
         voice, phonemizer = self.voices.pick(options.voice)
+        self.voices.speaker(voice, options.speaker)  # refused before the first chunk
         document = (
             ssml.parse(as_sent, voice, self.voice_infos, ssml.STREAM_LIMITS)
             if is_ssml(text)

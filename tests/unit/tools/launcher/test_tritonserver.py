@@ -118,6 +118,10 @@ def test_the_gateway_is_given_the_repositorys_voices(exported_repository, tmp_pa
     (phonemizer / "voices" / "joe_de" / "voice.json").write_text(json.dumps(german))
     (version / "voices.json").write_text('{"voices": ["joe", "joe_de"]}')
     assert gateway_voices(tmp_path) == "joe=en-us,joe_de=de"
+    # A multi-speaker voice: once per speaker (ids where its config names none).
+    german |= {"num_speakers": 3, "speaker_id_map": {"ann": 0, "bob": 2}}
+    (phonemizer / "voices" / "joe_de" / "voice.json").write_text(json.dumps(german))
+    assert gateway_voices(tmp_path) == "joe=en-us,joe_de:ann=de,joe_de:1=de,joe_de:bob=de"
 
 
 def test_an_unreadable_admin_key_file_says_how_to_fix_it(tmp_path, monkeypatch):
