@@ -17,8 +17,12 @@ from tts_serving.engines.onnx import (
 # Where Piper's VITS export splits, found by reading the graph and checked with
 # onnx.utils.Extractor (split vs whole: bit-identical at batch 1, verified again by every
 # export): latent z * y_mask [B,192,T] and frames per item [B] leave the flow; the decoder starts.
+# Their names in en_US-joe-medium; split() finds them by structure (source_latent,
+# source_frames), since the exporter numbers nodes differently in other voices (a
+# multi-speaker voice has more of them).
 SOURCE_LATENT = "/Mul_7_output_0"
 SOURCE_FRAMES = "/Cast_output_0"
+DECODER_FIRST_WEIGHT = "dec.conv_pre.weight"  # the decoder's first convolution reads the latent
 # Frames per phoneme id after speed and ceil [B, 1, L] (what the frame counts are summed
 # from): the source of word timings. The graph's only Ceil; split() checks that.
 # make_scales_per_item renames the Ceil's own output (VOICE_DURATIONS) and gives this name to
@@ -166,6 +170,41 @@ def _declare(values, name: str, elem_type: int, dims: list) -> None:
     value.CopyFrom(helper.make_tensor_value_info(name, elem_type, dims))
 
 
+def source_latent(model: onnx.ModelProto) -> str:
+    """The latent z * y_mask: what the decoder's first convolution (``dec.conv_pre``) reads."""
+    convs = [n for n in model.graph.node if n.op_type == "Conv" and DECODER_FIRST_WEIGHT in n.input]
+    if len(convs) != 1:
+        raise ValueError(
+            f"expected one Conv reading {DECODER_FIRST_WEIGHT} (the VITS decoder's input), found "
+            f"{len(convs)}: not a Piper VITS export this split knows"
+        )
+    return convs[0].input[0]
+
+
+def source_frames(model: onnx.ModelProto) -> str:
+    """Frames per item [B]: the durations summed (ReduceSum), clipped to at least one and cast
+    to integers (VITS's y_lengths)."""
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    found = []
+    for node in readers.get(SOURCE_DURATIONS, []):
+        while (
+            node.op_type in ("ReduceSum", "Clip", "Max")
+            and len(readers.get(node.output[0], [])) == 1
+        ):
+            node = readers[node.output[0]][0]
+        if node.op_type == "Cast":
+            found.append(node.output[0])
+    if len(found) != 1:
+        raise ValueError(
+            f"expected one sum of {SOURCE_DURATIONS} cast to frame counts, found {found}: not a "
+            "Piper VITS export this split knows"
+        )
+    return found[0]
+
+
 def split(model: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     """Split at the latent into (acoustic, vocoder) with this project's tensor names."""
     ceils = [n.output[0] for n in model.graph.node if n.op_type == "Ceil"]
@@ -174,21 +213,15 @@ def split(model: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     # A multi-speaker voice's halves both take the speaker (Piper's VITS conditions the
     # durations and the flow, and the decoder, on its embedding).
     speakers = (SPEAKER_INPUT,) if any(i.name == SPEAKER_INPUT for i in model.graph.input) else ()
+    latent, frames = source_latent(model), source_frames(model)
     extractor = onnx.utils.Extractor(model)
     acoustic = extractor.extract_model(
-        list(SOURCE_INPUTS + speakers), [SOURCE_LATENT, SOURCE_FRAMES, SOURCE_DURATIONS]
+        list(SOURCE_INPUTS + speakers), [latent, frames, SOURCE_DURATIONS]
     )
-    vocoder = extractor.extract_model([SOURCE_LATENT, *speakers], [SOURCE_AUDIO])
-    _rename(
-        acoustic,
-        dict(
-            zip(
-                SOURCE_INPUTS + (SOURCE_LATENT, SOURCE_FRAMES, SOURCE_DURATIONS),
-                ACOUSTIC_INPUTS + ACOUSTIC_OUTPUTS,
-            )
-        ),
-    )
-    _rename(vocoder, {SOURCE_LATENT: VOCODER_INPUT, SOURCE_AUDIO: VOCODER_OUTPUT})
+    vocoder = extractor.extract_model([latent, *speakers], [SOURCE_AUDIO])
+    sources = SOURCE_INPUTS + (latent, frames, SOURCE_DURATIONS)
+    _rename(acoustic, dict(zip(sources, ACOUSTIC_INPUTS + ACOUSTIC_OUTPUTS)))
+    _rename(vocoder, {latent: VOCODER_INPUT, SOURCE_AUDIO: VOCODER_OUTPUT})
     # The cut edges have no declared shapes in the source graph: declare them.
     latent_dims = ["batch_size", LATENT_CHANNELS, "frames"]
     _declare(acoustic.graph.output, ACOUSTIC_OUTPUTS[0], TensorProto.FLOAT, latent_dims)

@@ -4,7 +4,8 @@ No real multi-speaker voice ships with the project, so the tests make one: the b
 en_US-joe-medium graph with Piper's multi-speaker input (``sid``, int64 [1], as Piper's
 ``export_onnx`` writes it) and a speaker embedding table (random rows, fixed seed) that
 conditions both halves, as a real VITS voice's ``emb_g`` does: each speaker's row shifts the
-flow's output (the acoustic half) and scales the decoder's input channels (the vocoder half).
+flow's output (the acoustic half) and is added after the decoder's first convolution (the
+vocoder half, where VITS adds ``cond(g)``).
 Speaker 0's rows are zero, so speaker 0 speaks exactly as joe; the others are joe with another
 latent "timbre" (audibly distorted; plumbing, not a voice to listen to). Piper's own runtime
 reads the result (``PiperVoice`` with ``speaker_id``), which the tests use as the reference.
@@ -20,12 +21,13 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 FLOW_OUT = "/flow/flows.0/Concat_output_0"  # z, before the mask (/Mul_7) makes the latent
-LATENT = "/Mul_7_output_0"  # z * y_mask: the decoder's input (export/graph.SOURCE_LATENT)
+DECODER_IN = "/dec/conv_pre/Conv_output_0"  # the decoder's first convolution of the latent
+DECODER_CHANNELS = 256  # conv_pre's output channels in a medium voice
 SPEAKERS = ("joe", "ann", "bob")
 
 
 def _embedding(table: str) -> list[onnx.NodeProto]:
-    """Each item's row of ``table`` as [B, 192, 1] from sid [B]."""
+    """Each item's row of ``table`` as [B, C, 1] from sid [B]."""
     return [
         helper.make_node("Gather", [table, "sid"], [f"/{table}/rows"], axis=0),
         helper.make_node("Unsqueeze", [f"/{table}/rows", "speaker_axes"], [f"/{table}/g"]),
@@ -58,15 +60,14 @@ def make_multispeaker(source: Path, out: Path, speakers=SPEAKERS, seed: int = 0)
     rng = np.random.default_rng(seed)
     channels = 192
     shift = rng.normal(0.0, 0.6, (len(speakers), channels)).astype(np.float32)
-    gain = rng.uniform(-0.35, 0.35, (len(speakers), channels)).astype(np.float32)
-    shift[0] = gain[0] = 0.0  # speaker 0 is the source voice exactly
+    cond = rng.normal(0.0, 0.3, (len(speakers), DECODER_CHANNELS)).astype(np.float32)
+    shift[0] = cond[0] = 0.0  # speaker 0 is the source voice exactly
     graph.input.append(helper.make_tensor_value_info("sid", TensorProto.INT64, [1]))
     graph.initializer.extend(
         [
             numpy_helper.from_array(shift, "speaker_shift"),
-            numpy_helper.from_array(gain, "speaker_gain"),
+            numpy_helper.from_array(cond, "speaker_cond"),
             helper.make_tensor("speaker_axes", TensorProto.INT64, [1], [2]),
-            helper.make_tensor("speaker_one", TensorProto.FLOAT, [], [1.0]),
         ]
     )
 
@@ -75,11 +76,11 @@ def make_multispeaker(source: Path, out: Path, speakers=SPEAKERS, seed: int = 0)
         *_embedding("speaker_shift"),
         helper.make_node("Add", [FLOW_OUT, "/speaker_shift/g"], ["/speaker/z"]),
     ])  # fmt: skip
-    # The vocoder half: the latent's channels times (1 + gain[sid]); padding stays zero.
-    _reroute(graph, LATENT, "/speaker/latent", [
-        *_embedding("speaker_gain"),
-        helper.make_node("Add", ["/speaker_gain/g", "speaker_one"], ["/speaker/gain"]),
-        helper.make_node("Mul", [LATENT, "/speaker/gain"], ["/speaker/latent"]),
+    # The vocoder half: + cond[sid] after the decoder's first convolution, where VITS adds its
+    # speaker conditioning (x = conv_pre(x) + cond(g)).
+    _reroute(graph, DECODER_IN, "/speaker/decoder_in", [
+        *_embedding("speaker_cond"),
+        helper.make_node("Add", [DECODER_IN, "/speaker_cond/g"], ["/speaker/decoder_in"]),
     ])  # fmt: skip
     onnx.checker.check_model(model)
     onnx.save(model, str(out))
