@@ -147,11 +147,13 @@ def speaker_id(config: PiperConfig, voice: str, speaker: str | None) -> int:
         return 0
     if config.num_speakers <= 1:
         raise InvalidInputError(
-            f"voice {voice!r} has one speaker: leave speaker empty (got {speaker!r})"
+            f"voice {voice!r} has one speaker: leave speaker empty (got {speaker[:64]!r})"
         )
     if speaker in config.speaker_id_map:
         return int(config.speaker_id_map[speaker])
-    if speaker.isdigit() and int(speaker) < config.num_speakers:
+    # ASCII digits only ("²" is a digit to str.isdigit, not to int), and few of them.
+    digits = speaker.isascii() and speaker.isdigit() and len(speaker) <= 9
+    if digits and int(speaker) < config.num_speakers:
         return int(speaker)
     names = speakers(config)
     shown = ", ".join(names[:20]) + (f" ... ({len(names)} in all)" if len(names) > 20 else "")

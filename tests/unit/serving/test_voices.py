@@ -93,10 +93,10 @@ def test_speakers_are_named_or_numbered_and_checked():
         0,
         0,
     ]
-    for bad in ("eve", "3", "-1", "1.0"):
+    for bad in ("eve", "3", "-1", "1.0", "\u00b2", "9" * 5000):
         listed = r"voice 'trio'; its speakers: ann, 1, bob \(or an id 0..2\)"
         with pytest.raises(
-            InvalidInputError, match=rf"unknown speaker '{re.escape(bad)}' of {listed}"
+            InvalidInputError, match=rf"unknown speaker '{re.escape(bad[:64])}' of {listed}"
         ):
             speaker_id(config, "trio", bad)
 
