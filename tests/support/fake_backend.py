@@ -29,6 +29,7 @@ class FakeBackend:
         self.fail_after = fail_after
         self.delay = delay
         self.calls: list[tuple] = []
+        self.options: list = []  # each call's SynthesisOptions, in order
 
     async def sample_rate(self) -> int:
         return RATE
@@ -36,6 +37,7 @@ class FakeBackend:
     async def synthesize(self, text, *, options) -> Audio:
         speed = options.speed
         self.calls.append(("synthesize", text, *astuple(options)[:3], options.voice))
+        self.options.append(options)
         await asyncio.sleep(self.delay)
         if self.fail and self.fail_after is None:
             raise self.fail
@@ -44,6 +46,7 @@ class FakeBackend:
     async def stream(self, text, *, options):
         speed = options.speed
         self.calls.append(("stream", text, *astuple(options)[:3], options.voice))
+        self.options.append(options)
         for index, part in enumerate(text.split(". ")):
             await asyncio.sleep(self.delay)
             if self.fail and index == (self.fail_after or 0):

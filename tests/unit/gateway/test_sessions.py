@@ -15,7 +15,7 @@ from tts_client.audio import Audio, Word
 from tts_client.errors import InvalidInput, ServerOverloaded
 from tts_client.session import BufferRule, SpeechSession, TextBuffer
 from tts_gateway.app import create_app
-from tts_gateway.settings import GatewaySettings
+from tts_gateway.settings import GatewaySettings, Voice
 
 RATE = 22050
 
@@ -246,6 +246,23 @@ def test_the_vllm_omni_protocol_in_order_with_one_wav_per_sentence():
         assert got[-2]["total_bytes"] == sum(map(len, frames))
         ws.send_json({"type": "session.close"})
         assert ws.receive()["code"] == 1000
+
+
+def test_a_session_and_a_request_speak_with_their_voices_speaker():
+    """A multi-speaker voice's speaker (the gateway's `voice:speaker`) reaches Triton from a
+    WebSocket session and from /v1/audio/speech."""
+    backend = FakeBackend()
+    voices = (Voice("joe"), Voice("trio:ann", model_voice="trio", speaker="ann"))
+    settings = GatewaySettings(voices=voices, check_voices=False)
+    with TestClient(create_app(settings, lambda _s: backend)) as client:
+        with client.websocket_connect("/v1/audio/speech/stream") as ws:
+            ws.send_json({"type": "session.config", "voice": "trio:ann"})
+            ws.send_json({"type": "input.text", "text": "Hello there."})
+            ws.send_json({"type": "input.done"})
+            assert receive_all(ws)[-1]["type"] == "session.done"
+        body = {"model": "tts-1", "voice": "trio:ann", "input": "Hi.", "response_format": "pcm"}
+        assert client.post("/v1/audio/speech", json=body).status_code == 200
+    assert [(o.voice, o.speaker) for o in backend.options] == [("trio", "ann")] * 2
 
 
 @pytest.mark.parametrize(
