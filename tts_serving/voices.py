@@ -123,6 +123,13 @@ class VoiceTable(Generic[T]):
         """The id of ``speaker`` of the (loaded) ``voice``: see :func:`speaker_id`."""
         return speaker_id(self.configs[voice], voice, speaker)
 
+    def speakers_by_index(self, voice: str, speaker: str | None) -> list[int]:
+        """Each voice's speaker id (by its index in ``names``) for a request to ``voice`` with
+        ``speaker``: that speaker for ``voice``'s spans, the first for another voice's (an SSML
+        document's ``<voice>``)."""
+        own = self.speaker(voice, speaker)
+        return [own if name == voice else 0 for name in self.names]
+
     def __iter__(self) -> Iterator[tuple[str, T]]:
         return iter(self.items.items())
 

@@ -62,11 +62,9 @@ class _OrtNet:
         # A multi-speaker voice's halves take each item's speaker.
         self.takes_speakers = SPEAKER_INPUT in {i.name for i in session.get_inputs()}
 
-    def feeds(self, feeds: dict, speakers: np.ndarray | None) -> dict:
-        """``feeds`` with the speakers for a multi-speaker network (ValueError if they do not
-        match it: the voice table resolves speakers before any item gets here)."""
-        if self.takes_speakers != (speakers is not None):
-            raise ValueError("speakers are given exactly when the network is multi-speaker")
+    @staticmethod
+    def feeds(feeds: dict, speakers: np.ndarray | None) -> dict:
+        """``feeds`` with each item's speaker, for a multi-speaker network."""
         if speakers is not None:
             feeds[SPEAKER_INPUT] = np.asarray(speakers, np.int64).reshape(-1)
         return feeds

@@ -98,7 +98,7 @@ class Acoustic:
     def parse(self, request) -> AcousticItem:
         options = request_options(request, "acoustic")
         name, (voice, _) = self.voices.pick(options.voice)
-        speaker = self.voices.speaker(name, options.speaker)
+        speakers = self.voices.speakers_by_index(name, options.speaker)
         ids = single_item(request, PHONEME_IDS).astype(np.int64).reshape(-1)
         if ids.size == 0 or ids.size > self.max_ids:
             raise InvalidInputError(f"phoneme_ids must hold 1..{self.max_ids} ids, got {ids.size}")
@@ -110,8 +110,6 @@ class Acoustic:
         plan = rows or [SegmentRow(0, ids.size, self.voices.index(name), 1.0, 0.0)]
         # Each span's speed (times its rate) is checked in part(): tts_stream and the gateway
         # check their own request before any work, against the same range (tts_wire).
-        # The request's speaker speaks its voice's spans; another voice's (SSML <voice>), its first.
-        speakers = [speaker if n == name else 0 for n in names]
         parts = [
             self.part(names[r.voice], ids[r.start : r.end], r.rate, options, speakers[r.voice])
             for r in plan
@@ -126,7 +124,7 @@ class Acoustic:
         )
 
     def part(
-        self, name: str, ids: np.ndarray, rate: float, options: SynthesisOptions, speaker: int = 0
+        self, name: str, ids: np.ndarray, rate: float, options: SynthesisOptions, speaker: int
     ) -> AcousticPart:
         _, (voice, model) = self.voices.pick(name)
         if ids.min() < 0 or ids.max() >= voice.num_symbols:

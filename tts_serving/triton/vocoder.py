@@ -96,7 +96,7 @@ class Vocoder:
     def parse(self, request) -> VocoderItem:
         options = request_options(request, "vocoder")
         name, _ = self.voices.pick(options.voice)
-        speaker = self.voices.speaker(name, options.speaker)
+        speakers = self.voices.speakers_by_index(name, options.speaker)
         latent = single_item(request, LATENT, device=self.settings.device_tensors)
         if self.settings.device_tensors and is_numpy(latent):
             import torch  # one kind per batch: a latent sent from the host joins as a tensor
@@ -124,9 +124,9 @@ class Vocoder:
         )
         check_pauses([r.pause / self.settings.sample_rate for r in rows])
         if not rows:
-            return VocoderItem([self.part(name, latent, speaker)], None, [])
-        # The request's speaker speaks its voice's spans; another voice's (SSML <voice>), its first.
-        speakers = [speaker if n == name else 0 for n in names]
+            return VocoderItem(
+                [self.part(name, latent, speakers[self.voices.index(name)])], None, []
+            )
         parts = [
             self.part(names[r.voice], latent[:, r.start : r.end], speakers[r.voice])
             for r in rows
