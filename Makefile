@@ -16,7 +16,7 @@ BIND ?= 127.0.0.1
 PYTEST_ARGS ?=
 
 .PHONY: help setup serve-setup check-system-deps client-venv system-deps test-system-deps \
-  apt-install export serve test test-reliability unit lint format clean perf perf-smoke bench \
+  apt-install export serve test test-setup test-reliability unit lint format clean perf perf-smoke bench \
   soak flops profiles gpu-bundle deploy-venv lock image-cpu image-gpu simulate
 
 help:  # the default goal: what each target does
@@ -131,10 +131,16 @@ unit: $(VENV)/.installed
 # one test file each at a time (a file's servers are its own; most of a test's time is a
 # server starting, draining or timing out, so two overlap well even on two cores).
 # PYTEST_WORKERS=0 runs them in one process.
+# The three venvs install side by side (one after another they took 2 minutes of a fresh
+# clone's run; most of it unpacking, which overlaps); the system packages before them, once
+# (two apt-get at a time would fight over dpkg's lock).
 PYTEST_WORKERS ?= 2
-test: setup test-system-deps export lint client-venv deploy-venv
+test: test-setup export lint
 	$(PY) -m pytest -rs --durations=15 -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	  $(PYTEST_ARGS)
+
+test-setup: system-deps test-system-deps
+	@$(MAKE) --no-print-directory -j3 $(VENV)/.installed client-venv deploy-venv
 
 # A user's environment: the README's `pip install` lines and nothing else (./client, which
 # carries ./wire's tts_wire and resolves the newest tritonclient in its range; openai at the
