@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from tests.support.browser import wait_for
-from tests.support.launcher import Launcher
+from tests.support.launcher import LIGHT_WARMUP, Launcher
 from tests.support.multispeaker import SPEAKERS, make_multispeaker
 from tests.support.paths import REPOSITORY, ROOT
 from tts_client import InvalidInput, TTSClient
@@ -199,7 +199,9 @@ def test_make_serve_offers_the_repositorys_voices_and_speakers(two_voices, tmp_p
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    launcher = Launcher(two_voices.model_repository, tmp_path / "launcher.log")
+    launcher = Launcher(
+        two_voices.model_repository, tmp_path / "launcher.log", warmup_requests=LIGHT_WARMUP
+    )
     try:
         launcher.wait_ready()
         listed = httpx.get(f"{launcher.url}/v1/audio/voices").json()["voices"]

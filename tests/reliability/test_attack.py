@@ -37,7 +37,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.support.h2probe import Connection
-from tests.support.launcher import Launcher, alive
+from tests.support.launcher import LIGHT_WARMUP, Launcher, alive
 from tests.support.metrics import sample
 from tts_client import TTSClient
 from tts_client.protocol import build_inputs
@@ -512,7 +512,9 @@ def front_pid(launcher: Launcher) -> int:
 def test_a_hung_front_door_is_restarted_and_triton_keeps_serving(exported_repository, tmp_path):
     """SIGSTOP to the front door (the probe: every client hung for as long as it lasted): the
     launcher's liveness probe kills it and starts another; tritonserver is the same process."""
-    launcher = Launcher(exported_repository, tmp_path / "launcher.log")
+    launcher = Launcher(
+        exported_repository, tmp_path / "launcher.log", warmup_requests=LIGHT_WARMUP
+    )
     try:
         launcher.wait_ready()
         triton, hung = launcher.triton_pid(), front_pid(launcher)

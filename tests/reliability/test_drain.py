@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 
-from tests.support.launcher import Launcher
+from tests.support.launcher import LIGHT_WARMUP, Launcher
 from tests.support.metrics import sample
 from tests.support.paths import ROOT
 from tts_client import ServerUnavailable
@@ -130,7 +130,9 @@ def test_sigterm_to_make_serve_drains_the_gateway(exported_repository, tmp_path)
 
     import httpx2 as httpx
 
-    launcher = Launcher(exported_repository, tmp_path / "launcher.log")
+    launcher = Launcher(
+        exported_repository, tmp_path / "launcher.log", warmup_requests=LIGHT_WARMUP
+    )
     gateway = launcher.gateway
     url = f"{launcher.url}/v1/audio/speech"
     try:

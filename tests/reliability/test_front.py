@@ -26,7 +26,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support.launcher import Launcher
+from tests.support.launcher import LIGHT_WARMUP, Launcher
 from tests.support.memory import rss_mb
 from tests.support.metrics import sample
 from tts_client import AsyncTTSClient, ServerOverloaded, ServerUnavailable, TTSClient
@@ -164,7 +164,9 @@ def test_a_burst_over_capacity_is_refused_at_once_not_queued(server, tmp_path):
 def test_a_stream_whose_stub_dies_ends_with_an_error(exported_repository, tmp_path):
     """Through `make serve`: the stream ends with a clear error, the model is healed, and the
     stop afterwards is clean (closing such a stream while Triton ran aborted it)."""
-    launcher = Launcher(exported_repository, tmp_path / "launcher.log")
+    launcher = Launcher(
+        exported_repository, tmp_path / "launcher.log", warmup_requests=LIGHT_WARMUP
+    )
     url = f"grpc://127.0.0.1:{launcher.grpc}"
     try:
         launcher.wait_ready()
@@ -219,7 +221,8 @@ def test_sigterm_with_an_idle_keep_alive_connection_exits_at_once(exported_repos
     logs = {}
     # Triton's exit timeout shortened from 30 s: the direct run shows the same wait, sooner.
     for mode, args in (("direct", ["--no-front", "--exit-timeout-secs=5"]), ("front", [])):
-        launcher = Launcher(exported_repository, tmp_path / f"{mode}.log", args)
+        warmup = LIGHT_WARMUP if mode == "front" else None  # (direct: no front door)
+        launcher = Launcher(exported_repository, tmp_path / f"{mode}.log", args, None, warmup)
         try:
             launcher.wait_ready()
             conn = http.client.HTTPConnection("127.0.0.1", launcher.http, timeout=10)

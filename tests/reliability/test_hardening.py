@@ -17,7 +17,7 @@ import time
 import httpx2 as httpx
 import pytest
 
-from tests.support.launcher import Launcher, alive
+from tests.support.launcher import LIGHT_WARMUP, Launcher, alive
 from tests.support.paths import ROOT
 from tts_client import TTSClient, TTSError
 from tts_tools.launcher.processes import ServerProcess
@@ -148,7 +148,9 @@ def test_a_killed_launcher_takes_its_children_with_it(exported_repository, tmp_p
     # A launcher that dies without its cleanup (kill -9, OOM) left tritonserver serving under
     # init, and the front door and the gateway holding the public ports (a new `make serve`
     # then found them taken); now each gets SIGTERM when the launcher dies (PR_SET_PDEATHSIG).
-    launcher = Launcher(exported_repository, tmp_path / "launcher.log")
+    launcher = Launcher(
+        exported_repository, tmp_path / "launcher.log", warmup_requests=LIGHT_WARMUP
+    )
     try:
         launcher.wait_ready()
         triton = launcher.triton_pid()

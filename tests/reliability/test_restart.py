@@ -11,13 +11,15 @@ import time
 
 import httpx2 as httpx
 
-from tests.support.launcher import Launcher, alive
+from tests.support.launcher import LIGHT_WARMUP, Launcher, alive
 from tts_tools.launcher.liveness import LIVE_PATH
 from tts_tools.launcher.stub_healing import python_models, stubs_by_model
 
 
 def test_a_killed_tritonserver_is_started_again(exported_repository, tmp_path):
-    launcher = Launcher(exported_repository, tmp_path / "launcher.log")
+    launcher = Launcher(
+        exported_repository, tmp_path / "launcher.log", warmup_requests=LIGHT_WARMUP
+    )
     body = {"model": "tts-1", "voice": "alloy", "input": "Back again.", "response_format": "wav"}
     try:
         launcher.wait_ready()
