@@ -19,11 +19,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from perf_analyzer_configs.report import STAGES, Row, make_row, plot, write_csv
 from tts_tools.launcher.processes import ServerProcess
 from tts_tools.launcher.security import admin_headers, admin_key
 from tts_tools.launcher.stub_healing import cpu_seconds, stubs_by_model
@@ -31,7 +31,6 @@ from tts_tools.statistics import model_statistics
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-STAGES = ("phonemizer", "acoustic", "vocoder")
 SMOKE_REQUESTS = 6  # per count window in --smoke
 SMOKE_STREAMS = 2  # the same for tts_stream
 # perf_analyzer has no switch to turn its stability check off; a tolerance this wide does it.
@@ -54,19 +53,6 @@ def perf_analyzer_env() -> dict[str, str]:
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(lib), env.get("LD_LIBRARY_PATH")]))
     return env
-
-
-def gpu_memory_mib() -> float:
-    """GPU memory in use on this machine (nvidia-smi, every GPU), 0 without one."""
-    import shutil
-
-    if not shutil.which("nvidia-smi"):
-        return 0.0
-    query = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
-    result = subprocess.run(query, capture_output=True, text=True)
-    if result.returncode:
-        return 0.0
-    return float(sum(float(x) for x in result.stdout.split()))
 
 
 def load_texts(path: Path) -> list[str]:
@@ -136,27 +122,7 @@ def mean_stream_seconds(grpc_port: int, paragraphs: list[str]) -> float:
         )
 
 
-@dataclass
-class Row:
-    model: str
-    protocol: str
-    concurrency: int
-    requests_per_s: float
-    audio_s_per_s: float
-    p50_ms: float
-    p90_ms: float
-    p95_ms: float
-    p99_ms: float
-    client_ms: float  # client send + receive, as perf_analyzer reports it
-    stable: bool  # False: perf_analyzer found no stable window (see perf_analyzer.log)
-    breakdown: str  # JSON: per stage queue/compute ms per request and average batch size
-    # JSON: CPU ms per request of tritonserver, each stage's stubs and perf_analyzer itself
-    # (empty when the server is not this run's own)
-    cpu_ms: str = "{}"
-    gpu_memory_mib: float = 0.0  # in use at the end of the run (the served profile's), 0: no GPU
-
-
-def run_perf_analyzer(
+def perf_analyzer_command(
     model: str,
     protocol: str,
     port: int,
@@ -167,9 +133,9 @@ def run_perf_analyzer(
     max_trials: int,
     stability: int,
     csv_path: Path,
-    log,
     request_count: int = 0,
-) -> dict[str, str]:
+) -> list[str]:
+    """perf_analyzer's command line for one point of the sweep."""
     cmd = [
         str(perf_analyzer_binary()),
         "-m", model,
@@ -194,6 +160,12 @@ def run_perf_analyzer(
         # so a slow machine gives slow figures instead of empty (unstable) time windows.
         cmd += ["--measurement-mode", "count_windows",
                 "--measurement-request-count", str(request_count)]  # fmt: skip
+    return cmd
+
+
+def run_perf_analyzer(cmd: list[str], csv_path: Path, log) -> dict[str, str]:
+    """One perf_analyzer run (``cmd``: :func:`perf_analyzer_command`, writing ``csv_path``);
+    its CSV row, with ``stable`` and ``load_cpu_s`` added."""
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
     started = os.times()
@@ -201,18 +173,19 @@ def run_perf_analyzer(
         cmd, stdout=log, stderr=subprocess.STDOUT, env=perf_analyzer_env(), timeout=600
     )
     stable = True
-    if result.returncode == 2 and stability < NO_STABILITY_GATE:
+    stability = cmd.index("--stability-percentage") + 1
+    if result.returncode == 2 and int(cmd[stability]) < NO_STABILITY_GATE:
         # Exit 2: no stable window on a noisy machine. Measure again without the stability
         # gate and say so in the results rather than dropping the point.
         stable = False
-        cmd[cmd.index("--stability-percentage") + 1] = str(NO_STABILITY_GATE)
+        cmd[stability] = str(NO_STABILITY_GATE)
         log.write("unstable: measuring again without the stability gate\n")
         log.flush()
         result = subprocess.run(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=perf_analyzer_env(), timeout=600
         )
     if result.returncode != 0:
-        raise RuntimeError(f"perf_analyzer failed ({result.returncode}) on {model} over {protocol}")
+        raise RuntimeError(f"perf_analyzer failed ({result.returncode}): {' '.join(cmd)}")
     with open(csv_path) as f:
         row = next(csv.DictReader(f))
     row["stable"] = str(stable).lower()
@@ -255,17 +228,10 @@ class CpuMeter:
         return cpu
 
 
-def sweep(
-    args,
-    grpc_port: int,
-    http_port: int,
-    metrics_port: int,
-    out_dir: Path,
-    headers: dict | None,
-    server_pid: int | None = None,
-) -> list[Row]:
+def prepare(args, grpc_port: int, work: Path) -> tuple[dict[str, Path], dict[str, float]]:
+    """Each model's perf_analyzer input file (in ``work``) and the mean audio seconds of one of
+    its requests."""
     texts = load_texts(args.texts)
-    work = out_dir / "inputs"
     work.mkdir(parents=True, exist_ok=True)
     inputs = capture_inputs(grpc_port, texts, work)
     inputs["tts"] = args.texts
@@ -282,6 +248,20 @@ def sweep(
     print(
         f"{len(texts)} texts from {args.texts.name}, mean audio {seconds['tts']:.2f} s", flush=True
     )
+    return inputs, seconds
+
+
+def sweep(
+    args,
+    grpc_port: int,
+    http_port: int,
+    metrics_port: int,
+    out_dir: Path,
+    headers: dict | None,
+    server_pid: int | None = None,
+) -> list[Row]:
+    work = out_dir / "inputs"
+    inputs, seconds = prepare(args, grpc_port, work)
     rows: list[Row] = []
     meter = CpuMeter(server_pid, [*STAGES, "tts_stream"])
     with open(out_dir / "perf_analyzer.log", "w") as log:
@@ -297,11 +277,12 @@ def sweep(
                     if args.smoke and model == "tts_stream":
                         # A stream lasts seconds: 3 windows of 6 took half the smoke's time.
                         count = SMOKE_STREAMS
-                    r = run_perf_analyzer(
+                    cmd = perf_analyzer_command(
                         model, protocol, port, metrics_port, inputs[model], c,
                         args.interval_ms, args.max_trials, args.stability_percentage,
-                        csv_path, log, count,
+                        csv_path, count,
                     )  # fmt: skip
+                    r = run_perf_analyzer(cmd, csv_path, log)
                     after = model_statistics(f"localhost:{grpc_port}", STAGES, headers)
                     cpu = {k: v - cpu_before.get(k, 0.0) for k, v in meter.read().items()}
                     cpu["perf_analyzer"] = float(r["load_cpu_s"])
@@ -318,105 +299,7 @@ def sweep(
     return rows
 
 
-def make_row(model, protocol, c, r, before, after, seconds, cpu=None) -> Row:
-    """One point; ``cpu``: CPU seconds per process over the run, shared out per request (the
-    requests the model under load completed, from Triton's statistics)."""
-    breakdown = {}
-    for stage in STAGES:
-        d = after[stage] - before[stage]
-        if d.requests:
-            breakdown[stage] = {
-                "requests": d.requests,
-                "queue_ms": d.queue_ns / d.requests / 1e6,
-                "compute_ms": d.compute_ns / d.requests / 1e6,
-                # Its parts: inputs in, the model's execute, outputs out.
-                "input_ms": d.input_ns / d.requests / 1e6,
-                "infer_ms": d.infer_ns / d.requests / 1e6,
-                "output_ms": d.output_ns / d.requests / 1e6,
-                "avg_batch": d.average_batch,
-            }
-    rps = float(r["Inferences/Second"])
-    loaded = model if model in STAGES else STAGES[-1]  # tts: each request ends in the vocoder
-    done = (after[loaded] - before[loaded]).requests if loaded in after else 0
-    cpu_ms = {k: round(1000 * v / done, 3) for k, v in (cpu or {}).items() if done}
-    return Row(
-        model=model,
-        protocol=protocol,
-        concurrency=c,
-        requests_per_s=rps,
-        audio_s_per_s=rps * seconds,
-        p50_ms=float(r["p50 latency"]) / 1000,
-        p90_ms=float(r["p90 latency"]) / 1000,
-        p95_ms=float(r["p95 latency"]) / 1000,
-        p99_ms=float(r["p99 latency"]) / 1000,
-        client_ms=(float(r["Client Send"]) + float(r["Client Recv"])) / 1000,
-        stable=r["stable"] == "true",
-        breakdown=json.dumps(breakdown),
-        cpu_ms=json.dumps(cpu_ms),
-        gpu_memory_mib=gpu_memory_mib(),
-    )
-
-
-def write_csv(rows: list[Row], path: Path) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(asdict(rows[0])))
-        writer.writeheader()
-        for row in rows:
-            writer.writerow(asdict(row))
-
-
-def plot(rows: list[Row], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    tts = [r for r in rows if r.model == "tts"]
-    fig, axes = plt.subplots(1, 3, figsize=(17, 5))
-    for protocol, color in (("grpc", "tab:blue"), ("http", "tab:orange")):
-        rs = sorted((r for r in tts if r.protocol == protocol), key=lambda r: r.concurrency)
-        if not rs:
-            continue
-        for ax, metric in ((axes[0], "audio_s_per_s"), (axes[1], "requests_per_s")):
-            y = [getattr(r, metric) for r in rs]
-            ax.plot([r.p50_ms for r in rs], y, "o-", color=color, label=f"{protocol} p50")
-            ax.plot(
-                [r.p99_ms for r in rs], y, "s--", color=color, alpha=0.6, label=f"{protocol} p99"
-            )
-            for r, yy in zip(rs, y):
-                ax.annotate(f"c{r.concurrency}", (r.p50_ms, yy), fontsize=8,
-                            textcoords="offset points", xytext=(4, -10))  # fmt: skip
-    axes[0].set(
-        xlabel="latency (ms)", ylabel="audio seconds per second", title="tts throughput vs latency"
-    )
-    axes[1].set(
-        xlabel="latency (ms)", ylabel="requests per second", title="tts requests/s vs latency"
-    )
-    for ax in axes[:2]:
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    rs = sorted((r for r in tts if r.protocol == "grpc"), key=lambda r: r.concurrency)
-    if rs:
-        x = np.arange(len(rs))
-        bottom = np.zeros(len(rs))
-        colors = {"phonemizer": "tab:green", "acoustic": "tab:purple", "vocoder": "tab:red"}
-        for stage in STAGES:
-            for part, alpha in (("queue_ms", 0.35), ("compute_ms", 0.9)):
-                vals = np.array([json.loads(r.breakdown).get(stage, {}).get(part, 0.0) for r in rs])
-                axes[2].bar(x, vals, bottom=bottom, color=colors[stage], alpha=alpha,
-                            label=f"{stage} {part.split('_')[0]}")  # fmt: skip
-                bottom += vals
-        axes[2].set_xticks(x, [f"c{r.concurrency}" for r in rs])
-        axes[2].set(
-            ylabel="ms per request (server side)", title="tts over gRPC: where the time goes"
-        )
-        axes[2].legend(fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m perf_analyzer_configs.run",
         description=__doc__,
@@ -454,6 +337,11 @@ def main(argv: list[str] | None = None) -> int:
         args.stability_percentage, args.request_count = NO_STABILITY_GATE, SMOKE_REQUESTS
         args.models = args.models or ["tts", "phonemizer", "acoustic", "vocoder", "tts_stream"]
     args.models = args.models or ["tts", "acoustic", "vocoder", "tts_stream"]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if not perf_analyzer_binary().exists():
         raise SystemExit(f"{perf_analyzer_binary()} missing: install tritonclient[all]==2.51.0")
     args.out.mkdir(parents=True, exist_ok=True)
