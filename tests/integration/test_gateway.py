@@ -18,7 +18,8 @@ import numpy as np
 import openai
 import pytest
 
-from tests.support.gateway import decode, gateway_on, good_request, rms_dbfs
+from tests.support.audio import decode
+from tests.support.gateway import gateway_on, good_request, rms_dbfs
 from tts_tools.launcher.commands import free_port
 from tts_tools.launcher.processes import GatewayProcess
 from tts_tools.sample_texts import PARAGRAPH, SENTENCES

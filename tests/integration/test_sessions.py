@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import websocket
 
-from tests.support.gateway import decode, rms_dbfs
+from tests.support.audio import decode
+from tests.support.gateway import rms_dbfs
 from tts_client import AsyncTTSClient
 from tts_tools.sample_texts import SENTENCES
 from tts_tools.statistics import model_statistics

@@ -1,14 +1,13 @@
-"""Helpers for the gateway tests: a gateway on the test server, decoding, a good request."""
+"""Helpers for the gateway tests: a gateway on the test server, loudness, a good request."""
 
 from __future__ import annotations
 
-import io
 import json
 
-import av
 import httpx2 as httpx
 import numpy as np
 
+from tests.support.audio import decode
 from tts_tools.launcher.processes import GatewayProcess
 
 # "joe" as served, plus "joe-exact": the same voice without noise, so two requests for one
@@ -28,19 +27,6 @@ def gateway_on(server, tmp_path_factory, *args: str) -> GatewayProcess:
     return GatewayProcess(
         server.grpc_url, folder / "gateway.log", extra_args=[f"--voices-file={voices}", *args]
     )
-
-
-def decode(data: bytes, fmt: str, rate: int = 24000) -> tuple[np.ndarray, int]:
-    """Samples (float, mono) and sample rate of an encoded response."""
-    if fmt == "pcm":
-        return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768, rate
-    container = av.open(io.BytesIO(data))
-    stream = container.streams.audio[0]
-    frames = [f.to_ndarray().astype(np.float32).reshape(-1) for f in container.decode(stream)]
-    samples = np.concatenate(frames)
-    if np.issubdtype(frames[0].dtype, np.integer) or np.abs(samples).max() > 1.5:
-        samples = samples / 32768
-    return samples, stream.sample_rate
 
 
 def rms_dbfs(samples: np.ndarray) -> float:

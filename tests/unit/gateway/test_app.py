@@ -1,4 +1,5 @@
-"""The gateway without Triton: a fake backend behind the real app, encoders, settings."""
+"""The gateway without Triton: a fake backend behind the real app (its encoders and settings:
+test_encoding.py, test_settings.py)."""
 
 from __future__ import annotations
 
@@ -7,67 +8,14 @@ import base64
 import io
 import json
 
-import av
-import numpy as np
 import pytest
 
 from tests.support.fake_backend import RATE, FakeBackend, client_for, speech, tone
 from tts_client.errors import InferenceFailed, InvalidInput, ServerOverloaded, ServerUnavailable
 from tts_client.protocol import map_exception
 from tts_gateway.app import create_app
-from tts_gateway.encoding import FORMATS, Encoder, encode_all
-from tts_gateway.settings import GatewaySettings, Voice, load_voices, parse_args
-
-
-def decode(data: bytes) -> tuple[np.ndarray, int]:
-    """The first channel of an encoded file as float samples, and its sample rate."""
-    container = av.open(io.BytesIO(data))
-    stream = container.streams.audio[0]
-    frames = [f.to_ndarray() for f in container.decode(stream)]
-    planar = [f.reshape(-1, f.shape[-1])[0] if f.ndim > 1 else f for f in frames]
-    samples = np.concatenate(planar).astype(np.float64) if planar else np.zeros(0)
-    if np.issubdtype(frames[0].dtype if frames else np.float32, np.integer):
-        samples /= np.iinfo(frames[0].dtype).max
-    return samples, stream.sample_rate
-
-
-def decode_seconds(data: bytes) -> float:
-    samples, rate = decode(data)
-    return len(samples) / rate
-
-
-@pytest.mark.parametrize("name", sorted(FORMATS))
-def test_each_format_encodes_in_pieces_to_the_same_length(name):
-    fmt = FORMATS[name]
-    audio = tone(2.0)
-    encoder = Encoder(fmt, RATE)
-    data = b"".join(encoder.encode(part) for part in np.array_split(audio, 7)) + encoder.finish()
-    seconds = len(data) / 2 / fmt.sample_rate if name == "pcm" else decode_seconds(data)
-    assert abs(seconds - 2.0) < 0.1, (name, seconds)  # (MP3 and AAC pad a frame or two)
-    if name in ("mp3", "aac", "opus"):  # lossy, and framed differently in pieces: the
-        # content then, not the bytes: the tone's pitch and loudness come back
-        samples, rate = decode(data)
-        spectrum = np.abs(np.fft.rfft(samples))
-        assert abs(np.argmax(spectrum) * rate / len(samples) - 220) < 5, name
-        rms = np.sqrt(np.mean(samples[rate // 4 : -rate // 4] ** 2))
-        assert abs(20 * np.log10(rms / (0.3 / np.sqrt(2)))) < 1.0, (name, rms)
-    else:
-        assert data == encode_all(audio, fmt, RATE)
-
-
-def test_streaming_formats_give_bytes_before_the_end():
-    for name in ("mp3", "opus", "aac", "wav", "pcm", "flac"):
-        encoder = Encoder(FORMATS[name], RATE)
-        assert encoder.encode(tone(1.0)), name  # one second in: bytes out already
-        encoder.close()
-
-
-def test_a_closed_encoder_refuses_more_audio():
-    encoder = Encoder(FORMATS["mp3"], RATE)
-    encoder.close()
-    encoder.close()  # twice is fine
-    with pytest.raises(ValueError, match="closed"):
-        encoder.encode(tone(0.1))
+from tts_gateway.encoding import FORMATS, encode_all
+from tts_gateway.settings import GatewaySettings, Voice, parse_args
 
 
 def test_short_text_is_one_request_long_text_a_stream_and_voice_defaults_apply():
@@ -217,58 +165,6 @@ def test_openapi_schema_describes_the_speech_body():
     assert body["properties"]["speed"]["maximum"] == 4.0
 
 
-def test_settings_from_flags_and_environment(tmp_path):
-    voices = tmp_path / "voices.json"
-    voices.write_text(json.dumps([{"id": "a", "aliases": ["alloy"]}, {"id": "b", "speed": 0.8}]))
-    settings, level = parse_args(
-        ["--port", "9000", f"--voices-file={voices}"], {"TTS_GATEWAY_MAX_INPUT_CHARS": "8000"}
-    )
-    assert settings.port == 9000 and settings.max_input_chars == 8000 and level == "info"
-    assert [v.id for v in settings.voices] == ["a", "b"]
-    assert {k: v.id for k, v in settings.voice_names().items()} == {
-        "a": "a",
-        "b": "b",
-        "alloy": "a",
-    }
-
-
-@pytest.mark.parametrize(
-    "content,message",
-    [
-        ("{", "cannot read voices file"),
-        ('{"id": "a"}', "JSON list of objects"),
-        ('[{"id": "a", "pitch": 2}]', "unknown key"),
-        ('[{"aliases": []}]', "needs an 'id'"),
-        ('[{"id": "a", "noise_w": 5}]', "voice 'a': noise_w must be between 0 and 2"),
-        ('[{"id": "a", "speed": 0}]', "voice 'a': speed must be between 0.25 and 4.0"),
-    ],
-)
-def test_bad_voices_files_are_refused_with_the_reason(tmp_path, content, message):
-    path = tmp_path / "voices.json"
-    path.write_text(content)
-    with pytest.raises(ValueError, match=message):
-        load_voices(path)
-
-
-def test_the_front_doors_token_is_read_from_a_mounted_file(tmp_path):
-    token = tmp_path / "token"
-    token.write_text("t0k3n\n")
-    assert GatewaySettings(front_token_file=str(token)).front_token == "t0k3n"
-    assert GatewaySettings(front_token="direct", front_token_file=str(token)).front_token == (
-        "direct"
-    )
-    with pytest.raises(ValueError, match="front_token_file: cannot read it"):
-        GatewaySettings(front_token_file=str(tmp_path / "missing"))
-    token.write_text("")
-    with pytest.raises(ValueError, match="is empty"):
-        GatewaySettings(front_token_file=str(token))
-
-
-def test_settings_refuse_a_body_limit_below_the_input_limit():
-    with pytest.raises(ValueError, match="max_body_bytes"):
-        GatewaySettings(max_input_chars=100_000, max_body_bytes=100_000)
-
-
 def test_open_webui_reads_models_and_voices_with_names():
     client = client_for(FakeBackend())
     models = client.get("/v1/audio/models").json()["models"]
@@ -393,14 +289,6 @@ def test_the_gateway_refuses_to_start_on_a_voice_triton_does_not_serve():
     assert len(down.calls) >= 2  # it kept trying until wait_s ran out
 
 
-def test_bool_settings_read_true_and_false(tmp_path):
-    settings, _ = parse_args(["--check-voices", "false"], environ={})
-    assert settings.check_voices is False
-    settings, _ = parse_args([], environ={"TTS_GATEWAY_CHECK_VOICES": "0"})
-    assert settings.check_voices is False
-    assert parse_args([], environ={})[0].check_voices is True
-
-
 @pytest.mark.parametrize("sse", [False, True])
 @pytest.mark.parametrize("gone", ["before the first byte", "after the first byte"])
 def test_a_client_gone_before_the_body_ends_gives_its_slot_back(sse, gone):
@@ -455,7 +343,7 @@ def test_a_speed_out_of_range_with_the_voices_own_is_a_400_that_says_so():
 def test_the_repositorys_voices_are_offered_by_their_own_names():
     """`make serve VOICES=...` passes the repository's voices (--triton-voices): each is
     offered under its own name, OpenAI's names speak with the default (the first)."""
-    from tts_gateway.settings import OPENAI_VOICES, parse_args
+    from tts_gateway.settings import OPENAI_VOICES
 
     settings, _ = parse_args(["--triton-voices=joe,joe_slow"], environ={})
     names = settings.voice_names()
