@@ -171,3 +171,25 @@ def test_word_times_agree_with_whisper(server, whisper, tmp_path):
     # a systematic lag of Whisper's ends; the bounds leave room for Whisper's own error.
     assert np.median(start) < 90 and np.percentile(start, 90) < 200
     assert np.median(end) < 130 and np.percentile(end, 90) < 250
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        (
+            "Cafe\u0301 au lait. Re\u0301sume\u0301 and nai\u0308ve words follow here.",
+            ["Cafe\u0301", "au", "lait.", "Re\u0301sume\u0301", "and", "nai\u0308ve", "words"],
+        ),
+        ("Hello\x00  world,\tand\u2003good night.", ["Hello", "world,", "and", "good", "night."]),
+    ],
+)
+def test_word_spans_are_in_the_text_as_sent(server, text, words):
+    """The security review's probe (issue 34, item 10): decomposed accents (as macOS and iOS
+    paste them) and control characters moved every later word's span by a character (' a',
+    ' lait', ' Re\u0301su', ...)."""
+    with TTSClient(server.grpc_url) as client:
+        spoken = client.synthesize(text, word_timestamps=True).words
+        streamed = [w for c in client.stream(text, word_timestamps=True) for w in c.words]
+    for got in (spoken, streamed):
+        assert [w.text for w in got][: len(words)] == words
+        assert all(text[w.char_start : w.char_end] == w.text for w in got)

@@ -11,9 +11,8 @@ minutes). Each shows the defect straight to Triton, or failed on the front door 
 - item 6: idle gRPC streams are capped per client and hold nothing upstream; a rapid-reset
   flood fails no one else's calls;
 - item 7: request bodies buffered at once have a total budget;
-- item 8: a hung front door is killed and started again; a crash loop never stops Triton;
-- item 9: a process named like a stub, not a child of tritonserver, is not a stub;
-- item 10: word spans are in the text as sent (decomposed accents, control characters);
+- items 8 and 9 (the launcher's supervision): test_attack_on_supervision.py;
+- item 10 (word spans in the text as sent): tests/integration/test_word_timestamps.py;
 - item 11: a body encoded twice is refused with 415, not passed on undecoded.
 """
 
@@ -21,11 +20,7 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -37,13 +32,11 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.support.h2probe import Connection
-from tests.support.launcher import LIGHT_WARMUP, Launcher, alive
+from tests.support.launcher import served_by
 from tests.support.metrics import sample
-from tts_client import TTSClient
 from tts_client.protocol import build_inputs
 from tts_tools.launcher.commands import FRONT_TOKEN_ENV
 from tts_tools.launcher.processes import FrontProcess
-from tts_tools.launcher.stub_healing import stubs_by_model
 from tts_tools.sample_texts import PARAGRAPH, SENTENCES
 
 ARGS = [
@@ -110,11 +103,6 @@ def infer_request(model: str, text: str, rid: str = "") -> service_pb2.ModelInfe
         request.inputs.append(tensor._get_tensor())
         request.raw_input_contents.append(tensor._get_content())
     return request
-
-
-def served_by(url: str) -> float:
-    with TTSClient(url) as client:
-        return client.synthesize("Still serving everyone else.").duration
 
 
 def test_idle_and_trickling_connections_are_closed_and_capped(front):
@@ -451,85 +439,3 @@ def test_a_body_encoded_twice_is_refused(front):
     response = conn.getresponse()
     assert response.status == 415 and b"not supported" in response.read()
     conn.close()
-
-
-@pytest.mark.parametrize(
-    "text, words",
-    [
-        (
-            "Cafe\u0301 au lait. Re\u0301sume\u0301 and nai\u0308ve words follow here.",
-            ["Cafe\u0301", "au", "lait.", "Re\u0301sume\u0301", "and", "nai\u0308ve", "words"],
-        ),
-        ("Hello\x00  world,\tand\u2003good night.", ["Hello", "world,", "and", "good", "night."]),
-    ],
-)
-def test_word_spans_are_in_the_text_as_sent(server, text, words):
-    """The probe: decomposed accents (as macOS and iOS paste them) and control characters
-    moved every later word's span by a character (' a', ' lait', ' Re\u0301su', ...)."""
-    with TTSClient(server.grpc_url) as client:
-        spoken = client.synthesize(text, word_timestamps=True).words
-        streamed = [w for c in client.stream(text, word_timestamps=True) for w in c.words]
-    for got in (spoken, streamed):
-        assert [w.text for w in got][: len(words)] == words
-        assert all(text[w.char_start : w.char_end] == w.text for w in got)
-
-
-def test_a_process_named_like_a_stub_is_not_one(tmp_path):
-    """The probe: a local user's process named like a `tts_stream` stub (argv[0] and the
-    model path), exiting, ended real streams as if their stub had died."""
-    script = tmp_path / "fake" / "tts_stream" / "1" / "model.py"
-    script.parent.mkdir(parents=True)
-    script.write_text("import time\ntime.sleep(60)\n")
-    fake = subprocess.Popen(
-        ["bash", "-c", f'exec -a /opt/tritonserver/backends/python/triton_python_backend_stub '
-         f'{sys.executable} {script} prefix_tts_stream_fake']
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + BOUND_S
-        while b"triton_python_backend_stub" not in open(f"/proc/{fake.pid}/cmdline", "rb").read():
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        # Its parent is this test, not a tritonserver: it is nobody's stub.
-        assert fake.pid not in stubs_by_model(None, ["tts_stream"])["tts_stream"]
-        assert (
-            fake.pid not in stubs_by_model(None, ["tts_stream"], shm_prefix="prefix")["tts_stream"]
-        )
-    finally:
-        fake.kill()
-        fake.wait()
-
-
-def front_pid(launcher: Launcher) -> int:
-    for pid in launcher.children():
-        try:
-            if b"tts_tools.front" in open(f"/proc/{pid}/cmdline", "rb").read():
-                return pid
-        except OSError:
-            continue
-    raise AssertionError("no front door among the launcher's children")
-
-
-def test_a_hung_front_door_is_restarted_and_triton_keeps_serving(exported_repository, tmp_path):
-    """SIGSTOP to the front door (the probe: every client hung for as long as it lasted): the
-    launcher's liveness probe kills it and starts another; tritonserver is the same process."""
-    launcher = Launcher(
-        exported_repository, tmp_path / "launcher.log", warmup_requests=LIGHT_WARMUP
-    )
-    try:
-        launcher.wait_ready()
-        triton, hung = launcher.triton_pid(), front_pid(launcher)
-        os.kill(hung, signal.SIGSTOP)
-        deadline = time.monotonic() + 120
-        while alive(hung):
-            assert time.monotonic() < deadline, launcher.log()[-3000:]
-            time.sleep(0.5)
-        assert "has not answered its liveness probe" in launcher.log()
-        launcher.wait_ready()
-        assert served_by(f"grpc://127.0.0.1:{launcher.grpc}") > 0.3
-        assert launcher.triton_pid() == triton and front_pid(launcher) != hung
-        hung_total = launcher.supervisor_metric("tts_supervisor_child_restarts_total")
-        assert hung_total >= 1
-        launcher.process.send_signal(signal.SIGTERM)
-        assert launcher.process.wait(120) == 0, launcher.log()[-3000:]
-    finally:
-        launcher.close()

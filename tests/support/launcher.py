@@ -120,3 +120,11 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def served_by(url: str) -> float:
+    """Seconds of a sentence synthesized through ``url`` (grpc:// or http://): it still serves."""
+    from tts_client import TTSClient
+
+    with TTSClient(url) as client:
+        return client.synthesize("Still serving everyone else.").duration
