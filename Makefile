@@ -155,7 +155,7 @@ $(CLIENT_VENV)/.installed: client/pyproject.toml $(wildcard wire/tts_wire/*.py) 
 	touch $@
 
 # The tools that check the deployment files (hadolint, kubernetes-validate, checkov), in a venv
-# of their own: checkov's pins would clash with the project's. tests/repository/test_deploy.py uses it.
+# of their own: checkov's pins would clash with the project's. tests/repository/test_image.py and test_deploy.py use it.
 DEPLOY_VENV ?= .venv-deploy
 deploy-venv: $(DEPLOY_VENV)/.installed
 $(DEPLOY_VENV)/.installed: requirements/deploy.txt
