@@ -16,11 +16,42 @@ from tts_tools.launcher.liveness import LIVE_PATH
 from tts_tools.launcher.stub_healing import python_models, stubs_by_model
 
 
+def probe_liveness(launcher: Launcher, triton_live: set, launcher_live: set) -> None:
+    """One answer of each liveness probe, added to its set: Triton's through the front door
+    (as the kubelet probed it) and the launcher's own /live (as it probes now,
+    deploy/base/deployment.yaml). Status codes, or the names of the errors."""
+    for url, seen in (
+        (f"http://127.0.0.1:{launcher.http}/v2/health/live", triton_live),
+        (f"http://127.0.0.1:{launcher.supervisor_metrics}{LIVE_PATH}", launcher_live),
+    ):
+        try:
+            seen.add(httpx.get(url, timeout=5).status_code)
+        except httpx.HTTPError as e:
+            seen.add(type(e).__name__)
+
+
+def probe_until_served(launcher: Launcher, since: float, *live: set) -> set:
+    """The gateway's answers to a speech request, every 0.5 s until one is served (at most 120 s
+    after ``since``), the liveness probes beside each (:func:`probe_liveness`)."""
+    body = {"model": "tts-1", "voice": "alloy", "input": "Back again.", "response_format": "wav"}
+    statuses: set = set()
+    while time.monotonic() - since < 120:
+        probe_liveness(launcher, *live)
+        try:
+            response = httpx.post(f"{launcher.url}/v1/audio/speech", json=body, timeout=30)
+            statuses.add(response.status_code)
+            if response.status_code == 200:
+                break
+        except httpx.HTTPError as e:  # (the gateway itself stays up; this would be a bug)
+            statuses.add(type(e).__name__)
+        time.sleep(0.5)
+    return statuses
+
+
 def test_a_killed_tritonserver_is_started_again(exported_repository, tmp_path):
     launcher = Launcher(
         exported_repository, tmp_path / "launcher.log", warmup_requests=LIGHT_WARMUP
     )
-    body = {"model": "tts-1", "voice": "alloy", "input": "Back again.", "response_format": "wav"}
     try:
         launcher.wait_ready()
         # The autoscaler's rule counts this pod's queue time from 2 minutes after this moment
@@ -31,35 +62,21 @@ def test_a_killed_tritonserver_is_started_again(exported_repository, tmp_path):
         regions: dict[int, str] = {}
         stubs_by_model(old, python_models(exported_repository), regions)
         assert regions
+        triton_live: set = set()
+        launcher_live: set = set()
         os.kill(old, signal.SIGKILL)
         killed = time.monotonic()
+        # Probed from the kill on: a new tritonserver answers /v2/health/live within a second
+        # of its start, before its models load, so a busy machine that probed only after the
+        # launcher's "starting it again" could see Triton's liveness never fail.
         while "starting it again" not in launcher.log():
+            probe_liveness(launcher, triton_live, launcher_live)
             assert time.monotonic() - killed < 60, launcher.log()[-3000:]
             time.sleep(0.1)
         # By the time the launcher restarts it, the dead server's stubs are ended, not left to
         # init (they were seen alive for minutes; issue 20, item 5).
         left = [pid for pid in regions if alive(pid)]
-        statuses = set()
-        # Liveness as the kubelet probed it (Triton's, through the front door) and as it
-        # probes now (the launcher's own /live, deploy/base/deployment.yaml).
-        triton_live, launcher_live = set(), set()
-        while time.monotonic() - killed < 120:
-            for url, seen in (
-                (f"http://127.0.0.1:{launcher.http}/v2/health/live", triton_live),
-                (f"http://127.0.0.1:{launcher.supervisor_metrics}{LIVE_PATH}", launcher_live),
-            ):
-                try:
-                    seen.add(httpx.get(url, timeout=5).status_code)
-                except httpx.HTTPError as e:
-                    seen.add(type(e).__name__)
-            try:
-                response = httpx.post(f"{launcher.url}/v1/audio/speech", json=body, timeout=30)
-                statuses.add(response.status_code)
-                if response.status_code == 200:
-                    break
-            except httpx.HTTPError as e:  # (the gateway itself stays up; this would be a bug)
-                statuses.add(type(e).__name__)
-            time.sleep(0.5)
+        statuses = probe_until_served(launcher, killed, triton_live, launcher_live)
         back = time.monotonic() - killed
         new = launcher.triton_pid()
         log = launcher.log()
