@@ -259,31 +259,23 @@ def test_a_rapid_reset_flood_harms_no_one_else(front):
     assert served_by(front.grpc_url) > 0.3
 
 
+def post_tts(conn: http.client.HTTPConnection, text: str) -> tuple[int, bytes]:
+    """One `tts` request over HTTP on ``conn`` (kept open); its status and body."""
+    tensor = {"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": [text]}
+    conn.request("POST", "/v2/models/tts/infer", body=json.dumps({"inputs": [tensor]}).encode())
+    response = conn.getresponse()
+    return response.status, response.read()
+
+
 def test_one_clients_flood_leaves_room_for_others(front):
     """One client keeping 36 long requests in flight took the whole deadline budget, and
     another client was refused for as long as it lasted; now, once another client asks, the
     flooding one gets at most 75 % of it."""
 
-    def body(text: str) -> bytes:
-        tensor = {"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": [text]}
-        return json.dumps({"inputs": [tensor]}).encode()
-
     def connect(source: str) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(
             "127.0.0.1", front.http_port, timeout=300, source_address=(source, 0)
         )
-
-    def post(conn: http.client.HTTPConnection, text: str) -> tuple[int, bytes]:
-        conn.request("POST", "/v2/models/tts/infer", body=body(text))
-        response = conn.getresponse()
-        return response.status, response.read()
-
-    def post_from(source: str, text: str) -> tuple[int, bytes]:
-        conn = connect(source)
-        try:
-            return post(conn, text)
-        finally:
-            conn.close()
 
     long = " ".join(SENTENCES[:8])[:170]  # (tts takes up to about 180 characters)
     stop = threading.Event()
@@ -295,7 +287,7 @@ def test_one_clients_flood_leaves_room_for_others(front):
         conn = connect("127.0.0.1")
         try:
             while not stop.is_set():
-                flood.append(post(conn, long))
+                flood.append(post_tts(conn, long))
         finally:
             conn.close()
 
@@ -311,7 +303,9 @@ def test_one_clients_flood_leaves_room_for_others(front):
         other = []  # another client, meanwhile, retrying after each refusal
         deadline = time.monotonic() + 120  # (straight to Triton, or before: never)
         while not other:
-            status, text = post_from("127.0.0.2", SENTENCES[5])
+            conn = connect("127.0.0.2")
+            status, text = post_tts(conn, SENTENCES[5])
+            conn.close()
             if status == 200:
                 other.append(status)
             assert status in (200, 429), (status, text)

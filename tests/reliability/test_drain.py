@@ -40,6 +40,26 @@ def stubs_of(pid: int) -> list[str]:
     ]  # fmt: skip
 
 
+def phonemized(server: ServerProcess) -> float:
+    """Requests the phonemizer (Triton's first stage) has completed."""
+    metrics = f"http://127.0.0.1:{server.metrics_port}/metrics"
+    labels = {"model": "phonemizer", "version": "1"}
+    return sample(metrics, "nv_inference_request_success_total", labels) or 0
+
+
+def assert_served_or_refused_clearly(results: dict) -> None:
+    """Requests 0-7 (seconds of audio or an error) and two streams (chunks or an error)."""
+    served = [results[k] for k in range(8)]
+    # Each request is either served or refused with a retryable error (ServerOverloaded is one).
+    assert all(isinstance(r, float) or isinstance(r, ServerUnavailable) for r in served), served
+    # ... and a refusal says why: the server is stopping (all 8 were inside it at SIGTERM).
+    refusals = [str(r) for r in served if not isinstance(r, float)]
+    assert all("stopping" in r or "shutting down" in r for r in refusals), refusals
+    for k in range(2):  # a stream either finished or ended with a clear, retryable error
+        r = results[f"stream{k}"]
+        assert isinstance(r, int) or isinstance(r, ServerUnavailable), r
+
+
 def test_sigterm_ends_everything_clearly_and_leaves_nothing(exported_repository, tmp_path):
     from tts_client import TTSClient
 
@@ -78,15 +98,13 @@ def test_sigterm_ends_everything_clearly_and_leaves_nothing(exported_repository,
                 t.start()
             streaming.wait(60)
             threads += [threading.Thread(target=request, args=(k,)) for k in range(8)]
-            metrics = f"http://127.0.0.1:{server.metrics_port}/metrics"
-            phonemized = {"model": "phonemizer", "version": "1"}
-            before = sample(metrics, "nv_inference_request_success_total", phonemized) or 0
+            before = phonemized(server)
             for t in threads[2:]:
                 t.start()
             # SIGTERM once all 8 are inside Triton (past its first stage): a test that signalled
             # before they arrived passed on refusals of requests the server never held.
             deadline = time.monotonic() + 30
-            while sample(metrics, "nv_inference_request_success_total", phonemized) < before + 8:
+            while phonemized(server) < before + 8:
                 assert time.monotonic() < deadline, "the 8 requests never reached the server"
                 time.sleep(0.02)
             server.process.send_signal(signal.SIGTERM)
@@ -99,15 +117,7 @@ def test_sigterm_ends_everything_clearly_and_leaves_nothing(exported_repository,
     print(f"\n{results}")
     assert code == 0
     assert sorted(first_chunks) == [0, 1]  # both streams were served before the SIGTERM
-    served = [results[k] for k in range(8)]
-    # Each request is either served or refused with a retryable error (ServerOverloaded is one).
-    assert all(isinstance(r, float) or isinstance(r, ServerUnavailable) for r in served), served
-    # ... and a refusal says why: the server is stopping (all 8 were inside it at SIGTERM).
-    refusals = [str(r) for r in served if not isinstance(r, float)]
-    assert all("stopping" in r or "shutting down" in r for r in refusals), refusals
-    for k in range(2):  # a stream either finished or ended with a clear, retryable error
-        r = results[f"stream{k}"]
-        assert isinstance(r, int) or isinstance(r, ServerUnavailable), r
+    assert_served_or_refused_clearly(results)
     assert not stubs_of(pid)
     assert regions(server.shm_prefix) == set()
 

@@ -195,6 +195,25 @@ def check_the_gateway_pods(docs: dict, server: dict, gateway: dict) -> None:
     )
 
 
+def check_the_network_policy_and_selectors(docs: dict) -> None:
+    """1. A client pod labelled tts-client=true, as the docs say, reaches Triton; an unlabelled
+    one only the gateway; Prometheus' pods, wherever they run, the metrics. Every selector
+    finds the pods it is meant for."""
+    policy = docs["NetworkPolicy/tts"]
+    ns = {"kubernetes.io/metadata.name": "tts"}
+    assert admitted(policy, {"tts-client": "true"}, "tts", ns) == {8080, 8000, 8001}
+    assert admitted(policy, {"app": "other"}, "tts", ns) == {8080}
+    prometheus = {"app.kubernetes.io/name": "prometheus"}
+    observability = {"kubernetes.io/metadata.name": "observability"}
+    assert admitted(policy, prometheus, "observability", observability) >= {8002, 8003}
+    pod_labels = docs["Deployment/tts"]["spec"]["template"]["metadata"]["labels"]
+    for kind_name in ("Deployment/tts", "PodDisruptionBudget/tts"):
+        assert docs[kind_name]["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    for name in ("tts-triton", "tts-metrics"):
+        assert docs[f"Service/{name}"]["spec"]["selector"].items() <= pod_labels.items()
+
+
 def test_the_manifests_hold_on_a_real_cluster(rendered):
     """Issue 27: what a real cluster would have hit, read from the rendered manifests."""
     rule_file = ROOT / "deploy/monitoring/prometheus-adapter-rules.yaml"
@@ -203,23 +222,8 @@ def test_the_manifests_hold_on_a_real_cluster(rendered):
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     for overlay in ("cpu", "gpu"):
         docs = documents(rendered[overlay])
-        # 1. A client pod labelled tts-client=true, as the docs say, reaches Triton; an
-        # unlabelled one only the gateway; Prometheus' pods, wherever they run, the metrics.
-        policy = docs["NetworkPolicy/tts"]
-        ns = {"kubernetes.io/metadata.name": "tts"}
-        assert admitted(policy, {"tts-client": "true"}, "tts", ns) == {8080, 8000, 8001}
-        assert admitted(policy, {"app": "other"}, "tts", ns) == {8080}
-        prometheus = {"app.kubernetes.io/name": "prometheus"}
-        observability = {"kubernetes.io/metadata.name": "observability"}
-        assert admitted(policy, prometheus, "observability", observability) >= {8002, 8003}
-        # Every selector finds the pods it is meant for.
+        check_the_network_policy_and_selectors(docs)  # 1.
         deployment = docs["Deployment/tts"]
-        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
-        for kind_name in ("Deployment/tts", "PodDisruptionBudget/tts"):
-            assert docs[kind_name]["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
-        assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
-        for name in ("tts-triton", "tts-metrics"):
-            assert docs[f"Service/{name}"]["spec"]["selector"].items() <= pod_labels.items()
         # 2. Liveness is the launcher's own, on its port: not Triton's through the front door.
         pod = deployment["spec"]["template"]["spec"]
         (container,) = pod["containers"]
