@@ -131,14 +131,14 @@ unit: $(VENV)/.installed
 # one test file each at a time (a file's servers are its own; most of a test's time is a
 # server starting, draining or timing out, so two overlap well even on two cores).
 # PYTEST_WORKERS=0 runs them in one process.
-# The three venvs install side by side (one after another they took 2 minutes of a fresh
-# clone's run; most of it unpacking, which overlaps); the system packages before them, once
-# (two apt-get at a time would fight over dpkg's lock).
 PYTEST_WORKERS ?= 2
 test: test-setup export lint
 	$(PY) -m pytest -rs --durations=15 -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	  $(PYTEST_ARGS)
 
+# The three venvs install side by side (one after another they took 2 minutes of a fresh
+# clone's run; most of it unpacking, which overlaps); the system packages before them, once
+# (two apt-get at a time would fight over dpkg's lock).
 test-setup: system-deps test-system-deps
 	@$(MAKE) --no-print-directory -j3 $(VENV)/.installed client-venv deploy-venv
 
@@ -155,7 +155,8 @@ $(CLIENT_VENV)/.installed: client/pyproject.toml $(wildcard wire/tts_wire/*.py) 
 	touch $@
 
 # The tools that check the deployment files (hadolint, kubernetes-validate, checkov), in a venv
-# of their own: checkov's pins would clash with the project's. tests/repository/test_image.py and test_deploy.py use it.
+# of their own: checkov's pins would clash with the project's. tests/repository/test_image.py
+# and test_deploy.py use it.
 DEPLOY_VENV ?= .venv-deploy
 deploy-venv: $(DEPLOY_VENV)/.installed
 $(DEPLOY_VENV)/.installed: requirements/deploy.txt

@@ -41,7 +41,7 @@ def served(exported_repository, tmp_path_factory):
 def perf_analyzer(protocol: str, port: int, concurrency: int) -> subprocess.CompletedProcess:
     """The README's perf_analyzer command (no retries, as it always runs), with count windows
     so a busy machine gives slow figures rather than no stable window. A window counts as many
-    requests as are in flight: three of them, 48 requests, where 96 cost 50 CPU-seconds more."""
+    requests as are in flight: three of them, 48 requests (96 took 20 CPU-seconds more a run)."""
     command = [
         sys.executable, "-m", "perf_analyzer_configs.pa", "-m", "tts",
         "-u", f"localhost:{port}", "-i", protocol,
