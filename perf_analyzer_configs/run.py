@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from tritonclient.utils import InferenceServerException
 
 from perf_analyzer_configs.report import STAGES, Row, make_row, plot, write_csv
 from tts_tools.launcher.processes import ServerProcess
@@ -233,7 +234,9 @@ def prepare(args, grpc_port: int, work: Path) -> tuple[dict[str, Path], dict[str
     its requests."""
     texts = load_texts(args.texts)
     work.mkdir(parents=True, exist_ok=True)
-    inputs = capture_inputs(grpc_port, texts, work)
+    # The stages' own inputs, only where a stage is measured (the public models need none).
+    stages = set(args.models) & set(STAGES)
+    inputs = capture_inputs(grpc_port, texts, work) if stages else {}
     inputs["tts"] = args.texts
     inputs["tts_stream"] = args.paragraphs
     if args.smoke:  # a few seconds, not minutes: only the short paragraphs
@@ -352,7 +355,18 @@ def main(argv: list[str] | None = None) -> int:
         key, configured = admin_key()
         headers = admin_headers(key) if configured else None
         http_port = args.http_port or 8000
-        rows = sweep(args, args.grpc_port, http_port, args.metrics_port, args.out, headers)
+        try:
+            rows = sweep(args, args.grpc_port, http_port, args.metrics_port, args.out, headers)
+        except InferenceServerException as e:
+            if e.status() != "StatusCode.PERMISSION_DENIED":
+                raise
+            # The front door of `make serve` keeps the stages for the admin key, which
+            # perf_analyzer could carry only on its command line (seen by every local user).
+            raise SystemExit(
+                f"{e.message()}\nMeasure the public models alone (--models tts tts_stream), or "
+                'the stages on a server that opens them (make serve FRONT_ARGS="--public-models '
+                "'*'\")."
+            ) from None
     else:
         log = Path(tempfile.mkdtemp(prefix="perf-")) / "triton.log"
         extra = [f"--model-config-name={args.profile}"] if args.profile else []
