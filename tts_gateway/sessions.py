@@ -2,13 +2,20 @@
 
 A client (an agent feeding an LLM's tokens) sends ``session.config``, then ``input.text``
 pieces as they are written, then ``input.done``; the gateway answers each spoken piece with
-``audio.start``, its audio as binary frames, ``audio.done``, and ends with ``session.done``
-(the connection may then start another session). Ours on top: ``input.flush`` (speak what is
-buffered now), ``input.cancel`` (barge-in: drop the buffered text and the queued pieces,
-cancel their Triton requests, answered by ``input.cancelled``), ``session.close``, word
-timestamps in ``audio.start``, a priority, and the buffering rule's numbers. Each piece is one
-``tts`` request through :meth:`tts_client.AsyncTTSClient.session`, so every session is
-batched with everyone else's in Triton. docs/sessions.md has the protocol and the limits.
+``audio.start``, its audio as binary frames, ``audio.done``, and ends the utterance with
+``session.done``. The connection stays open: the config is kept for the next utterance
+(more ``input.text``), and another ``session.config`` between utterances replaces it. Ours on
+top: ``input.flush`` (speak what is buffered now), ``input.cancel`` (barge-in: drop the
+buffered text and the queued pieces, cancel their Triton requests, answered by
+``input.cancelled``), ``session.close``, word timestamps in ``audio.start``, a priority, and
+the buffering rule's numbers. Each piece is one ``tts`` request through
+:meth:`tts_client.AsyncTTSClient.session`, so every session is batched with everyone else's
+in Triton. docs/sessions.md has the protocol and the limits.
+
+One task reads the socket for the whole connection and every message it reads is handled, in
+order: a message for the next utterance waits until the current one has sent its
+``session.done`` (a reader per utterance, cancelled at its end, could take the next message
+off the socket and lose it).
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ import asyncio
 import json
 import logging
 import time
+from asyncio import FIRST_COMPLETED
+from collections import Counter
+from dataclasses import dataclass
 from typing import Literal
 
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
@@ -53,7 +63,18 @@ IGNORED = (
     "x_vector_only_mode",
     "speaker_embedding",
     "streaming_mode",
+    "non_streaming_mode",
+    "seed",
 )
+# vLLM-Omni's split_granularity as a buffering rule: "none" speaks only at input.done (or a
+# flush), "sentence" at sentence ends, "clause" at every clause boundary too. Without it, our
+# rule (an early first clause, then sentences).
+NEVER = 10**9
+GRANULARITY = {
+    "none": {"cut": False},
+    "sentence": {"first_words": NEVER, "clause_words": NEVER},
+    "clause": {"first_words": 1, "clause_words": 1},
+}
 
 
 class SessionConfig(BaseModel):
@@ -64,9 +85,10 @@ class SessionConfig(BaseModel):
 
     type: Literal["session.config"]
     model: str | None = None
-    voice: str | None = Field(None, description="a voice id or alias; default: the first")
+    voice: str | None = Field(None, description="a voice id or alias (or `speaker`)")
     response_format: Literal["wav", "pcm", "mp3", "opus", "flac", "aac"] = "wav"
-    speed: float = Field(1.0, ge=MIN_SPEED, le=MAX_SPEED, allow_inf_nan=False)
+    speed: float | None = Field(1.0, ge=MIN_SPEED, le=MAX_SPEED, allow_inf_nan=False)
+    split_granularity: Literal["none", "sentence", "clause"] | None = None
     stream_audio: bool = Field(False, description="pcm in frames of 0.2 s, not one per piece")
     word_timestamps: bool = False
     priority: Literal[1, 2] | None = Field(None, description="1 interactive, 2 bulk")
@@ -77,7 +99,21 @@ class SessionConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _drop_ignored(cls, data):
-        return {k: v for k, v in data.items() if k not in IGNORED}
+        data = {k: v for k, v in data.items() if k not in IGNORED}
+        if "speaker" in data:  # vLLM-Omni's newer clients name the voice so
+            speaker = data.pop("speaker")
+            if data.setdefault("voice", speaker) != speaker:
+                raise ValueError("voice and speaker name different voices; give one")
+        return data
+
+    def rule(self) -> BufferRule:
+        """When this session's buffered text is spoken."""
+        if self.split_granularity is None:
+            return BufferRule(self.first_words, self.clause_words, self.max_chars)
+        ours = {"first_words", "clause_words"} & self.model_fields_set
+        if ours:
+            raise ValueError(f"give split_granularity or {' and '.join(sorted(ours))}, not both")
+        return BufferRule(max_chars=self.max_chars, **GRANULARITY[self.split_granularity])
 
 
 class SessionEnd(Exception):
@@ -103,11 +139,12 @@ class Sessions:
         self.settings = settings
         self.service = service
         self.open = 0
+        self.by_client: Counter[str] = Counter()  # connections with sessions per address
         self.voices = settings.voice_names()
         self.formats = served_formats(settings.pcm_sample_rate)
 
-    def refusal(self) -> SessionEnd | None:
-        """Why a new connection is refused at once, if it is."""
+    def refusal(self, client: str) -> SessionEnd | None:
+        """Why a new connection from ``client`` is refused at once, if it is."""
         if self.service.drain.cut_at is not None:
             return SessionEnd(TRY_LATER, "the gateway is shutting down; reconnect", "draining")
         if self.open >= self.settings.max_sessions:
@@ -116,20 +153,32 @@ class Sessions:
                 f"this gateway holds {self.settings.max_sessions} sessions already; retry later",
                 "rate_limit_exceeded",
             )
+        if self.by_client[client] >= self.settings.max_sessions_per_client:
+            return SessionEnd(
+                TRY_LATER,
+                f"your address holds {self.settings.max_sessions_per_client} sessions already "
+                "(--max-sessions-per-client); close one or retry later",
+                "rate_limit_exceeded",
+            )
         return None
 
     async def serve(self, websocket: WebSocket) -> None:
         await websocket.accept()
-        refused = self.refusal()
+        client = websocket.client.host if websocket.client else ""
+        refused = self.refusal(client)
         connection = Connection(self, websocket)
         if refused is not None:
             return await connection.end(refused)
         self.open += 1
+        self.by_client[client] += 1
         self.service.metrics.sessions.inc()
         try:
             await connection.run()
         finally:
             self.open -= 1
+            self.by_client[client] -= 1
+            if not self.by_client[client]:
+                del self.by_client[client]
             self.service.metrics.sessions.dec()
 
     def options(self, config: SessionConfig) -> tuple[SynthesisOptions, BufferRule]:
@@ -142,18 +191,31 @@ class Sessions:
             raise SessionEnd(POLICY, f"unknown voice {name!r}; voices: {', '.join(self.voices)}")
         if config.stream_audio and config.response_format != "pcm":
             raise SessionEnd(POLICY, "stream_audio needs response_format 'pcm'")
+        speed = 1.0 if config.speed is None else config.speed
         try:
             options = voice.options(
-                config.speed, priority=config.priority, word_timestamps=config.word_timestamps
+                speed, priority=config.priority, word_timestamps=config.word_timestamps
             )
+            rule = config.rule()
         except ValueError as e:
             raise SessionEnd(POLICY, f"session.config: {e}") from None
-        rule = BufferRule(config.first_words, config.clause_words, config.max_chars)
         return options, rule
 
 
+@dataclass
+class Utterance:
+    """The text between one ``session.config`` (or ``session.done``) and the next
+    ``session.done``: a session of the client library and the task that sends its audio."""
+
+    index: int
+    session: SpeechSession
+    writer: asyncio.Task
+    received: int = 0  # characters of input.text
+    done: bool = False  # input.done was read
+
+
 class Connection:
-    """One WebSocket: sessions one after another, each a reader and a writer task."""
+    """One WebSocket: utterances one after another, read by one reader, each with a writer."""
 
     def __init__(self, sessions: Sessions, websocket: WebSocket) -> None:
         self.sessions = sessions
@@ -163,20 +225,14 @@ class Connection:
         self.open_piece: list[int] | None = None  # [index, bytes] between start and done
         self.sending = False  # the writer has a piece in hand (a slow reader may hold it)
         self.started = time.monotonic()
+        self.receiving: asyncio.Task | None = None  # the one receive() of the socket
+        self.config: SessionConfig | None = None  # kept across utterances
+        self.utterance: Utterance | None = None
+        self.utterances = 0
 
     async def run(self) -> None:
-        first = True
         try:
-            while True:
-                config = await self._config(first)
-                if config is None:
-                    return await self.end(SessionEnd(NORMAL))
-                first = False
-                options, rule = self.sessions.options(config)
-                backend = self.sessions.service.backend
-                async with backend.session(options, rule=rule) as session:
-                    if not await self._session(session, config):
-                        return await self.end(SessionEnd(NORMAL))
+            await self._serve()
         except SessionEnd as end:
             await self.end(end)
         except WebSocketDisconnect:
@@ -184,6 +240,33 @@ class Connection:
         except Exception:
             log.exception("session failed")  # the trace stays in the log, not in the frame
             await self.end(SessionEnd(INTERNAL, "internal error", "internal"))
+        finally:
+            await self._drop_utterance()
+            if self.receiving is not None:
+                self.receiving.cancel()
+                await asyncio.gather(self.receiving, return_exceptions=True)
+
+    async def _serve(self) -> None:
+        while True:
+            data = await self._next_message()
+            if data is None:  # session.close
+                return await self.end(SessionEnd(NORMAL))
+            kind = data["type"]
+            if self.utterance is not None and self.utterance.done and kind != "input.cancel":
+                await self._finish()  # this message is the next utterance's
+            if kind == "session.config":
+                if self.utterance is not None:
+                    raise SessionEnd(
+                        POLICY,
+                        "session.config while an utterance is in progress; send input.done first",
+                    )
+                self.config = self._parse_config(data)
+                continue
+            if self.config is None:
+                raise SessionEnd(POLICY, f"expected session.config first, got {kind!r}")
+            if self.utterance is None:
+                self._begin()
+            await self._handle(self.utterance, data)
 
     async def end(self, end: SessionEnd) -> None:
         if self.ws.client_state != WebSocketState.CONNECTED:
@@ -199,15 +282,47 @@ class Connection:
     async def _json(self, payload: dict) -> None:
         await self.ws.send_text(json.dumps(payload))
 
-    async def _message(self, timeout: float | None) -> dict | None:
-        """The next client message as a dict; None at ``session.close``; SessionEnd on a bad
-        one or after ``timeout`` without one."""
-        try:
-            message = await asyncio.wait_for(self.ws.receive(), timeout)
-        except asyncio.TimeoutError:
+    def _limit_left(self) -> float:
+        return self.started + self.settings.session_max_s - time.monotonic()
+
+    async def _next_message(self) -> dict | None:
+        """The next client message; None at ``session.close``. Meanwhile the utterance's
+        writer may end it (its error raises). SessionEnd on a bad message, at the connection's
+        time limit, or when silent past the idle limit with nothing being said."""
+        while True:
+            left = self._limit_left()
+            if left <= 0:
+                raise SessionEnd(
+                    POLICY,
+                    f"the session reached its limit of {self.settings.session_max_s:g} s",
+                    "session_too_long",
+                )
+            idle = CONFIG_TIMEOUT_S if self.config is None else self.settings.session_idle_s
+            wait = min(left, idle)
+            if self.receiving is None:
+                self.receiving = asyncio.ensure_future(self.ws.receive())
+            waiting = {self.receiving}
+            writer = self.utterance.writer if self.utterance is not None else None
+            if writer is not None:
+                waiting.add(writer)
+            done, _ = await asyncio.wait(waiting, timeout=wait, return_when=FIRST_COMPLETED)
+            if self.receiving in done:
+                message, self.receiving = self.receiving.result(), None
+                return self._parse(message)
+            if writer is not None and writer in done:
+                await self._finish()
+                continue
+            busy = self.utterance is not None and (
+                self.utterance.done or self.utterance.session.busy or self.sending
+            )
+            if left <= wait or busy:
+                continue  # the length limit (above), or audio still being made or sent
             raise SessionEnd(
-                POLICY, f"no message for {timeout:g} s; the session is closed", "idle_timeout"
-            ) from None
+                POLICY, f"no message for {wait:g} s; the session is closed", "idle_timeout"
+            )
+
+    def _parse(self, message: dict) -> dict | None:
+        """A received message as a dict; None for ``session.close``; SessionEnd if bad."""
         if message["type"] == "websocket.disconnect":
             raise WebSocketDisconnect(message.get("code", 1000))
         raw = message.get("text")
@@ -228,111 +343,84 @@ class Connection:
             raise SessionEnd(POLICY, "each message must be a JSON object with a 'type'")
         return None if data["type"] == "session.close" else data
 
-    async def _config(self, first: bool) -> SessionConfig | None:
-        timeout = CONFIG_TIMEOUT_S if first else self.settings.session_idle_s
-        data = await self._message(timeout)
-        if data is None:
-            return None
-        if data["type"] != "session.config":
-            raise SessionEnd(POLICY, f"expected session.config first, got {data['type']!r}")
+    def _parse_config(self, data: dict) -> SessionConfig:
         try:
-            return SessionConfig(**data)
+            config = SessionConfig(**data)
         except ValidationError as e:
             problem = e.errors()[0]
             where = ".".join(str(p) for p in problem.get("loc", ())) or "session.config"
             raise SessionEnd(POLICY, f"session.config: {where}: {problem['msg']}") from None
+        self.sessions.options(config)  # checked now: a bad voice is refused at its config
+        return config
 
-    async def _session(self, session: SpeechSession, config: SessionConfig) -> bool:
-        """One session to its end; False when the connection closes with it."""
-        writer = asyncio.ensure_future(self._write(session, config))
-        reader = asyncio.ensure_future(self._read(session))
+    def _begin(self) -> None:
+        assert self.config is not None
+        options, rule = self.sessions.options(self.config)
+        session = self.sessions.service.backend.session(options, rule=rule)
+        writer = asyncio.ensure_future(self._write(session, self.config, self.utterances))
+        self.utterance = Utterance(self.utterances, session, writer)
+        self.utterances += 1
+
+    async def _finish(self) -> None:
+        """The utterance's writer to its end (its session.done sent, or its error raised)."""
+        utterance = self.utterance
+        assert utterance is not None
         try:
-            done, _ = await asyncio.wait({writer, reader}, return_when=asyncio.FIRST_COMPLETED)
-            if reader in done and reader.exception() is None:
-                return False  # session.close (the reader ends otherwise only by an error)
-            for task in done:
-                if task.exception() is not None:
-                    raise task.exception()
-            await writer
-            return True
+            await utterance.writer
         finally:
-            for task in (reader, writer):
-                task.cancel()
-            await asyncio.gather(reader, writer, return_exceptions=True)
+            await self._drop_utterance()
 
-    def _limit_left(self) -> float:
-        return self.started + self.settings.session_max_s - time.monotonic()
+    async def _drop_utterance(self) -> None:
+        utterance, self.utterance = self.utterance, None
+        if utterance is not None:
+            utterance.writer.cancel()
+            await asyncio.gather(utterance.writer, return_exceptions=True)
+            await utterance.session.close()
 
-    async def _read(self, session: SpeechSession) -> None:
-        """Client messages until session.close (returns) or an error (raises); otherwise the
-        writer ends the session."""
-        received = 0
-        done = False
-        while True:
-            left = self._limit_left()
-            if left <= 0:
+    async def _handle(self, utterance: Utterance, data: dict) -> None:
+        session, kind = utterance.session, data["type"]
+        if kind == "input.text":
+            text = data.get("text")
+            if not isinstance(text, str):
+                raise SessionEnd(POLICY, "input.text needs a 'text' string")
+            utterance.received += len(text)
+            if utterance.received > self.settings.session_max_chars:
                 raise SessionEnd(
                     POLICY,
-                    f"the session reached its limit of {self.settings.session_max_s:g} s",
+                    f"the session's text is over {self.settings.session_max_chars} "
+                    "characters; start a new session",
                     "session_too_long",
                 )
-            wait = min(left, self.settings.session_idle_s)
-            try:
-                data = await self._message(wait)
-            except SessionEnd as end:
-                if end.kind != "idle_timeout":
-                    raise
-                if left <= wait or done or session.busy or self.sending:
-                    continue  # the length limit (above), or audio still being made or sent
-                raise
-            if data is None:
-                return
-            kind = data["type"]
-            if kind == "input.text":
-                text = data.get("text")
-                if not isinstance(text, str):
-                    raise SessionEnd(POLICY, "input.text needs a 'text' string")
-                if done:
-                    raise SessionEnd(POLICY, "input.text after input.done; start a new session")
-                received += len(text)
-                if received > self.settings.session_max_chars:
-                    raise SessionEnd(
-                        POLICY,
-                        f"the session's text is over {self.settings.session_max_chars} "
-                        "characters; start a new session",
-                        "session_too_long",
-                    )
-                await session.send(text)
-            elif kind == "input.flush" and not done:
-                await session.flush()
-            elif kind == "input.done" and not done:
-                done = True
-                await session.done()
-            elif kind == "input.cancel":
-                await self._cancel(session)
-            else:
-                raise SessionEnd(
-                    POLICY,
-                    f"unexpected message {kind!r}"
-                    + (" after input.done" if done else "")
-                    + "; expected input.text, input.flush, input.done, input.cancel or "
-                    "session.close",
-                )
+            await session.send(text)
+        elif kind == "input.flush":
+            await session.flush()
+        elif kind == "input.done":
+            utterance.done = True
+            await session.done()
+        elif kind == "input.cancel":
+            await self._cancel(utterance)
+        else:
+            raise SessionEnd(
+                POLICY,
+                f"unexpected message {kind!r}; expected session.config, input.text, "
+                "input.flush, input.done, input.cancel or session.close",
+            )
 
-    async def _cancel(self, session: SpeechSession) -> None:
+    async def _cancel(self, utterance: Utterance) -> None:
         """Barge-in: no audio of what was said before is sent after ``input.cancelled``."""
         async with self.lock:
-            dropped = await session.cancel()
+            dropped = await utterance.session.cancel()
             if self.open_piece is not None:  # cut the piece being sent
                 index, sent = self.open_piece
                 self.open_piece = None
                 await self._json(
-                    {"type": "audio.done", "sentence_index": index, "total_bytes": sent,
-                     "error": False, "cancelled": True}
+                    {"type": "audio.done", "utterance_index": utterance.index,
+                     "sentence_index": index, "total_bytes": sent, "error": False,
+                     "cancelled": True}
                 )  # fmt: skip
             await self._json({"type": "input.cancelled", "dropped_sentences": dropped})
 
-    async def _write(self, session: SpeechSession, config: SessionConfig) -> None:
+    async def _write(self, session: SpeechSession, config: SessionConfig, utterance: int) -> None:
         fmt = self.sessions.formats[config.response_format]
         pieces = 0
         while True:
@@ -351,6 +439,7 @@ class Connection:
             frames = [data[k : k + step] for k in range(0, len(data), step)]
             start = {
                 "type": "audio.start",
+                "utterance_index": utterance,
                 "sentence_index": chunk.index,
                 "sentence_text": chunk.text,
                 "format": fmt.name,
@@ -372,13 +461,17 @@ class Connection:
             async with self.lock:
                 if session.turn == turn and self.open_piece is not None:
                     await self._json(
-                        {"type": "audio.done", "sentence_index": chunk.index,
-                         "total_bytes": self.open_piece[1], "error": False}
+                        {"type": "audio.done", "utterance_index": utterance,
+                         "sentence_index": chunk.index, "total_bytes": self.open_piece[1],
+                         "error": False}
                     )  # fmt: skip
                     self.open_piece = None
                     pieces += 1
+        self.sending = False
         async with self.lock:
-            await self._json({"type": "session.done", "total_sentences": pieces})
+            await self._json(
+                {"type": "session.done", "utterance_index": utterance, "total_sentences": pieces}
+            )
 
 
 def add_routes(app: FastAPI, settings: GatewaySettings, service: SpeechService) -> None:

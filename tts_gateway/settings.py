@@ -198,7 +198,9 @@ class GatewaySettings:
     # Voice-agent sessions (WebSocket /v1/audio/speech/stream, docs/sessions.md): how many
     # connections at once (beyond it, closed at once with 1013), a message's size, a session's
     # text, a connection's length, and how long a session may stay silent with nothing to say.
+    # Per caller address too, so one address cannot hold every session.
     max_sessions: int = 256
+    max_sessions_per_client: int = 64
     session_max_message_chars: int = 65_536
     session_max_chars: int = 100_000
     session_max_s: float = 3600.0
@@ -213,6 +215,7 @@ class GatewaySettings:
             "max_concurrent_requests",
             "max_streams_per_client",
             "max_sessions",
+            "max_sessions_per_client",
             "session_max_message_chars",
             "session_max_chars",
             "session_max_s",

@@ -39,17 +39,22 @@ class BufferRule:
       cancel): the first audio comes early, at a place where a pause sounds natural;
     - a clause boundary once the piece holds ``clause_words`` words (long sentences);
     - the last space before ``max_chars`` characters (text without punctuation).
+
+    With ``cut=False`` nothing is cut: the text is spoken at a flush or at the end.
     """
 
     first_words: int = 2
     clause_words: int = 20
     max_chars: int = 300
+    cut: bool = True
 
     def __post_init__(self) -> None:
         for name in ("first_words", "clause_words", "max_chars"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+        if not isinstance(self.cut, bool):
+            raise ValueError(f"cut must be True or False, got {self.cut!r}")
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,8 @@ class TextBuffer:
 
     def _cut(self) -> int | None:
         text, rule = self.text, self.rule
+        if not rule.cut:
+            return None
         cuts = []
         for match in SENTENCE_END.finditer(text):
             if inside_phonemes(text, match.end()):

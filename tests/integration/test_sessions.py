@@ -53,6 +53,16 @@ def test_an_outside_vllm_omni_client_gets_each_sentence_as_the_alone_request_wou
         assert rms_dbfs(samples) > -35  # speech, not silence
 
 
+def test_a_newer_vllm_omni_client_speaks_utterance_after_utterance_on_one_connection(gateway):
+    """Its newer flow: `speaker`, `split_granularity`, the config kept across input.done."""
+    utterances = [pieces(SENTENCES[k], 7) for k in range(3)]
+    got = OUTSIDE["speak_utterances"](ws_url(gateway), utterances, speaker="joe")
+    assert [[sentence for sentence, _ in u] for u in got] == [[s] for s in SENTENCES[:3]]
+    for (_, wav), sentence in zip((u[0] for u in got), SENTENCES):
+        samples, rate = decode(wav, "wav")
+        assert len(samples) / rate > len(sentence.split()) * 0.15 and rms_dbfs(samples) > -35
+
+
 def test_our_client_times_every_word_of_the_sessions_text(server):
     text = " ".join(SENTENCES[:3])
 
@@ -108,7 +118,9 @@ def test_concurrent_sessions_are_batched_together_in_triton(gateway, server):
     before = model_statistics(address, ["acoustic", "vocoder"], server.admin_headers)
     results = run_sessions(gateway, 8, SENTENCES[2] + " " + SENTENCES[3])
     for got in results:
-        assert got[-1] == {"type": "session.done", "total_sentences": 2}, got[-1]
+        assert got[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 2}, got[
+            -1
+        ]
         assert sum(g.get("bytes", 0) for g in got) > 24000 * 2  # seconds of audio
     after = model_statistics(address, ["acoustic", "vocoder"], server.admin_headers)
     for model in ("acoustic", "vocoder"):

@@ -4,10 +4,17 @@ back-pressure, and the gateway's WebSocket protocol over a fake backend."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
+import uvicorn
+import websocket
 from starlette.testclient import TestClient
 
 from tests.support.fake_backend import FakeBackend
@@ -15,6 +22,7 @@ from tts_client.audio import Audio, Word
 from tts_client.errors import InvalidInput, ServerOverloaded
 from tts_client.session import BufferRule, SpeechSession, TextBuffer
 from tts_gateway.app import create_app
+from tts_gateway.sessions import SessionConfig
 from tts_gateway.settings import GatewaySettings, Voice
 
 RATE = 22050
@@ -234,7 +242,7 @@ def test_the_vllm_omni_protocol_in_order_with_one_wav_per_sentence():
             start, audio, done = got[3 * k : 3 * k + 3]
             assert start["sentence_index"] == done["sentence_index"] == k
             assert audio[:4] == b"RIFF" and done["total_bytes"] == len(audio)
-        assert got[-1] == {"type": "session.done", "total_sentences": 3}
+        assert got[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 3}
         # The connection takes another session, then closes cleanly on session.close.
         ws.send_json({"type": "session.config", "response_format": "pcm", "stream_audio": True})
         ws.send_json({"type": "input.text", "text": "A second session of some length."})
@@ -339,8 +347,8 @@ def test_cancel_cuts_the_piece_being_sent_and_the_session_goes_on():
         # Two frames went out (the second was under way); then the piece was closed as cut,
         # with what was sent, before the answer; no audio of the old turn after it.
         assert len(frames) == 2 and got[2:] == [
-            {"type": "audio.done", "sentence_index": 0, "total_bytes": 19200, "error": False,
-             "cancelled": True},
+            {"type": "audio.done", "utterance_index": 0, "sentence_index": 0,
+             "total_bytes": 19200, "error": False, "cancelled": True},
             {"type": "input.cancelled", "dropped_sentences": got[-1]["dropped_sentences"]},
         ]  # fmt: skip
         assert got[-1]["dropped_sentences"] >= 1  # "A third." at least was never spoken
@@ -349,7 +357,7 @@ def test_cancel_cuts_the_piece_being_sent_and_the_session_goes_on():
         rest = receive_all(ws)
         starts = [g["sentence_text"] for g in rest if isinstance(g, dict) and "sentence_text" in g]
         assert starts == ["After it."] and rest[0]["sentence_text"] == "After it."
-        assert rest[-1] == {"type": "session.done", "total_sentences": 1}
+        assert rest[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 1}
 
 
 def test_sessions_are_refused_over_the_limit_and_a_failure_is_an_error_not_silence():
@@ -388,7 +396,7 @@ def test_a_session_needs_the_key_and_the_pages_origin():
             with client.websocket_connect(path, headers=headers) as ws:
                 ws.send_json({"type": "session.config"})
                 ws.send_json({"type": "input.done"})
-                assert ws.receive_json() == {"type": "session.done", "total_sentences": 0}
+                assert ws.receive_json()["total_sentences"] == 0
 
 
 def test_an_idle_session_is_closed_but_not_while_its_audio_is_being_made():
@@ -425,3 +433,151 @@ def test_flush_speaks_half_a_sentence_and_the_session_limits_hold():
             error = ws.receive_json()  # nothing sent: the connection's time runs out
             assert error["code"] == "session_too_long" and "0.5 s" in error["message"]
             assert ws.receive()["code"] == 1008
+
+
+# One connection, many utterances: nothing read is dropped; vLLM-Omni's newer clients.
+
+
+@contextlib.contextmanager
+def served(app) -> Iterator[str]:
+    """``app`` under a real uvicorn on a free loopback port: its WebSocket URL. (Starlette's
+    TestClient hands messages over in-process and hides races of the socket.)"""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield f"ws://127.0.0.1:{port}/v1/audio/speech/stream"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+def test_two_thousand_back_to_back_sessions_on_one_connection_lose_no_message():
+    """A reader per session, cancelled when its session ended, could take the next
+    session.config off the socket and drop it ("expected session.config first"): over a real
+    socket that happened within a few dozen sessions."""
+    app = create_app(GatewaySettings(), lambda _s: FakeBackend())
+    with served(app) as url:
+        ws = websocket.create_connection(url, timeout=30)
+        try:
+            for k in range(2000):
+                ws.send(json.dumps({"type": "session.config", "response_format": "pcm"}))
+                if k % 2:
+                    ws.send(json.dumps({"type": "input.text", "text": "Hi."}))
+                ws.send(json.dumps({"type": "input.done"}))
+                while True:
+                    opcode, data = ws.recv_data()
+                    assert opcode != websocket.ABNF.OPCODE_CLOSE, f"closed at session {k}"
+                    if opcode == websocket.ABNF.OPCODE_TEXT:
+                        last = json.loads(data)
+                        if last["type"] in ("session.done", "error"):
+                            break
+                assert last == {
+                    "type": "session.done", "utterance_index": k, "total_sentences": k % 2
+                }, (k, last)  # fmt: skip
+        finally:
+            ws.close()
+
+
+def test_the_config_is_kept_across_utterances_and_a_new_one_replaces_it():
+    """vLLM-Omni's newer server: input.done ends an utterance, not the session; the next
+    input.text speaks with the same config; a session.config between utterances replaces it."""
+    backend = FakeBackend()
+    app = create_app(GatewaySettings(), lambda _s: backend)
+    with TestClient(app) as client, client.websocket_connect("/v1/audio/speech/stream") as ws:
+        ws.send_json({"type": "session.config", "speaker": "alloy", "speed": 2.0,
+                      "response_format": "pcm", "split_granularity": "sentence", "seed": 7,
+                      "non_streaming_mode": False})  # fmt: skip
+        for k in range(3):
+            ws.send_json({"type": "input.text", "text": f"Utterance {k}, one. Two."})
+            ws.send_json({"type": "input.done"})
+        for k in range(3):
+            got = receive_all(ws)
+            starts = [g for g in got if isinstance(g, dict) and g["type"] == "audio.start"]
+            assert [s["sentence_text"] for s in starts] == [f"Utterance {k}, one.", "Two."]
+            assert {s["utterance_index"] for s in starts} == {k}
+            assert got[-1] == {"type": "session.done", "utterance_index": k, "total_sentences": 2}
+        ws.send_json({"type": "session.config", "voice": "alloy", "response_format": "wav"})
+        ws.send_json({"type": "input.text", "text": "Back to one."})
+        ws.send_json({"type": "input.done"})
+        got = receive_all(ws)
+        assert got[1][:4] == b"RIFF" and got[-1]["utterance_index"] == 3
+    assert [o.speed for o in backend.options] == [2.0] * 6 + [1.0]
+
+
+@pytest.mark.parametrize(
+    "granularity, pieces",
+    [
+        (None, ["Well, I looked at your order,", "and it ships on Monday, before noon."]),
+        ("none", []),
+        ("sentence", ["Well, I looked at your order, and it ships on Monday, before noon."]),
+        ("clause", ["Well,", "I looked at your order,", "and it ships on Monday,", "before noon."]),
+    ],
+)
+def test_split_granularity_says_where_text_is_cut(granularity, pieces):
+    text = "Well, I looked at your order, and it ships on Monday, before noon. Then we"
+    config = SessionConfig(type="session.config", split_granularity=granularity)
+    assert pieces_of([text], config.rule())[0] == pieces
+
+
+def test_split_granularity_none_speaks_the_utterance_as_one_piece_at_input_done():
+    with ws_client() as client, client.websocket_connect("/v1/audio/speech/stream") as ws:
+        ws.send_json({"type": "session.config", "split_granularity": "none"})
+        ws.send_json({"type": "input.text", "text": "One sentence. And another, longer one. "})
+        ws.send_json({"type": "input.done"})
+        got = receive_all(ws)
+        starts = [g["sentence_text"] for g in got if isinstance(g, dict) and "sentence_text" in g]
+        assert starts == ["One sentence. And another, longer one."]
+
+
+@pytest.mark.parametrize(
+    "config, says",
+    [
+        ({"split_granularity": "clause", "first_words": 3}, "split_granularity or first_words"),
+        ({"split_granularity": "word"}, "split_granularity"),
+        ({"voice": "alloy", "speaker": "echo"}, "voice and speaker name different voices"),
+        ({"speaker": "nobody"}, "unknown voice 'nobody'"),
+        ({"sped": 1.0}, "sped"),  # unknown fields are still refused
+    ],
+)
+def test_newer_vllm_omni_fields_are_checked(config, says):
+    with ws_client() as client, client.websocket_connect("/v1/audio/speech/stream") as ws:
+        ws.send_json({"type": "session.config", **config})
+        error = ws.receive_json()
+        assert error["type"] == "error" and says in error["message"], error
+        assert ws.receive()["code"] == 1008
+
+
+def test_a_config_in_the_middle_of_an_utterance_is_refused():
+    with ws_client() as client, client.websocket_connect("/v1/audio/speech/stream") as ws:
+        ws.send_json({"type": "session.config"})
+        ws.send_json({"type": "input.text", "text": "half a"})
+        ws.send_json({"type": "session.config"})
+        error = ws.receive_json()
+        assert "send input.done first" in error["message"]
+        assert ws.receive()["code"] == 1008
+
+
+def test_one_address_cannot_hold_every_session():
+    with ws_client(max_sessions=8, max_sessions_per_client=2) as client:
+        path = "/v1/audio/speech/stream"
+        with client.websocket_connect(path) as a, client.websocket_connect(path) as b:
+            for ws in (a, b):
+                ws.send_json({"type": "session.config"})
+            with client.websocket_connect(path) as third:
+                error = third.receive_json()
+                assert "your address holds 2 sessions" in error["message"]
+                assert third.receive()["code"] == 1013
+            a.send_json({"type": "session.close"})
+            assert a.receive()["code"] == 1000
+        with client.websocket_connect(path) as again:  # freed: served
+            again.send_json({"type": "session.config"})
+            again.send_json({"type": "input.done"})
+            assert receive_all(again)[-1]["type"] == "session.done"
