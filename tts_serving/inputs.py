@@ -27,14 +27,35 @@ class CleanText:
     ends: tuple[int, ...]  # per character: one past its last (a base and its marks)
 
     def sent_span(self, start: int, end: int) -> tuple[int, int]:
-        """The span of the sent text that ``text[start:end]`` came from."""
+        """The span of the sent text that ``text[start:end]`` came from. Marks at its ends
+        that come from past a gap in the sent text (markup between: the "." after
+        ``</sub>``) are left out, so a word's span never covers markup."""
         n = len(self.text)
         if not n:
             return 0, 0
         start, end = int(start), int(end)  # (a stream's rows are float32)
         start = min(max(start, 0), n - 1)
         end = min(max(end, start + 1), n)
+        start, end = self._trim(start, end)
         return self.starts[start], self.ends[end - 1]
+
+    def _trim(self, start: int, end: int) -> tuple[int, int]:
+        text, starts, ends = self.text, self.starts, self.ends
+        first = start
+        while first < end - 1 and not text[first].isalnum():
+            first += 1
+        last = end - 1
+        while last > first and not text[last].isalnum():
+            last -= 1
+        for k in range(last + 1, end):  # the first gap after the word's last letter or digit
+            if starts[k] > ends[k - 1]:
+                end = k
+                break
+        for k in range(first, start, -1):  # the last gap before its first
+            if starts[k] > ends[k - 1]:
+                start = k
+                break
+        return start, end
 
 
 def clean_text(text: str) -> CleanText:

@@ -7,6 +7,7 @@ requests that speak its parts: equal within batch padding's rounding, batched or
 
 from __future__ import annotations
 
+import ast
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx2 as httpx
@@ -98,6 +99,27 @@ def test_word_timestamps_point_into_the_document(grpc_client):
     assert then.start - dog.end >= 0.5  # the break lies between them
 
 
+# A byte-order mark first, marks right after closing tags, a say-as kind this server does not
+# know (read as plain text).
+AFTER_TAGS = (
+    '\ufeff<speak>Ask for the <sub alias="World Wide Web Consortium">W3C</sub>. It weighs '
+    '<say-as interpret-as="unit">5 kg</say-as>, since <say-as interpret-as="date" '
+    'format="mdy">3/15/2024</say-as>, yes.</speak>'
+)
+
+
+def test_words_after_closing_tags_hold_no_markup_in_tts_and_tts_stream(grpc_client):
+    alone = grpc_client.synthesize(AFTER_TAGS, word_timestamps=True, **EXACT)
+    streamed = list(grpc_client.stream(AFTER_TAGS, word_timestamps=True, **EXACT))
+    expected = ["Ask", "for", "the", "W3C", "It", "weighs", "5", "kg", "since", "3/15/2024",
+                "yes."]  # fmt: skip
+    for words in (alone.words, [w for chunk in streamed for w in chunk.words]):
+        assert [w.text for w in words] == expected
+        for w in words:
+            assert AFTER_TAGS[w.char_start : w.char_end] == w.text
+    assert alone.duration > 4.0  # "five kilograms", the date: read, not the markup
+
+
 def test_hostile_documents_get_clear_errors_and_the_batch_beside_them_is_served(grpc_client):
     texts = [A, *HOSTILE, B]
 
@@ -156,5 +178,7 @@ def test_the_guide_runs_as_written(server, gateway, tmp_path):
     """docs/ssml.md's curl and Python, ports substituted."""
     out = run_guide("ssml.md", server, gateway, tmp_path)
     assert (tmp_path / "code.wav").read_bytes()[:4] == b"RIFF"
-    for word in ("('Call',", "('555-1234',", "('Nguyen',", "('W3C',"):
-        assert word in out, out
+    words = [text for text, _ in ast.literal_eval(out.strip())]
+    for word in ("Call", "555-1234", "Nguyen", "W3C", "3/15/2024"):
+        assert word in words, out
+    assert not any("<" in w or ">" in w for w in words), out  # "W3C</sub>." was one

@@ -29,13 +29,18 @@ _NUMBER = re.compile(r"^([+-]?)(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?$")
 _ORDINAL = re.compile(r"^(\d+)(?:st|nd|rd|th|\.)?$", re.IGNORECASE)
 
 
+def known(kind: str, fmt: str | None) -> bool:
+    """Whether ``kind`` (and a date's ``fmt``) is one this reads. SSML 1.1 (3.1.9): content of
+    an unknown one is read as if the element were not there."""
+    return kind in KINDS and (kind != "date" or fmt is None or fmt in DATE_FORMATS)
+
+
 def say_as(kind: str, text: str, fmt: str | None, english: bool) -> str:
-    """``text`` as ``kind`` is read (``fmt``: a date's field order), or InvalidInputError."""
+    """``text`` as ``kind`` is read (``fmt``: a date's field order), or InvalidInputError;
+    ``kind`` and ``fmt`` are :func:`known` ones."""
     text = " ".join(text.split())
-    if kind not in KINDS:
-        raise InvalidInputError(
-            f"<say-as>: interpret-as {kind!r} is not supported; use one of {', '.join(KINDS)}"
-        )
+    if not known(kind, fmt):
+        raise InvalidInputError(f"<say-as>: interpret-as {kind!r}, format {fmt!r} is not known")
     if not text:
         raise InvalidInputError(f"<say-as interpret-as={kind!r}> is empty; put the text inside")
     if kind in ("characters", "spell-out"):
@@ -80,11 +85,6 @@ def _cardinal(text: str) -> str:
 
 def _date(text: str, fmt: str | None) -> str:
     fmt = fmt or ("ymd" if re.match(r"^\d{4}\D", text) else "mdy")
-    if fmt not in DATE_FORMATS:
-        raise InvalidInputError(
-            f"<say-as interpret-as='date'>: format {fmt!r} is not supported; use one of "
-            f"{', '.join(DATE_FORMATS)}"
-        )
     parts = [p for p in re.split(r"[-/.\s]+", text) if p]
     if len(parts) != len(fmt) or not all(p.isdigit() for p in parts):
         raise InvalidInputError(

@@ -24,7 +24,7 @@ from tts_wire import MAX_PAUSE_S
 from ..errors import InvalidInputError
 from ..inputs import CleanText
 from .inline import CLOSE, OPEN
-from .say_as import say_as
+from .say_as import known, say_as
 
 MAX_DEPTH = 16
 MAX_ATTRIBUTE = 1000  # characters; a word's IPA is far shorter
@@ -53,7 +53,10 @@ ALLOWED = {
 TAKES_TEXT_ONLY = ("say-as", "sub", "phoneme")
 # An XML declaration or a DOCTYPE also makes a text a document (refused if not SSML): read as
 # words, its markup would be spoken.
-_START = re.compile(r"\s*(<\?xml[\s?]|<!DOCTYPE[\s>]|<speak[\s>/])", re.IGNORECASE)
+_START = re.compile(r"\ufeff?\s*(<\?xml[\s?]|<!DOCTYPE[\s>]|<speak[\s>/])", re.IGNORECASE)
+# Before the document: a byte-order mark (editors on Windows write one) and whitespace, which
+# XML does not allow before its declaration; parsed without them, located with them.
+_LEAD = "\ufeff \t\r\n"
 _TIME = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*$")
 
 
@@ -98,6 +101,7 @@ class Segment:
 class Document:
     segments: tuple[Segment, ...]
     leading_pause_s: float = 0.0
+    notes: tuple[str, ...] = ()  # what was read otherwise than it says: for the log
 
 
 def language_voice(language: str, current: str, voices: Sequence[VoiceInfo]) -> str:
@@ -132,9 +136,15 @@ class _Builder:
     """Expat's handlers: a stack of contexts, the runs of the open segment, the segments."""
 
     def __init__(
-        self, document: str, voice: str, voices: Sequence[VoiceInfo], limits: Limits
+        self,
+        document: str,
+        voice: str,
+        voices: Sequence[VoiceInfo],
+        limits: Limits,
+        offset: int = 0,
     ) -> None:
         self.limits = limits
+        self.offset = offset  # where ``document`` starts in the text as sent
         self.document = document
         self.encoded = document.encode()
         self.ascii = len(self.encoded) == len(document)
@@ -148,6 +158,7 @@ class _Builder:
         self.segments: list[Segment] = []
         self.leading = 0.0
         self.paused = 0.0
+        self.notes: list[str] = []
         self.parser: expat.XMLParserType | None = None
 
     # -- positions ----------------------------------------------------------------------------
@@ -162,12 +173,16 @@ class _Builder:
         n = len(data)
         if self.document.startswith("&", start):  # (a bare & is not well-formed XML)
             end = self.document.find(";", start) + 1 or start + 1
-            return [start] * n, [end] * n
-        if self.encoded.startswith(data.encode(), at):
-            return list(range(start, start + n)), list(range(start + 1, start + 1 + n))
-        last = len(self.document)  # a line end expat normalized ("\r\n" -> "\n")
-        starts = [min(start + i, last - 1) for i in range(n)]
-        return starts, [i + 1 for i in starts]
+            starts, ends = [start] * n, [end] * n
+        elif self.encoded.startswith(data.encode(), at):
+            starts, ends = list(range(start, start + n)), list(range(start + 1, start + 1 + n))
+        else:
+            last = len(self.document)  # a line end expat normalized ("\r\n" -> "\n")
+            starts = [min(start + i, last - 1) for i in range(n)]
+            ends = [i + 1 for i in starts]
+        if self.offset:
+            starts, ends = [i + self.offset for i in starts], [i + self.offset for i in ends]
+        return starts, ends
 
     # -- segments -----------------------------------------------------------------------------
     def top(self) -> _Context:
@@ -213,6 +228,18 @@ class _Builder:
             self.leading += pause
         self.runs = []  # (what was left spoke nothing: spaces between elements)
 
+    def unpause(self) -> None:
+        """Take back the pauses added since the last spoken text (``</s>``, ``</p>``)."""
+        if any(_speaks(spoken) for spoken, *_ in self.runs):
+            return
+        if self.segments:
+            last = self.segments[-1]
+            self.paused -= last.pause_after_s
+            self.segments[-1] = Segment(last.voice, last.rate, last.text, last.source, 0.0)
+        else:
+            self.paused -= self.leading
+            self.leading = 0.0
+
     # -- expat handlers -----------------------------------------------------------------------
     def start(self, tag: str, attrs: dict) -> None:
         top = self.top()
@@ -246,7 +273,10 @@ class _Builder:
         elif tag == "prosody":
             rate *= _rate(attrs)
         elif tag == "break":
-            self.close(_break(attrs))
+            pause = _break(attrs)
+            if pause == 0.0 and attrs.get("strength") == "none" and "time" not in attrs:
+                self.unpause()  # "none": no break here, not even a sentence's or paragraph's
+            self.close(pause)
         elif tag in ("p", "s"):
             self.close(0.0)
         self.stack.append(_Context(tag, voice, rate, attrs=attrs))
@@ -285,9 +315,18 @@ class _Builder:
             spoken = _phonemes(attrs)
         else:
             english = self.voices[context.voice].english
-            kind = _required(attrs, "say-as", "interpret-as")
+            kind, fmt = _required(attrs, "say-as", "interpret-as"), attrs.get("format")
+            if not known(kind, fmt):
+                self.notes.append(
+                    f"<say-as interpret-as={kind!r}"
+                    + (f" format={fmt!r}" if fmt is not None else "")
+                    + "> is not one this server knows: its text is read as plain text"
+                )
+                for data, starts, ends in context.pieces:
+                    self._add_run(data, data, starts, ends)
+                return
             try:
-                spoken = say_as(kind, shown, attrs.get("format"), english)
+                spoken = say_as(kind, shown, fmt, english)
             except InvalidInputError as e:
                 raise _Refused(str(e)) from None
         # What it says is its own text for the word timestamps, every character of it at the
@@ -406,7 +445,8 @@ def parse(
 ) -> Document:
     """The segments of ``document`` (spoken by ``voice`` unless it says otherwise), or
     InvalidInputError naming the line, column and tag of the first problem."""
-    builder = _Builder(document, voice, voices, limits)
+    skip = len(document) - len(document.lstrip(_LEAD))
+    builder = _Builder(document[skip:], voice, voices, limits, skip)
     parser = expat.ParserCreate()
     builder.parser = parser
     parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
@@ -424,20 +464,24 @@ def parse(
     parser.StartElementHandler = _located(parser, builder.start)
     parser.EndElementHandler = _located(parser, builder.end)
     parser.CharacterDataHandler = _located(parser, builder.text)
+    lead = document[:skip].split("\n")  # what was skipped, for the line and column
+
+    def place(line: int, column: int) -> str:
+        column += 1 + (len(lead[-1]) if line == 1 else 0)
+        return f"line {line + len(lead) - 1}, column {column}"
+
     try:
         parser.Parse(builder.encoded, True)
     except _Refused as e:
         where = (
             e.args[1] if len(e.args) > 1 else (parser.CurrentLineNumber, parser.CurrentColumnNumber)
         )
-        raise InvalidInputError(
-            f"SSML line {where[0]}, column {where[1] + 1}: {e.args[0]}"
-        ) from None
+        raise InvalidInputError(f"SSML {place(*where)}: {e.args[0]}") from None
     except expat.ExpatError as e:
         raise InvalidInputError(
-            f"SSML is not well-formed: {expat.errors.messages[e.code]} (line {e.lineno}, "
-            f"column {e.offset + 1})"
+            f"SSML is not well-formed: {expat.errors.messages[e.code]} "
+            f"({place(e.lineno, e.offset)})"
         ) from None
     if not builder.segments:
         raise InvalidInputError("the SSML document has no text to speak")
-    return Document(tuple(builder.segments), builder.leading)
+    return Document(tuple(builder.segments), builder.leading, tuple(builder.notes))

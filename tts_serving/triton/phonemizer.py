@@ -76,6 +76,8 @@ class Phonemizer:
         asked, words = options.normalize, options.word_timestamps
         if is_ssml(sent):
             document = ssml.parse(as_sent, name, self.voice_infos)
+            for note in document.notes:
+                self.logger.log_info(f"SSML: {note}")
             return self.document_item(document, asked, words)
         text = self.spoken(name, phonemizer, sent, asked)
         return PhonemizerItem([(name, text, sent if words else None)], [clean if words else None])

@@ -200,6 +200,8 @@ class TtsStream:
         else:
             for segment in document.segments:  # before the first chunk, not in the middle
                 validate_rate(options.speed, segment.rate)
+            for note in document.notes:
+                self.logger.log_info(f"SSML: {note}")
             plan = plan_document(
                 document,
                 self.settings,
