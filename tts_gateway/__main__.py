@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import sys
 
 import uvicorn
 
+from .admission import CUT
 from .app import create_app
 from .service import check_voices, default_backend
 from .settings import parse_args
@@ -24,7 +26,8 @@ def main(argv: list[str] | None = None) -> None:
     if settings.check_voices:
         # Before uvicorn, so a refusal is one line and exit 1, not a lifespan traceback.
         asyncio.run(_check_voices(settings))
-    app = create_app(settings)
+    app = PlannedCuts(create_app(settings))
+    logging.getLogger("uvicorn.error").addFilter(PlannedCuts.quiet)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -47,6 +50,31 @@ async def _check_voices(settings) -> None:
         await check_voices(backend, settings.voices)
     finally:
         await backend.close()
+
+
+class PlannedCuts:
+    """The app, where a stream cut as planned (the request timeout, the drain, Triton's error
+    after the first byte) ends the connection mid-body, as it must (the client sees the
+    answer was cut), with the one warning line the gateway logged: not uvicorn's traceback,
+    nor its line about a response not completed."""
+
+    _cut: contextvars.ContextVar[bool] = contextvars.ContextVar("stream_cut", default=False)
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self.state = app.state
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except CUT:
+            PlannedCuts._cut.set(True)  # uvicorn closes the connection without a last chunk
+
+    @staticmethod
+    def quiet(record: logging.LogRecord) -> bool:
+        return not (
+            PlannedCuts._cut.get() and record.getMessage().startswith("ASGI callable returned")
+        )
 
 
 class DrainingServer(uvicorn.Server):

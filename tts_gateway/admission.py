@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
+from tts_client.errors import TTSError
+
 from .metrics import Metrics
 
 
@@ -28,6 +30,22 @@ class Drain:
         if self.cut_at is None:
             self.cut_at = loop.time() + self.seconds
             loop.call_soon_threadsafe(self.started.set)
+
+
+def cut_message(exc: BaseException) -> str:
+    """Why a response that had begun was cut, for its last event and the log."""
+    if isinstance(exc, DrainCut):
+        return "the gateway is shutting down and its drain time ran out; retry"
+    if isinstance(exc, TTSError):
+        return str(exc)
+    return (
+        "no audio came for longer than the gateway's request timeout (--request-timeout-s, "
+        "TTS_GATEWAY_REQUEST_TIMEOUT_S)"
+    )
+
+
+# What ends a stream that had begun, as planned: each is logged as one line, not a traceback.
+CUT = (asyncio.TimeoutError, TTSError, DrainCut)
 
 
 async def next_chunk(chunks: AsyncIterator, deadline: float, drain: Drain):

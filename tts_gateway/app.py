@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from tts_wire import MAX_SPEED, MIN_SPEED
 
 from . import sessions
+from .admission import CUT, cut_message
 from .encoding import FORMATS, served_formats
 from .errors import APIError, bad_request
 from .metrics import Metrics
@@ -187,6 +188,8 @@ def _error_handlers(app: FastAPI, metrics: Metrics) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(_request, exc: Exception):
+        if isinstance(exc, CUT):  # a stream cut as planned: Speech.body logged its one line
+            return error_response(APIError(503, cut_message(exc), "server_error"))
         log.exception("unexpected error")  # the trace stays in the log, not in the answer
         return error_response(APIError(500, "internal error", "server_error", code="internal"))
 
@@ -284,7 +287,8 @@ def speech_job(
     if len(text) > settings.max_input_chars:
         raise bad_request(
             f"input is {len(text)} characters, over this server's limit of "
-            f"{settings.max_input_chars}; split it",
+            f"{settings.max_input_chars}; split it, or raise the limit with "
+            "--max-input-chars (TTS_GATEWAY_MAX_INPUT_CHARS; up to tts_stream's max_characters)",
             param="input",
             code="string_above_max_length",
         )

@@ -5,15 +5,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from tts_client.errors import TTSError
-
-from .admission import DrainCut
+from .admission import CUT, cut_message
 
 if TYPE_CHECKING:
     from .service import Speech
@@ -29,18 +26,6 @@ def word_json(word) -> dict:
         "char_start": word.char_start,
         "char_end": word.char_end,
     }
-
-
-def cut_message(exc: BaseException) -> str:
-    """Why a response that had begun was cut, for its last event."""
-    if isinstance(exc, DrainCut):
-        return "the gateway is shutting down and its drain time ran out; retry"
-    if isinstance(exc, TTSError):
-        return str(exc)
-    return "the gateway's deadline passed"
-
-
-CUT = (asyncio.TimeoutError, TTSError, DrainCut)
 
 
 async def sse_body(speech: Speech) -> AsyncIterator[bytes]:

@@ -27,8 +27,8 @@ from tts_client.errors import InvalidInput, ServerUnavailable, TTSError
 from tts_client.session import BufferRule, SpeechSession
 from tts_wire import FRONT_TOKEN_HEADER, SynthesisOptions
 
-from .admission import Drain, DrainCut, Slots, next_chunk
-from .bodies import captioned_lines_body, cut_message, sse_body, word_json
+from .admission import CUT, Drain, DrainCut, Slots, cut_message, next_chunk
+from .bodies import captioned_lines_body, sse_body, word_json
 from .encoding import AudioFormat, Encoder
 from .errors import APIError, from_tts_error, timeout
 from .metrics import Metrics
@@ -121,7 +121,6 @@ class Speech:
         first: AudioPiece,
         rate: int,
         started: float,
-        deadline: float,
     ) -> None:
         self.service = service
         self.job = job
@@ -130,7 +129,6 @@ class Speech:
         self._first = first
         self.rate = rate
         self.started = started
-        self.deadline = deadline
         # One `tts` request: the whole audio comes at once, so WAV and FLAC get real lengths.
         # A streamed FLAC is sent whole too: its header's sample count is written last, and
         # without it readers fail (libsndfile via soundfile: "array is too big").
@@ -172,8 +170,11 @@ class Speech:
                         first_sent = True
                         metrics.first_byte.observe(time.perf_counter() - self.started)
                     yield data
+                # The request timeout is per piece of progress after the first audio (which
+                # open() waited for): a long text is never cut for its length.
+                limit = asyncio.get_running_loop().time() + self.service.settings.request_timeout_s
                 try:
-                    pending = await next_chunk(self._chunks, self.deadline, self.service.drain)
+                    pending = await next_chunk(self._chunks, limit, self.service.drain)
                 except StopAsyncIteration:
                     pending = None
             rest = await asyncio.to_thread(self.encoder.finish)
@@ -183,8 +184,10 @@ class Speech:
             yield rest
         except BaseException as exc:
             self.status = "cancelled" if isinstance(exc, asyncio.CancelledError) else "stream_error"
-            if isinstance(exc, TTSError | asyncio.TimeoutError | DrainCut):
-                log.warning("stream cut after %.2f s of audio: %s", self.audio_seconds, exc)
+            if isinstance(exc, CUT):
+                log.warning(
+                    "stream cut after %.2f s of audio: %s", self.audio_seconds, cut_message(exc)
+                )
             raise
         finally:
             await self.close()
@@ -313,7 +316,8 @@ class SpeechService:
         self._admit(job)
         release = self._take(job)
         backend = self.backend
-        # One deadline for the whole request, on the loop's clock (asyncio.timeout_at).
+        # The first audio within the request timeout (on the loop's clock); then each next
+        # piece within it of the one before (Speech.body).
         deadline = asyncio.get_running_loop().time() + settings.request_timeout_s
 
         async def audio() -> AsyncIterator[AudioPiece]:
@@ -345,7 +349,7 @@ class SpeechService:
                 raise self.refused(error, label) from None
             raise
         self.metrics.characters.inc(len(job.text))
-        return Speech(self, job, release, chunks, first, rate, started, deadline)
+        return Speech(self, job, release, chunks, first, rate, started)
 
     def response(self, speech: Speech, sse: bool) -> SpeechResponse:
         """The HTTP response for ``speech``: raw audio bytes, or OpenAI's SSE events."""
@@ -365,7 +369,7 @@ class SpeechService:
         try:
             async for data in speech.body():
                 parts.append(data)
-        except (asyncio.TimeoutError, TTSError, DrainCut) as exc:
+        except CUT as exc:
             if isinstance(exc, TTSError):
                 raise from_tts_error(exc, self.settings.retry_after_s) from None
             raise APIError(503 if isinstance(exc, DrainCut) else 504, cut_message(exc)) from None

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import astuple
 
 import numpy as np
+import uvicorn
 from starlette.testclient import TestClient
 
 from tts_client.audio import Audio, AudioChunk
@@ -71,3 +77,25 @@ def client_for(backend: FakeBackend, **settings) -> TestClient:
 def speech(client: TestClient, **body):
     full = {"model": "tts-1", "voice": "alloy", "input": "Hello there.", **body}
     return client.post("/v1/audio/speech", json=full)
+
+
+@contextlib.contextmanager
+def served(app) -> Iterator[str]:
+    """``app`` under a real uvicorn on a free loopback port: its base URL. (Starlette's
+    TestClient hands messages over in-process and hides races of the socket and what uvicorn
+    does with an answer cut mid-body.)"""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)

@@ -4,20 +4,14 @@ back-pressure, and the gateway's WebSocket protocol over a fake backend."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import socket
-import threading
-import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
-import uvicorn
 import websocket
 from starlette.testclient import TestClient
 
-from tests.support.fake_backend import FakeBackend
+from tests.support.fake_backend import FakeBackend, served
 from tts_client.audio import Audio, Word
 from tts_client.errors import InvalidInput, ServerOverloaded
 from tts_client.session import BufferRule, SpeechSession, TextBuffer
@@ -438,33 +432,13 @@ def test_flush_speaks_half_a_sentence_and_the_session_limits_hold():
 # One connection, many utterances: nothing read is dropped; vLLM-Omni's newer clients.
 
 
-@contextlib.contextmanager
-def served(app) -> Iterator[str]:
-    """``app`` under a real uvicorn on a free loopback port: its WebSocket URL. (Starlette's
-    TestClient hands messages over in-process and hides races of the socket.)"""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.started, "uvicorn did not start"
-    try:
-        yield f"ws://127.0.0.1:{port}/v1/audio/speech/stream"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-
-
 def test_two_thousand_back_to_back_sessions_on_one_connection_lose_no_message():
     """A reader per session, cancelled when its session ended, could take the next
     session.config off the socket and drop it ("expected session.config first"): over a real
     socket that happened within a few dozen sessions."""
     app = create_app(GatewaySettings(), lambda _s: FakeBackend())
-    with served(app) as url:
+    with served(app) as base:
+        url = base.replace("http://", "ws://") + "/v1/audio/speech/stream"
         ws = websocket.create_connection(url, timeout=30)
         try:
             for k in range(2000):
