@@ -28,6 +28,18 @@ def word_json(word) -> dict:
     }
 
 
+def marks_json(marks) -> dict:
+    """``{"marks": [...]}`` for an answer that reached SSML marks (name, time in seconds,
+    char_start where its element starts in the text sent); nothing otherwise."""
+    if not marks:
+        return {}
+    return {
+        "marks": [
+            {"name": m.name, "time": round(m.time, 3), "char_start": m.char_start} for m in marks
+        ]
+    }
+
+
 async def sse_body(speech: Speech) -> AsyncIterator[bytes]:
     """OpenAI's ``speech.audio.delta`` / ``speech.audio.done`` events (``data:`` lines); with
     word timestamps asked for, each delta also carries the words its audio completes."""
@@ -43,7 +55,7 @@ async def sse_body(speech: Speech) -> AsyncIterator[bytes]:
                 delta = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()}
                 if words:
                     delta["words"] = [word_json(w) for w in speech.take_words()]
-                yield event(delta)
+                yield event({**delta, **marks_json(speech.take_marks())})
     except CUT as exc:
         error = {"message": cut_message(exc), "type": "server_error"}
         yield event({"type": "error", "error": error})
@@ -57,7 +69,7 @@ async def sse_body(speech: Speech) -> AsyncIterator[bytes]:
     }
     if words:
         done["words"] = [word_json(w) for w in speech.take_words()]  # (none, normally)
-    yield event(done)
+    yield event({**done, **marks_json(speech.take_marks())})
 
 
 async def captioned_lines_body(speech: Speech) -> AsyncIterator[bytes]:
@@ -68,7 +80,7 @@ async def captioned_lines_body(speech: Speech) -> AsyncIterator[bytes]:
             if data:
                 timestamps = [word_json(w) for w in speech.take_words()]
                 line = {"audio": base64.b64encode(data).decode(), "audio_format": name,
-                        "timestamps": timestamps}  # fmt: skip
+                        "timestamps": timestamps, **marks_json(speech.take_marks())}  # fmt: skip
                 yield json.dumps(line).encode() + b"\n"
     except CUT as exc:
         yield json.dumps({"error": {"message": cut_message(exc), "type": "server_error"}}).encode()

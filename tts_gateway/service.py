@@ -28,7 +28,7 @@ from tts_client.session import BufferRule, SpeechSession
 from tts_wire import FRONT_TOKEN_HEADER, SynthesisOptions
 
 from .admission import CUT, Drain, DrainCut, Slots, cut_message, next_chunk
-from .bodies import captioned_lines_body, sse_body, word_json
+from .bodies import captioned_lines_body, marks_json, sse_body, word_json
 from .encoding import AudioFormat, Encoder
 from .errors import APIError, from_tts_error, timeout
 from .metrics import Metrics
@@ -107,6 +107,7 @@ class AudioPiece(Protocol):
 
     samples: np.ndarray
     words: tuple  # tts_client.Word, timed from the request's start; () unless asked
+    marks: tuple  # tts_client.Mark: an SSML document's, timed the same way
 
 
 class Speech:
@@ -138,11 +139,17 @@ class Speech:
         self.status = "cancelled"  # until the body says otherwise
         self._closed = False
         self._words: list = []  # timed words whose audio the body has encoded, not yet taken
+        self._marks: list = []  # SSML marks the same way
 
     def take_words(self) -> list:
         """The words of the audio encoded since the last call (word timestamps asked for)."""
         words, self._words = self._words, []
         return words
+
+    def take_marks(self) -> list:
+        """The SSML marks the audio encoded since the last call reached."""
+        marks, self._marks = self._marks, []
+        return marks
 
     @property
     def headers(self) -> dict[str, str]:
@@ -165,6 +172,7 @@ class Speech:
                 self.samples += pending.samples.size
                 data = await asyncio.to_thread(self.encoder.encode, pending.samples)
                 self._words += pending.words
+                self._marks += pending.marks
                 if data:
                     if not first_sent:
                         first_sent = True
@@ -379,4 +387,5 @@ class SpeechService:
             "audio": base64.b64encode(b"".join(parts)).decode(),
             "audio_format": speech.job.format.name,
             "timestamps": [word_json(w) for w in speech.take_words()],
+            **marks_json(speech.take_marks()),
         }

@@ -6,7 +6,7 @@
 """
 
 from .aio import AsyncTTSClient
-from .audio import Audio, AudioChunk, Word
+from .audio import Audio, AudioChunk, Mark, Word
 from .client import TTSClient
 from .core import Endpoint
 from .errors import (
@@ -27,6 +27,7 @@ __all__ = [
     "Endpoint",
     "InferenceFailed",
     "InvalidInput",
+    "Mark",
     "ServerOverloaded",
     "ServerUnavailable",
     "SpeechSession",

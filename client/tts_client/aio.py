@@ -122,7 +122,9 @@ class AsyncTTSClient(ClientCore):
         except TTSError as error:
             if self._streams_instead(error, options):
                 return join_chunks([c async for c in self._stream(text, options)], rate)
-        return protocol.audio_from_result(result, rate, text if options.word_timestamps else None)
+        return protocol.audio_from_result(
+            result, rate, text if options.word_timestamps else None, document=text
+        )
 
     def stream(
         self,
@@ -149,7 +151,7 @@ class AsyncTTSClient(ClientCore):
             yield {"model_name": self.stream_model, "inputs": inputs}
 
         responses = self._client.stream_infer(requests(), headers=self.headers)
-        reader = protocol.StreamReader(rate, text if options.word_timestamps else None)
+        reader = protocol.StreamReader(rate, text if options.word_timestamps else None, text)
         try:
             while not reader.finished:
                 result, error = await self._next_response(responses)

@@ -23,6 +23,16 @@ class Word:
     char_end: int
 
 
+@dataclass(frozen=True)
+class Mark:
+    """An SSML ``<mark name="...">`` of the text sent: when the audio reaches it (seconds from
+    its start: where the word after it starts, or the end) and where its element starts."""
+
+    name: str
+    time: float
+    char_start: int
+
+
 def _timestamp(seconds: float, separator: str) -> str:
     ms = max(0, round(seconds * 1000))
     hours, minutes, secs = ms // 3_600_000, ms // 60_000 % 60, ms // 1000 % 60
@@ -37,6 +47,7 @@ class Audio:
     samples: np.ndarray
     sample_rate: int
     words: tuple[Word, ...] = field(default=(), compare=False)
+    marks: tuple[Mark, ...] = field(default=(), compare=False)  # an SSML document's
 
     def to_srt(self, words_per_caption: int = 7) -> str:
         """SubRip captions, ``words_per_caption`` words each (needs ``words``)."""
@@ -90,6 +101,7 @@ class AudioChunk:
     text: str
     index: int
     words: tuple[Word, ...] = field(default=(), compare=False)
+    marks: tuple[Mark, ...] = field(default=(), compare=False)  # the ones this chunk reaches
 
     @property
     def duration(self) -> float:
@@ -99,7 +111,8 @@ class AudioChunk:
 def join_chunks(chunks: list[AudioChunk], sample_rate: int) -> Audio:
     """One Audio from a stream's chunks, in order."""
     samples = np.concatenate([c.samples for c in chunks]) if chunks else np.zeros(0, np.float32)
-    return Audio(samples, sample_rate, merge_words([w for c in chunks for w in c.words]))
+    words = merge_words([w for c in chunks for w in c.words])
+    return Audio(samples, sample_rate, words, tuple(m for c in chunks for m in c.marks))
 
 
 def merge_words(words: list[Word]) -> tuple[Word, ...]:

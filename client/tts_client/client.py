@@ -138,7 +138,9 @@ class TTSClient(ClientCore):
         except TTSError as error:
             if self._streams_instead(error, options):
                 return join_chunks(list(self._stream(text, options)), rate)
-        return protocol.audio_from_result(result, rate, text if options.word_timestamps else None)
+        return protocol.audio_from_result(
+            result, rate, text if options.word_timestamps else None, document=text
+        )
 
     def stream(
         self,
@@ -159,7 +161,7 @@ class TTSClient(ClientCore):
         rate = self.sample_rate
         results: queue.Queue = queue.Queue()
         client = self._module.InferenceServerClient(self.endpoint.address)  # one stream each
-        reader = protocol.StreamReader(rate, text if options.word_timestamps else None)
+        reader = protocol.StreamReader(rate, text if options.word_timestamps else None, text)
         try:
             client.start_stream(
                 callback=lambda result, error: results.put((result, error)), headers=self.headers
@@ -216,7 +218,9 @@ class TTSClient(ClientCore):
             for t, p in zip(texts, pending):
                 try:
                     said = t if opts.word_timestamps else None
-                    results.append(protocol.audio_from_result(p.get_result(), rate, said))
+                    results.append(
+                        protocol.audio_from_result(p.get_result(), rate, said, document=t)
+                    )
                 except Exception as e:
                     raise self._error(e) from None
             return results

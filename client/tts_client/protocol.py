@@ -8,6 +8,7 @@ contract's names are re-exported here for the client's users.
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import random
 import re
@@ -27,6 +28,7 @@ from tts_wire import (
     FINAL_RESPONSE as FINAL_RESPONSE,
     INTERNAL as INTERNAL,
     INVALID_ARGUMENT as INVALID_ARGUMENT,
+    MARKS as MARKS,
     MAX_SPEED as MAX_SPEED,
     MIN_SPEED as MIN_SPEED,
     NOISE_SCALE as NOISE_SCALE,
@@ -50,7 +52,7 @@ from tts_wire import (
 )
 from tts_wire.tensors import client_datatypes
 
-from .audio import Audio, AudioChunk, Word, merge_words
+from .audio import Audio, AudioChunk, Mark, Word, merge_words
 from .errors import InferenceFailed, InvalidInput, ServerOverloaded, ServerUnavailable, TTSError
 
 T = TypeVar("T")
@@ -156,13 +158,34 @@ def sample_rate_from_config(config: dict) -> int:
         ) from None
 
 
-def audio_from_result(result, sample_rate: int, text: str | None = None) -> Audio:
-    """The response's audio; with ``text`` (word timestamps were asked for), its words."""
+def audio_from_result(
+    result, sample_rate: int, text: str | None = None, *, document: str = ""
+) -> Audio:
+    """The response's audio; with ``text`` (word timestamps were asked for), its words; the
+    marks of ``document`` (the text sent) it reached."""
     samples = result.as_numpy(AUDIO)
     if samples is None:
         raise InferenceFailed("the server's response has no 'audio' output")
     audio = np.ascontiguousarray(samples.reshape(-1), dtype=np.float32)
-    return Audio(audio, sample_rate, result_words(result, text))
+    marks = result_marks(result, document)
+    return Audio(audio, sample_rate, result_words(result, text), marks)
+
+
+_MARK = re.compile(r"""<mark\s+name\s*=\s*(["'])(.*?)\1""", re.S)
+
+
+def result_marks(result, document: str) -> tuple[Mark, ...]:
+    """The response's SSML marks (rows of time, character where the ``<mark`` starts in
+    ``document``), each named as the document names it."""
+    rows = result.as_numpy(MARKS)
+    if rows is None or not rows.size:
+        return ()
+    marks = []
+    for time_s, char in rows.reshape(-1, 2).tolist():
+        found = _MARK.match(document, int(char))
+        name = html.unescape(found.group(2)) if found else ""
+        marks.append(Mark(name, float(time_s), int(char)))
+    return tuple(marks)
 
 
 def result_words(result, sent: str | None) -> tuple[Word, ...]:
@@ -290,17 +313,19 @@ def is_text_too_long(error: TTSError) -> bool:
 
 
 def chunk_from_result(
-    result, index: int, sample_rate: int, sent: str | None = None
+    result, index: int, sample_rate: int, sent: str | None = None, document: str = ""
 ) -> AudioChunk | None:
     """The AudioChunk in one tts_stream response, or None for the empty final response.
-    ``sent``: the stream's text, when word timestamps were asked for (the chunk's words)."""
+    ``sent``: the stream's text, when word timestamps were asked for (the chunk's words);
+    ``document``: the stream's text (its marks)."""
     samples = result.as_numpy(AUDIO)
     if samples is None:
         return None
     text = result.as_numpy(CHUNK_TEXT)
     caption = text.reshape(-1)[0].decode("utf-8") if text is not None else ""
     audio = np.ascontiguousarray(samples.reshape(-1), dtype=np.float32)
-    return AudioChunk(audio, sample_rate, caption, index, result_words(result, sent))
+    marks = result_marks(result, document)
+    return AudioChunk(audio, sample_rate, caption, index, result_words(result, sent), marks)
 
 
 def is_final(result) -> bool:
@@ -316,14 +341,15 @@ END_AFTER_ERROR_S = 5.0
 class StreamReader:
     """Turns one stream's responses into numbered AudioChunks and notices the final flag."""
 
-    def __init__(self, sample_rate: int, sent: str | None = None) -> None:
+    def __init__(self, sample_rate: int, sent: str | None = None, document: str = "") -> None:
         self.sample_rate = sample_rate
         self.sent = sent  # the text, when its words were asked for
+        self.document = document  # the text (the names of its marks)
         self.index = 0
         self.finished = False
 
     def read(self, result) -> AudioChunk | None:
-        chunk = chunk_from_result(result, self.index, self.sample_rate, self.sent)
+        chunk = chunk_from_result(result, self.index, self.sample_rate, self.sent, self.document)
         if chunk is not None:
             self.index += 1
         self.finished = is_final(result)

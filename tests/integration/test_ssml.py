@@ -8,6 +8,7 @@ requests that speak its parts: equal within batch padding's rounding, batched or
 from __future__ import annotations
 
 import ast
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx2 as httpx
@@ -120,6 +121,59 @@ def test_words_after_closing_tags_hold_no_markup_in_tts_and_tts_stream(grpc_clie
     assert alone.duration > 4.0  # "five kilograms", the date: read, not the markup
 
 
+MARKED = (
+    f'<speak><mark name="start"/>{A[:20]}<mark name="mid &amp; more"/>{A[20:]}'
+    f'<break time="500ms"/><mark name="after"/>{B}<mark name="end"/></speak>'
+)
+
+
+def test_marks_are_timed_where_the_next_word_starts_in_tts_and_tts_stream(grpc_client):
+    timed = grpc_client.synthesize(MARKED, word_timestamps=True, **EXACT)
+    marks = {m.name: m for m in timed.marks}
+    assert list(marks) == ["start", "mid & more", "after", "end"]
+    starts = {w.text: w.start for w in timed.words}
+    assert marks["start"].time == pytest.approx(starts["The"], abs=1e-4)
+    assert marks["mid & more"].time == pytest.approx(starts["jumps"], abs=1e-4)
+    assert marks["after"].time == pytest.approx(starts["Then"], abs=1e-4)
+    assert marks["after"].time - starts["dog."] > 0.5  # after the break
+    assert marks["end"].time == pytest.approx(timed.duration, abs=2e-3)
+    for m in timed.marks:
+        assert MARKED[m.char_start :].startswith("<mark name=")
+    untimed = grpc_client.synthesize(MARKED, **EXACT)  # marks without words asked for
+    assert untimed.words == () and [m.time for m in untimed.marks] == [m.time for m in timed.marks]
+    chunks = list(grpc_client.stream(MARKED, word_timestamps=True, **EXACT))
+    streamed = {m.name: m.time for c in chunks for m in c.marks}
+    stream_starts = {w.text: w.start for c in chunks for w in c.words}
+    assert list(streamed) == list(marks)
+    for name, word in [("start", "The"), ("mid & more", "jumps"), ("after", "Then")]:
+        assert streamed[name] == pytest.approx(stream_starts[word], abs=1e-4)
+    assert streamed["end"] == pytest.approx(sum(c.duration for c in chunks), abs=0.05)
+
+
+def rms(samples: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
+
+
+def test_volume_and_emphasis_change_the_level_and_the_pace(grpc_client):
+    def spoken(inner: str, stream: bool = False) -> np.ndarray:
+        document = f"<speak>{inner}</speak>"
+        if stream:
+            return np.concatenate([c.samples for c in grpc_client.stream(document, **EXACT)])
+        return grpc_client.synthesize(document, **EXACT).samples
+
+    plain = spoken(A)
+    soft = spoken(f'<prosody volume="-6dB">{A}</prosody>')
+    assert len(soft) == len(plain) and rms(soft) / rms(plain) == pytest.approx(0.501, rel=0.01)
+    silent = spoken(f'<prosody volume="silent">{A}</prosody>')
+    assert len(silent) == len(plain) and not silent.any()
+    strong = spoken(f'<emphasis level="strong">{A}</emphasis>')
+    assert len(strong) / len(plain) == pytest.approx(1 / 0.85, rel=0.05)
+    assert rms(strong) / rms(plain) > 1.3  # +4 dB, where nothing clips
+    streamed = spoken(f'<prosody volume="x-soft">{A}</prosody>', stream=True)
+    loud = spoken(A, stream=True)
+    assert rms(streamed) / rms(loud) == pytest.approx(10 ** (-12 / 20), rel=0.02)
+
+
 def test_hostile_documents_get_clear_errors_and_the_batch_beside_them_is_served(grpc_client):
     texts = [A, *HOSTILE, B]
 
@@ -172,6 +226,10 @@ def test_the_gateway_speaks_ssml_and_names_the_problem(gateway):
         assert message in bad.json()["error"]["message"]
     sse = httpx.post(url, json={**body, "input": READINGS, "stream_format": "sse"}, timeout=60)
     assert sse.status_code == 200 and "speech.audio.done" in sse.text
+    sse = httpx.post(url, json={**body, "input": MARKED, "stream_format": "sse"}, timeout=60)
+    events = [json.loads(line[6:]) for line in sse.text.splitlines() if line]
+    names = [m["name"] for e in events for m in e.get("marks", [])]
+    assert names == ["start", "mid & more", "after", "end"]
 
 
 def test_the_guide_runs_as_written(server, gateway, tmp_path):

@@ -390,3 +390,25 @@ def test_an_ssml_document_mixes_a_speaker_with_other_voices(two_voices):
     want = np.concatenate(parts)
     assert spoken.shape == want.shape and np.max(np.abs(spoken - want)) < 2e-3
     assert np.max(np.abs(np.concatenate(streamed) - want)) < 2e-3
+
+
+def test_an_ssml_voice_name_picks_a_speaker_of_a_multi_speaker_voice(two_voices):
+    """<voice name="trio:bob"> (the gateway's voice:speaker) and by id, in tts and tts_stream."""
+    parts = [
+        ("Hello there.", "joe", None),
+        ("Bob speaks.", "trio", "bob"),
+        ("And me.", "trio", "1"),
+    ]
+    doc = (
+        '<speak>Hello there. <voice name="trio:bob">Bob speaks.</voice>'
+        '<voice name="trio:1">And me.</voice></speak>'
+    )
+    with TTSClient(two_voices.grpc_url) as client:
+        alone = [client.synthesize(t, voice=v, speaker=s, **EXACT).samples for t, v, s in parts]
+        spoken = client.synthesize(doc, **EXACT).samples
+        streamed = np.concatenate([c.samples for c in client.stream(doc, **EXACT)])
+        with pytest.raises(InvalidInput, match="voice 'trio' has no speaker 'eve'"):
+            client.synthesize('<speak><voice name="trio:eve">x</voice></speak>')
+    want = np.concatenate(alone)
+    assert spoken.shape == want.shape and np.max(np.abs(spoken - want)) < 2e-3
+    assert streamed.shape == want.shape and np.max(np.abs(streamed - want)) < 2e-3

@@ -94,7 +94,7 @@ def test_tts_contract():
     assert inputs["text"].data_type == model_config_pb2.TYPE_STRING
     assert list(inputs["text"].dims) == [1]
     assert inputs["speed"].data_type == model_config_pb2.TYPE_FP32 and inputs["speed"].optional
-    audio, words = tts.output
+    audio, words, marks = tts.output
     assert (audio.name, audio.data_type, list(audio.dims)) == (
         "audio",
         model_config_pb2.TYPE_FP32,
@@ -104,6 +104,11 @@ def test_tts_contract():
         "words",
         model_config_pb2.TYPE_FP32,
         [-1, 4],
+    )
+    assert (marks.name, marks.data_type, list(marks.dims)) == (
+        "marks",
+        model_config_pb2.TYPE_FP32,
+        [-1, 2],
     )
     assert tts.parameters["sample_rate"].string_value == "22050"
 

@@ -18,12 +18,13 @@ import numpy as np
 from tts_serving.text.phonemize import Phonemizer
 from tts_wire.split import Chunk, split_text
 
+from ..engines.segments import with_gain
 from ..errors import InvalidInputError, PhonemizerCrashError
 from ..inputs import CleanText
 from ..settings import StreamSettings
 from ..text import normalize as normalize_english
 from ..text.inline import check as check_inline, outside_blocks, safe_cut
-from ..text.ssml import Document
+from ..text.ssml import Document, Mark, mark_rows
 from ..text.words import original_spans, unspoken_tokens
 
 # Raw text is normalized in blocks of about this many characters, cut at whitespace.
@@ -46,9 +47,13 @@ class PlannedChunk:
     # and after it (its segment's last chunk: exact, in place of the sentence pause).
     voice: str | None = None
     rate: float = 1.0
+    gain_db: float = 0.0  # its segment's (<prosody volume>, <emphasis>)
+    speaker: int = -1  # its segment's (<voice name="voice:speaker">); -1: the stream's
     source: CleanText | None = None
     pause_before_s: float = 0.0
     pause_after_s: float | None = None
+    # SSML <mark>s it reaches: rows (id position, character in the document), int32.
+    marks: np.ndarray | None = None
 
 
 def text_blocks(text: str, size: int = BLOCK_CHARACTERS) -> Iterator[tuple[int, str]]:
@@ -126,22 +131,51 @@ def plan_document(
     lexicon: Callable[[str, str], str] | None = None,
 ) -> Iterator[PlannedChunk]:
     """An SSML document's chunks: each segment planned as plain text is (``plan_chunks``),
-    with its voice (``phonemizer(voice)``), its rate and its pauses."""
+    with its voice (``phonemizer(voice)``), its rate, gain and pauses, and the marks each
+    reaches (a mark is timed by the word after it: words are found when there are marks)."""
     index = 0
-    for segment in document.segments:
+    find = words or bool(document.marks)
+    marks = sorted(document.marks, key=lambda m: m.offset)
+    held = None  # one chunk behind: the last of a segment takes its pause, the last of all
+    for segment in document.segments:  # the marks after the last word
         voice = segment.voice
         said = None if lexicon is None else (lambda block, v=voice: lexicon(v, block))
         reader = phonemizer(voice)
-        held = None
-        for chunk in plan_chunks(segment.text, settings, reader, normalize(reader), words, said):
+        made = False
+        for chunk in plan_chunks(segment.text, settings, reader, normalize(reader), find, said):
             if held is not None:
                 yield held
             before = document.leading_pause_s if index == 0 else 0.0
             held = replace(chunk, index=index, voice=voice, rate=segment.rate,
-                           source=segment.source, pause_before_s=before)  # fmt: skip
+                           gain_db=segment.gain_db, speaker=segment.speaker,
+                           source=segment.source,
+                           pause_before_s=before)  # fmt: skip
+            held, marks = _reached(held, marks)
             index += 1
-        if held is not None:
-            yield replace(held, pause_after_s=segment.pause_after_s)
+            made = True
+        if made:
+            held = replace(held, pause_after_s=segment.pause_after_s)
+    if held is not None:
+        if marks:
+            rest = np.array(mark_rows(marks, [], [], len(held.ids)), np.int32).reshape(-1, 2)
+            held = replace(held, marks=np.concatenate([_marks_of(held), rest]))
+        yield held
+
+
+def _marks_of(chunk: PlannedChunk) -> np.ndarray:
+    return chunk.marks if chunk.marks is not None else np.zeros((0, 2), np.int32)
+
+
+def _reached(chunk: PlannedChunk, marks: list[Mark]) -> tuple[PlannedChunk, list[Mark]]:
+    """``chunk`` with the marks (sorted) that a word of it starts at or after; the rest."""
+    if not marks or chunk.words is None or not len(chunk.words) or chunk.source is None:
+        return chunk, marks
+    starts = [chunk.source.sent_span(int(r[2]), int(r[3]))[0] for r in chunk.words]
+    reached = [m for m in marks if m.offset <= max(starts)]
+    if not reached:
+        return chunk, marks
+    rows = mark_rows(reached, starts, [int(r[0]) for r in chunk.words], len(chunk.ids))
+    return replace(chunk, marks=np.array(rows, np.int32).reshape(-1, 2)), marks[len(reached) :]
 
 
 def _collapse(text: str) -> str:
@@ -254,8 +288,10 @@ def finish_chunk(
 ) -> np.ndarray:
     """Fade the chunk's edges and append the pause that follows a sentence (shortened by the
     speed as the speech is, so a whole stream's length follows 1/speed); an SSML chunk's own
-    pauses (``chunk``) are exact instead."""
+    pauses (``chunk``) are exact instead, and its gain is applied."""
     audio = np.asarray(audio, dtype=np.float32).copy()
+    if chunk is not None:
+        audio = with_gain(audio, chunk.gain_db)
     n = min(int(sample_rate * settings.fade_ms / 1000), len(audio) // 2)
     if n > 0:
         ramp = (0.5 - 0.5 * np.cos(np.linspace(0, np.pi, n, dtype=np.float32))).astype(np.float32)

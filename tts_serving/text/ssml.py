@@ -8,18 +8,19 @@ The parser is expat with DTDs, entity declarations and external entities refused
 bombs, nothing fetched); depth, attribute size, breaks and segments are bounded. Each segment
 keeps where its characters are in the document, so word timestamps point into the document
 as sent. Supported (anything else is refused by name): ``speak``, ``p``, ``s``, ``break``
-(``time``, ``strength``), ``prosody`` (``rate``; ``pitch``/``volume`` only at their default),
-``say-as``, ``sub``, ``phoneme`` (IPA), ``voice`` (``name``) and ``lang`` (``xml:lang``).
+(``time``, ``strength``), ``prosody`` (``rate``, ``volume``; ``pitch`` only at its default),
+``emphasis`` (``level``), ``mark`` (``name``), ``say-as``, ``sub``, ``phoneme`` (IPA),
+``voice`` (``name``) and ``lang`` (``xml:lang``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from xml.parsers import expat
 
-from tts_wire import MAX_PAUSE_S
+from tts_wire import MAX_GAIN_DB, MAX_PAUSE_S, SILENT_DB
 
 from ..errors import InvalidInputError
 from ..inputs import CleanText
@@ -38,12 +39,22 @@ PARAGRAPH_PAUSE = STRENGTHS["strong"]
 RATES = {"x-slow": 0.5, "slow": 0.75, "medium": 1.0, "default": 1.0, "fast": 1.25,
          "x-fast": 1.75}  # fmt: skip
 NEUTRAL = ("default", "medium", "+0%", "0%", "+0st", "0st", "+0dB", "0dB")
+# <prosody volume> (dB); a change ("+6dB", "-3dB") within VOLUME_RANGE_DB.
+VOLUMES = {"silent": SILENT_DB, "x-soft": -12.0, "soft": -6.0, "medium": 0.0, "default": 0.0,
+           "loud": 6.0, "x-loud": 10.0}  # fmt: skip
+VOLUME_RANGE_DB = (-40.0, MAX_GAIN_DB)
+# <emphasis level>: (rate, gain dB), as other engines render it: slower and louder, or faster
+# and softer.
+EMPHASIS = {"strong": (0.85, 4.0), "moderate": (0.92, 2.0), "reduced": (1.1, -4.0),
+            "none": (1.0, 0.0)}  # fmt: skip
 ALLOWED = {
     "speak": {"version", "xmlns", "xml:lang", "xmlns:xsi", "xsi:schemaLocation"},
     "p": {"xml:lang"},
     "s": {"xml:lang"},
     "break": {"time", "strength"},
     "prosody": {"rate", "pitch", "volume"},
+    "emphasis": {"level"},
+    "mark": {"name"},
     "say-as": {"interpret-as", "format"},
     "sub": {"alias"},
     "phoneme": {"alphabet", "ph"},
@@ -72,9 +83,10 @@ class Limits:
 
     segments: int = MAX_SEGMENTS
     pause_s: float = MAX_PAUSE_S
+    marks: int = 256
 
 
-STREAM_LIMITS = Limits(segments=100_000, pause_s=3600.0)
+STREAM_LIMITS = Limits(segments=100_000, pause_s=3600.0, marks=10_000)
 
 
 @dataclass(frozen=True)
@@ -84,6 +96,7 @@ class VoiceInfo:
     name: str
     language: str  # espeak-ng's voice ("en-us", "de")
     english: bool  # the English normalizer reads it (say-as in words)
+    speakers: tuple[str, ...] = ()  # a multi-speaker voice's, in id order
 
 
 @dataclass(frozen=True)
@@ -95,6 +108,16 @@ class Segment:
     text: str  # what is spoken (aliases, say-as words, [[ phonemes ]])
     source: CleanText  # the document's characters it speaks, and where each one is
     pause_after_s: float = 0.0
+    gain_db: float = 0.0  # <prosody volume>, <emphasis>; SILENT_DB: silence of its length
+    speaker: int = -1  # <voice name="voice:speaker">'s id; -1: the request's (or the first)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """``<mark name>``: no sound; where it is in the document (its ``<``), for its time."""
+
+    name: str
+    offset: int
 
 
 @dataclass(frozen=True)
@@ -102,6 +125,20 @@ class Document:
     segments: tuple[Segment, ...]
     leading_pause_s: float = 0.0
     notes: tuple[str, ...] = ()  # what was read otherwise than it says: for the log
+    marks: tuple[Mark, ...] = ()
+
+
+def mark_rows(
+    marks: Sequence[Mark], starts: Sequence[int], first_ids: Sequence[int], end_id: int
+) -> list[list[int]]:
+    """Each mark's row (id position, character): where the first word that starts at or after
+    it in the document begins (``starts``: each spoken word's character, ``first_ids``: its
+    first id), or ``end_id`` past the last word. A mark is reached when that word is."""
+    rows = []
+    for mark in marks:
+        at = next((i for s, i in zip(starts, first_ids, strict=True) if s >= mark.offset), end_id)
+        rows.append([int(at), mark.offset])
+    return rows
 
 
 def language_voice(language: str, current: str, voices: Sequence[VoiceInfo]) -> str:
@@ -124,6 +161,8 @@ class _Context:
     tag: str
     voice: str
     rate: float
+    gain: float = 0.0
+    speaker: int = -1  # <voice name="voice:speaker">'s id; -1: the request's
     pieces: list[tuple[str, list[int], list[int]]] = field(default_factory=list)
     attrs: dict = field(default_factory=dict)
 
@@ -154,11 +193,12 @@ class _Builder:
         self.stack: list[_Context] = []
         self.root = _Context("", voice, 1.0)
         self.runs: list[tuple[str, str, list[int], list[int]]] = []  # spoken, shown, starts, ends
-        self.context: tuple[str, float] | None = None
+        self.context: tuple[str, float, float, int] | None = None  # voice, rate, gain, speaker
         self.segments: list[Segment] = []
         self.leading = 0.0
         self.paused = 0.0
         self.notes: list[str] = []
+        self.marks: list[Mark] = []
         self.parser: expat.XMLParserType | None = None
 
     # -- positions ----------------------------------------------------------------------------
@@ -191,10 +231,11 @@ class _Builder:
     def _add_run(self, spoken: str, shown: str, starts: list[int], ends: list[int]) -> None:
         top = self.top()
         if _speaks(spoken):
-            if self.runs and self.context != (top.voice, top.rate):
+            here = (top.voice, top.rate, top.gain, top.speaker)
+            if self.runs and self.context != here:
                 self.close(0.0)
             if not self.runs:
-                self.context = (top.voice, top.rate)
+                self.context = here
         elif not self.runs:
             return  # spaces or marks between segments: nothing of their own to say
         self.runs.append((spoken, shown, starts, ends))
@@ -207,10 +248,11 @@ class _Builder:
         if any(_speaks(spoken) for spoken, *_ in self.runs):
             if len(self.segments) >= self.limits.segments:
                 raise _Refused(
-                    f"more than {self.limits.segments} segments (each change of voice, rate or "
-                    "a break starts one); send it in parts or through the streaming model"
+                    f"more than {self.limits.segments} segments (each change of voice, rate, "
+                    "volume or a break starts one); send it in parts or through the streaming "
+                    "model"
                 )
-            voice, rate = self.context  # type: ignore[misc]
+            voice, rate, gain, speaker = self.context  # type: ignore[misc]
             shown = "".join(r[1] for r in self.runs)
             source = CleanText(
                 shown,
@@ -218,12 +260,10 @@ class _Builder:
                 tuple(i for r in self.runs for i in r[3]),
             )
             text = "".join(r[0] for r in self.runs)
-            self.segments.append(Segment(voice, rate, text, source, pause))
+            self.segments.append(Segment(voice, rate, text, source, pause, gain, speaker))
         elif self.segments:
             last = self.segments[-1]
-            self.segments[-1] = Segment(
-                last.voice, last.rate, last.text, last.source, last.pause_after_s + pause
-            )
+            self.segments[-1] = replace(last, pause_after_s=last.pause_after_s + pause)
         else:
             self.leading += pause
         self.runs = []  # (what was left spoke nothing: spaces between elements)
@@ -235,7 +275,7 @@ class _Builder:
         if self.segments:
             last = self.segments[-1]
             self.paused -= last.pause_after_s
-            self.segments[-1] = Segment(last.voice, last.rate, last.text, last.source, 0.0)
+            self.segments[-1] = replace(last, pause_after_s=0.0)
         else:
             self.paused -= self.leading
             self.leading = 0.0
@@ -265,13 +305,20 @@ class _Builder:
         for name, value in attrs.items():
             if len(value) > MAX_ATTRIBUTE:
                 raise _Refused(f"<{tag}> {name} is over {MAX_ATTRIBUTE} characters")
-        voice, rate = top.voice, top.rate
+        voice, rate, gain, speaker = top.voice, top.rate, top.gain, top.speaker
         if "xml:lang" in attrs:
             voice = self._language(attrs["xml:lang"], voice)
+            speaker = speaker if voice == top.voice else -1
         if tag == "voice":
-            voice = self._named_voice(attrs)
+            voice, speaker = self._named_voice(attrs)
         elif tag == "prosody":
             rate *= _rate(attrs)
+            gain = _louder(gain, _volume(attrs))
+        elif tag == "emphasis":
+            factor, db = _emphasis(attrs)
+            rate, gain = rate * factor, _louder(gain, db)
+        elif tag == "mark":
+            self._mark(attrs)
         elif tag == "break":
             pause = _break(attrs)
             if pause == 0.0 and attrs.get("strength") == "none" and "time" not in attrs:
@@ -279,7 +326,7 @@ class _Builder:
             self.close(pause)
         elif tag in ("p", "s"):
             self.close(0.0)
-        self.stack.append(_Context(tag, voice, rate, attrs=attrs))
+        self.stack.append(_Context(tag, voice, rate, gain, speaker, attrs=attrs))
 
     def end(self, tag: str) -> None:
         context = self.stack.pop()
@@ -335,13 +382,32 @@ class _Builder:
         n = len(spoken)
         self._add_run(spoken, spoken, [starts[0]] * n, [ends[-1]] * n)
 
-    def _named_voice(self, attrs: dict) -> str:
+    def _mark(self, attrs: dict) -> None:
+        if len(self.marks) >= self.limits.marks:
+            raise _Refused(f"more than {self.limits.marks} marks")
+        where = self._char(self.parser.CurrentByteIndex) + self.offset  # type: ignore[union-attr]
+        self.marks.append(Mark(_required(attrs, "mark", "name"), where))
+
+    def _named_voice(self, attrs: dict) -> tuple[str, int]:
+        """The voice and speaker id (-1: its default) of ``name="voice"`` or
+        ``name="voice:speaker"`` (a speaker's name or id, as the gateway names them)."""
         name = _required(attrs, "voice", "name")
-        if name not in self.voices:
+        voice, _, speaker = name.partition(":")
+        if name in self.voices or voice not in self.voices:
+            voice, speaker = name, ""
+        if voice not in self.voices:
             raise _Refused(
                 f"<voice>: no voice {name!r} is loaded; voices: {', '.join(self.voices)}"
             )
-        return name
+        if not speaker:
+            return voice, -1
+        names = self.voices[voice].speakers
+        if speaker in names:
+            return voice, names.index(speaker)
+        if speaker.isascii() and speaker.isdigit() and int(speaker) < len(names):
+            return voice, int(speaker)
+        has = f"its speakers: {', '.join(names[:20])}" if names else "it has one speaker"
+        raise _Refused(f"<voice>: voice {voice!r} has no speaker {speaker[:64]!r}; {has}")
 
     def _language(self, language: str, voice: str) -> str:
         try:
@@ -371,13 +437,43 @@ def _required(attrs: dict, tag: str, name: str) -> str:
     return value
 
 
+def _louder(gain: float, db: float) -> float:
+    """``gain`` changed by ``db``: silence stays silence; never over MAX_GAIN_DB."""
+    if gain <= SILENT_DB or db <= SILENT_DB:
+        return SILENT_DB
+    return min(gain + db, MAX_GAIN_DB)
+
+
+def _volume(attrs: dict) -> float:
+    """<prosody volume> in dB (0 when absent)."""
+    value = attrs.get("volume", "medium").strip()
+    if value in VOLUMES:
+        return VOLUMES[value]
+    m = re.match(r"^([+-])(\d+(?:\.\d+)?)\s*dB$", value, re.IGNORECASE)
+    low, high = VOLUME_RANGE_DB
+    if m:
+        db = float(m.group(2)) * (1 if m.group(1) == "+" else -1)
+        if low <= db <= high:
+            return db
+    raise _Refused(
+        f"<prosody volume={value!r}>: use one of {', '.join(VOLUMES)} or a change in dB from "
+        f"{low:+g}dB to {high:+g}dB (+6dB, -3dB)"
+    )
+
+
+def _emphasis(attrs: dict) -> tuple[float, float]:
+    level = attrs.get("level", "moderate").strip()
+    if level not in EMPHASIS:
+        raise _Refused(f"<emphasis level={level!r}>: use one of {', '.join(EMPHASIS)}")
+    return EMPHASIS[level]
+
+
 def _rate(attrs: dict) -> float:
-    for name in ("pitch", "volume"):
-        if name in attrs and attrs[name].strip() not in NEUTRAL:
-            raise _Refused(
-                f"<prosody {name}={attrs[name]!r}>: this voice cannot change its {name} (a Piper "
-                f"voice has no {name} control); remove the attribute"
-            )
+    if "pitch" in attrs and attrs["pitch"].strip() not in NEUTRAL:
+        raise _Refused(
+            f"<prosody pitch={attrs['pitch']!r}>: this voice cannot change its pitch (a Piper "
+            "voice has no pitch control); remove the attribute"
+        )
     value = attrs.get("rate", "medium").strip()
     if value in RATES:
         return RATES[value]
@@ -484,4 +580,6 @@ def parse(
         ) from None
     if not builder.segments:
         raise InvalidInputError("the SSML document has no text to speak")
-    return Document(tuple(builder.segments), builder.leading, tuple(builder.notes))
+    return Document(
+        tuple(builder.segments), builder.leading, tuple(builder.notes), tuple(builder.marks)
+    )

@@ -18,6 +18,8 @@ import triton_python_backend_utils as pb_utils
 from tts_wire import (
     LATENT,
     LATENT_SEGMENTS,
+    MARK_SPANS,
+    MARKS,
     NOISE_SCALE,
     NOISE_W,
     PHONEME_IDS,
@@ -37,6 +39,8 @@ from ..engines.models import (
     model_file,
 )
 from ..engines.segments import (
+    FRAME_COLUMNS,
+    IDS_COLUMNS,
     SegmentRow,
     check_pauses,
     concat_frames,
@@ -68,6 +72,7 @@ class AcousticItem:
     seconds_per_frame: float  # the voices' hop length over their sample rate
     sample_rate: int
     segments: list[SegmentRow]  # none for plain text
+    marks: np.ndarray  # int32 [M, 2] (id position, character) of SSML <mark>s; M = 0: none
 
 
 class Acoustic:
@@ -104,23 +109,25 @@ class Acoustic:
             raise InvalidInputError(f"phoneme_ids must hold 1..{self.max_ids} ids, got {ids.size}")
         names = self.voices.names
         rows = segment_rows(
-            single_item(request, SEGMENTS, optional=True), ids.size, len(names), 4, SEGMENTS
+            single_item(request, SEGMENTS, optional=True),
+            ids.size,
+            len(names),
+            IDS_COLUMNS,
+            SEGMENTS,
         )
         check_pauses([r.pause for r in rows])
         plan = rows or [SegmentRow(0, ids.size, self.voices.index(name), 1.0, 0.0)]
         # Each span's speed (times its rate) is checked in part(): tts_stream and the gateway
         # check their own request before any work, against the same range (tts_wire).
         parts = [
-            self.part(names[r.voice], ids[r.start : r.end], r.rate, options, speakers[r.voice])
+            self.part(names[r.voice], ids[r.start : r.end], r.rate, options, r.speaker_of(speakers))
             for r in plan
             if r.end > r.start
         ]
-        words = single_item(request, WORD_SPANS, optional=True)
-        words = np.zeros((0, 4), np.int32) if words is None else words.reshape(-1, 4)
-        if words.size and (words[:, :2].min() < 0 or words[:, :2].max() > ids.size):
-            raise InvalidInputError(f"word_spans must index the {ids.size} phoneme ids")
+        words = rows_of(request, WORD_SPANS, 4, ids.size)
+        marks = rows_of(request, MARK_SPANS, 2, ids.size)
         return AcousticItem(
-            parts, words, voice.hop_length / voice.sample_rate, voice.sample_rate, rows
+            parts, words, voice.hop_length / voice.sample_rate, voice.sample_rate, rows, marks
         )
 
     def part(
@@ -164,17 +171,35 @@ class Acoustic:
         tensors = output_or_error(LATENT, latent)
         if not isinstance(tensors, list):
             return tensors
-        durations = [r.durations for r in results]
-        times = word_times(item.words, np.concatenate(durations), item.seconds_per_frame)
+        durations = np.concatenate([r.durations for r in results])
+        times = word_times(item.words, durations, item.seconds_per_frame)
         if item.segments and len(times):  # each word later by the pauses before it
             times[:, :2] += pauses_before(item.segments, item.words[:, 0])[:, None]
         tensors.append(pb_utils.Tensor(WORDS, times[None]))
+        at = item.marks[:, [0, 0, 1, 1]]  # a mark: an instant at its id position
+        marks = word_times(at, durations, item.seconds_per_frame)[:, [0, 2]]
+        if item.segments and len(marks):
+            marks[:, 0] += pauses_before(item.segments, item.marks[:, 0])
+        tensors.append(pb_utils.Tensor(MARKS, marks[None]))
         rows, frames, done = [], 0, iter(results)
         for r in item.segments:  # a pause alone (no ids) ends where the frames so far end
             frames += int(next(done).latent.shape[-1]) if r.end > r.start else 0
-            rows.append([frames, r.voice, round(r.pause * item.sample_rate)])
-        tensors.append(pb_utils.Tensor(LATENT_SEGMENTS, np.array(rows, np.int32).reshape(1, -1, 3)))
+            pause = round(r.pause * item.sample_rate)
+            rows.append([frames, r.voice, pause, round(r.gain_db * 100), r.speaker])
+        rows = np.array(rows, np.int32).reshape(1, -1, FRAME_COLUMNS)
+        tensors.append(pb_utils.Tensor(LATENT_SEGMENTS, rows))
         return tensors
 
     def execute(self, requests: list) -> list:
         return execute_batched(requests, self.parse, self.run, self.logger, "acoustic")
+
+
+def rows_of(request, name: str, columns: int, ids: int) -> np.ndarray:
+    """An optional input of int32 rows whose first ``columns - 2`` (at least 1) values index
+    the ``ids`` phoneme ids; empty rows when absent."""
+    rows = single_item(request, name, optional=True)
+    rows = np.zeros((0, columns), np.int32) if rows is None else rows.reshape(-1, columns)
+    positions = rows[:, : max(1, columns - 2)]
+    if rows.size and (positions.min() < 0 or positions.max() > ids):
+        raise InvalidInputError(f"{name} must index the {ids} phoneme ids")
+    return rows

@@ -8,6 +8,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from tts_wire import (
+    MARK_SPANS,
     PHONEME_IDS,
     SEGMENTS,
     TEXT,
@@ -16,6 +17,7 @@ from tts_wire import (
 )
 from tts_wire.tensors import MODEL_IO
 
+from ..engines.segments import IDS_COLUMNS
 from ..errors import InvalidInputError
 from ..inputs import CleanText, check_characters, check_encoded_size, decode_clean, decode_utf8
 from ..settings import PhonemizerSettings
@@ -23,7 +25,8 @@ from ..text import normalize, ssml
 from ..text.espeak_pool import Job, phonemize_jobs, voice_phonemizers
 from ..text.inline import check as check_inline, outside_blocks
 from ..text.lexicon import lexicon_file
-from ..text.ssml import is_ssml
+from ..text.ssml import is_ssml, mark_rows
+from ..voices import speakers
 from .adapter import ModelContext, execute_batched, normalizes, request_options, single_item
 
 
@@ -35,8 +38,10 @@ class PhonemizerItem:
     sources: list[CleanText | None]  # per job, with words: maps their spans to the text as sent
     # SSML: per job (voice index, rate, pause s after it); a first row with no job holds the
     # pause before the first word. Plain text: none.
-    plan: list[tuple[float, float, float]] = field(default_factory=list)
+    plan: list[tuple[float, float, float, float, float]] = field(default_factory=list)
     leading_pause_s: float = 0.0
+    words: bool = False  # asked for: the word rows are sent (marks need them found anyway)
+    marks: tuple[ssml.Mark, ...] = ()
 
 
 class Phonemizer:
@@ -80,7 +85,9 @@ class Phonemizer:
                 self.logger.log_info(f"SSML: {note}")
             return self.document_item(document, asked, words)
         text = self.spoken(name, phonemizer, sent, asked)
-        return PhonemizerItem([(name, text, sent if words else None)], [clean if words else None])
+        return PhonemizerItem(
+            [(name, text, sent if words else None)], [clean if words else None], words=words
+        )
 
     def spoken(self, name: str, phonemizer, text: str, asked: bool | None) -> str:
         """What the voice's worker phonemizes of ``text``: inline phonemes checked (the
@@ -95,14 +102,18 @@ class Phonemizer:
     ) -> PhonemizerItem:
         """Each segment of an SSML document as a job of its voice, read as plain text is."""
         jobs, sources, plan = [], [], []
+        find = words or bool(document.marks)  # a mark is timed by the word after it
         for segment in document.segments:
             _, phonemizer = self.voices.pick(segment.voice)
             text = self.spoken(segment.voice, phonemizer, " ".join(segment.text.split()), asked)
-            jobs.append((segment.voice, text, segment.source.text if words else None))
-            sources.append(segment.source if words else None)
+            jobs.append((segment.voice, text, segment.source.text if find else None))
+            sources.append(segment.source if find else None)
             voice = self.voices.index(segment.voice)
-            plan.append((float(voice), segment.rate, segment.pause_after_s))
-        return PhonemizerItem(jobs, sources, plan, document.leading_pause_s)
+            plan.append(
+                (float(voice), segment.rate, segment.pause_after_s, segment.gain_db,
+                 float(segment.speaker))
+            )  # fmt: skip
+        return PhonemizerItem(jobs, sources, plan, document.leading_pause_s, words, document.marks)
 
     def run(self, items: list[PhonemizerItem]) -> list:
         # The whole batch in one pipelined exchange with a worker, not a round trip per text.
@@ -132,13 +143,18 @@ class Phonemizer:
                 f"{TEXT_TOO_LONG}: the document's segments hold {len(ids)} phoneme ids, the "
                 f"limit is {self.settings.max_phoneme_ids}; split it or use the streaming model"
             )
+        marks = mark_rows(item.marks, [r[2] for r in rows], [r[0] for r in rows], len(ids))
+        rows = rows if item.words else []
         segments = [[end, *row] for end, row in zip(ends, item.plan)]
         if item.plan and item.leading_pause_s:
-            segments.insert(0, [0, item.plan[0][0], 1.0, item.leading_pause_s])
+            segments.insert(0, [0, item.plan[0][0], 1.0, item.leading_pause_s, 0.0, -1.0])
         return [
             pb_utils.Tensor(PHONEME_IDS, np.array([ids], dtype=np.int64)),
             pb_utils.Tensor(WORD_SPANS, np.array(rows, dtype=np.int32).reshape(1, -1, 4)),
-            pb_utils.Tensor(SEGMENTS, np.array(segments, dtype=np.float32).reshape(1, -1, 4)),
+            pb_utils.Tensor(
+                SEGMENTS, np.array(segments, dtype=np.float32).reshape(1, -1, IDS_COLUMNS)
+            ),
+            pb_utils.Tensor(MARK_SPANS, np.array(marks, dtype=np.int32).reshape(1, -1, 2)),
         ]
 
     def execute(self, requests: list) -> list:
@@ -152,4 +168,7 @@ class Phonemizer:
 
 def voice_infos(voices) -> list[ssml.VoiceInfo]:
     """What the SSML parser needs of each voice (name, language, English or not)."""
-    return [ssml.VoiceInfo(n, p.config.espeak_voice, p.is_english) for n, p in voices]
+    return [
+        ssml.VoiceInfo(n, p.config.espeak_voice, p.is_english, tuple(speakers(p.config)))
+        for n, p in voices
+    ]

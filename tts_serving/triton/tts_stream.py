@@ -22,6 +22,8 @@ from tts_wire import (
     INTERNAL,
     INVALID_ARGUMENT,
     LATENT,
+    MARK_SPANS,
+    MARKS,
     PHONEME_IDS,
     SPEAKER,
     SPEED,
@@ -82,6 +84,7 @@ class ChunkAudio:
 
     samples: np.ndarray
     words: np.ndarray | None
+    marks: np.ndarray | None = None  # SSML <mark>s reached: rows (time s, character)
 
 
 # The stages each chunk goes through here (tts_stream phonemizes itself).
@@ -108,13 +111,14 @@ class StreamRequest:
     voice: str  # the stream's voice (the default one when none was asked)
     sent: dict[str, dict[str, np.ndarray]]  # by stage: the options it takes, as sent
     clean: CleanText  # maps word spans back to the text as sent
-    _made: dict[tuple[str, str, float], list] = field(default_factory=dict)
+    _made: dict[tuple[str, str, float, int], list] = field(default_factory=dict)
 
     def inputs(self, chunk: PlannedChunk, stage: str) -> list:
         """The option tensors of ``chunk``'s call to ``stage``: the ones sent, the voice its
         own (an SSML segment's, else the stream's; the speaker only for the stream's voice) and
-        the speed times its segment's rate; made once per stage, voice and rate."""
-        key = (stage, chunk.voice or self.voice, chunk.rate)
+        the speed times its segment's rate, its segment's speaker; made once per stage, voice,
+        rate and speaker."""
+        key = (stage, chunk.voice or self.voice, chunk.rate, chunk.speaker)
         if key not in self._made:
             values = dict(self.sent[stage])
             takes = {o.name for o in options_of(stage)}
@@ -122,6 +126,8 @@ class StreamRequest:
                 values[VOICE] = np.array([[key[1].encode()]], dtype=np.object_)
             if key[1] != self.voice:  # another voice's span (SSML <voice>): its first speaker
                 values.pop(SPEAKER, None)
+            if SPEAKER in takes and chunk.speaker >= 0:  # <voice name="voice:speaker">
+                values[SPEAKER] = np.array([[str(chunk.speaker).encode()]], dtype=np.object_)
             if SPEED in takes and chunk.rate != 1.0:
                 values[SPEED] = np.array([[self.options.speed * chunk.rate]], np.float32)
             self._made[key] = [pb_utils.Tensor(k, v) for k, v in values.items()]
@@ -225,17 +231,23 @@ class TtsStream:
     async def synthesize(self, chunk: PlannedChunk, stream: StreamRequest) -> ChunkAudio:
         inputs = [pb_utils.Tensor(PHONEME_IDS, np.array([chunk.ids], dtype=np.int64))]
         outputs = [LATENT]
-        if chunk.words is not None:  # asked for: acoustic times them from its frames
+        if chunk.words is not None:  # asked for (or marks): acoustic times them from its frames
             inputs.append(pb_utils.Tensor(WORD_SPANS, chunk.words[None]))
             outputs.append(WORDS)
+        if chunk.marks is not None:
+            inputs.append(pb_utils.Tensor(MARK_SPANS, chunk.marks[None]))
+            outputs.append(MARKS)
         found = await self.bls(ACOUSTIC, [*inputs, *stream.inputs(chunk, ACOUSTIC)], outputs)
         (audio,) = await self.bls(VOCODER, [found[0], *stream.inputs(chunk, VOCODER)], [AUDIO])
+        marks = found.pop().as_numpy().reshape(-1, 2).copy() if chunk.marks is not None else None
         times = found[1].as_numpy().reshape(-1, 4) if len(found) > 1 else None
+        if not stream.options.word_timestamps:
+            times = None  # found for the marks only
         if times is not None and len(times):
             # (times, times, characters of the clean text) -> characters of the text as sent
             spans = sent_rows(times.tolist(), chunk.source or stream.clean)
             times = np.asarray(spans, dtype=times.dtype).reshape(-1, 4)
-        return ChunkAudio(audio.as_numpy().reshape(-1), times)
+        return ChunkAudio(audio.as_numpy().reshape(-1), times, marks)
 
     def sender(self, request, speed: float):
         """(send, is_closed) of ``request``'s stream; ``speed`` scales the pauses it adds."""
@@ -278,6 +290,10 @@ class TtsStream:
                     words = response.audio.words.copy()
                     words[:, :2] += sent_samples / rate + chunk.pause_before_s
                     outputs.append(pb_utils.Tensor(WORDS, words))
+                if response.audio.marks is not None:
+                    marks = response.audio.marks
+                    marks[:, 0] += sent_samples / rate + chunk.pause_before_s
+                    outputs.append(pb_utils.Tensor(MARKS, marks))
                 sent_samples += audio.size
                 response_sender.send(
                     pb_utils.InferenceResponse(output_tensors=outputs),

@@ -19,7 +19,15 @@ from ..engines.batching import is_numpy, run_grouped
 from ..engines.loudness import LOUDNESS_FILE, VoiceLoudness, apply_gain, peak_normalize
 from ..engines.models import Vocoder as VocoderModel, check_speakers, load_vocoder, model_file
 from ..engines.onnx import LATENT_CHANNELS
-from ..engines.segments import SegmentRow, check_pauses, join_with_silence, segment_rows, to_host
+from ..engines.segments import (
+    FRAME_COLUMNS,
+    SegmentRow,
+    check_pauses,
+    join_with_silence,
+    segment_rows,
+    to_host,
+    with_gain,
+)
 from ..errors import InvalidInputError, ModelConfigError
 from ..model_config import cpu_only_inputs
 from ..settings import VocoderSettings
@@ -119,7 +127,7 @@ class Vocoder:
             single_item(request, LATENT_SEGMENTS, optional=True),
             int(latent.shape[1]),
             len(names),
-            3,
+            FRAME_COLUMNS,
             LATENT_SEGMENTS,
         )
         check_pauses([r.pause / self.settings.sample_rate for r in rows])
@@ -128,7 +136,7 @@ class Vocoder:
                 [self.part(name, latent, speakers[self.voices.index(name)])], None, []
             )
         parts = [
-            self.part(names[r.voice], latent[:, r.start : r.end], speakers[r.voice])
+            self.part(names[r.voice], latent[:, r.start : r.end], r.speaker_of(speakers))
             for r in rows
             if r.end > r.start
         ]
@@ -160,10 +168,12 @@ class Vocoder:
                 loud = item.parts[0].loudness
                 outputs.append(output_or_error(AUDIO, mine[0], lambda a, v=loud: self.level(a, v)))
                 continue
-            # Each segment at its own voice's level, then the pauses between them.
+            # Each segment at its own voice's level and its gain, then the pauses between them.
             pieces, audio = iter(mine), iter(item.parts)
             levelled = [
-                self.level(to_host(next(pieces)), next(audio).loudness) if r.end > r.start else []
+                with_gain(self.level(to_host(next(pieces)), next(audio).loudness), r.gain_db)
+                if r.end > r.start
+                else []
                 for r in item.segments
             ]
             outputs.append(output_or_error(AUDIO, join_with_silence(levelled, item.pauses)))

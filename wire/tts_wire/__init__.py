@@ -31,17 +31,26 @@ WORDS = "words"
 PHONEME_IDS = "phoneme_ids"
 LATENT = "latent"
 WORD_SPANS = "word_spans"
-# SSML documents (tts_serving/text/ssml.py) are spoken in segments, each by one voice at one
-# rate with a pause after it: rows (end id, voice index, rate, pause s) from the phonemizer,
-# (end frame, voice index, pause samples) from acoustic; none for plain text.
+# SSML documents (tts_serving/text/ssml.py) are spoken in segments, each by one voice and
+# speaker at one rate and gain with a pause after it: rows from the phonemizer and from
+# acoustic (tts_serving/engines/segments.py); none for plain text.
 SEGMENTS = "segments"
 LATENT_SEGMENTS = "latent_segments"
+# SSML <mark name>: MARKS (tts, tts_stream) has a row per mark, (time s, the character where
+# its "<mark" starts in the text sent: the name is the document's); MARK_SPANS carries them
+# from the phonemizer to acoustic as (phoneme id position, character).
+MARKS = "marks"
+MARK_SPANS = "mark_spans"
 
 # The speed factor's range (1.0 = the voice's natural pace).
 MIN_SPEED = 0.25
 MAX_SPEED = 4.0
 # The pauses of one SSML document together (<break>, <s>, <p>), in seconds.
 MAX_PAUSE_S = 60.0
+# An SSML span's gain (<prosody volume>, <emphasis>), in dB: at most this loud; SILENT_DB (or
+# lower) is silence of the span's length.
+MAX_GAIN_DB = 12.0
+SILENT_DB = -100.0
 # The noise scales' range (0 = deterministic output).
 MAX_NOISE = 2.0
 

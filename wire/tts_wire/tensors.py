@@ -17,6 +17,8 @@ from . import (
     CHUNK_TEXT,
     LATENT,
     LATENT_SEGMENTS,
+    MARK_SPANS,
+    MARKS,
     NOISE_SCALE,
     NOISE_W,
     NORMALIZE,
@@ -88,9 +90,17 @@ WORDS_OUT = Tensor(WORDS, "FP32", (-1, 4))
 CHUNK_TEXT_OUT = Tensor(CHUNK_TEXT, "STRING", _ONE)
 PHONEME_IDS_T = Tensor(PHONEME_IDS, "INT64", (-1,))
 WORD_SPANS_T = Tensor(WORD_SPANS, "INT32", (-1, 4))
-SEGMENTS_T = Tensor(SEGMENTS, "FP32", (-1, 4))
+SEGMENTS_T = Tensor(SEGMENTS, "FP32", (-1, 6))
 LATENT_T = Tensor(LATENT, "FP32", (LATENT_CHANNELS, -1))
-LATENT_SEGMENTS_T = Tensor(LATENT_SEGMENTS, "INT32", (-1, 3))
+LATENT_SEGMENTS_T = Tensor(LATENT_SEGMENTS, "INT32", (-1, 5))
+MARKS_OUT = Tensor(
+    MARKS,
+    "FP32",
+    (-1, 2),
+    doc="SSML <mark>: rows (time s, character where its <mark starts in the text sent); none "
+    "for\nplain text or a document without marks.",
+)
+MARK_SPANS_T = Tensor(MARK_SPANS, "INT32", (-1, 2))
 
 
 def _option(name: str, dtype: str, *stages: str, doc: str = "") -> Tensor:
@@ -128,7 +138,7 @@ MODEL_IO: dict[str, ModelIO] = {
             "Plain text, or an SSML document (starts with <speak>; docs/ssml.md).",
             "true: the words output times each word (from the frames the voice gave its phonemes).",
         ),
-        (AUDIO_OUT, WORDS_OUT.but(doc=f"{WORD_ROWS}; none unless asked.")),
+        (AUDIO_OUT, WORDS_OUT.but(doc=f"{WORD_ROWS}; none unless asked."), MARKS_OUT),
     ),
     "tts_stream": ModelIO(
         _request(
@@ -142,6 +152,10 @@ MODEL_IO: dict[str, ModelIO] = {
                 doc="The (normalized) text this chunk speaks: captions, and a check on the split."
             ),
             WORDS_OUT.but(doc=f"{WORD_ROWS}; sent only when asked."),
+            MARKS_OUT.but(
+                doc=MARKS_OUT.doc.replace("time s", "time s from the stream's start")
+                + "\nSent with the chunk that reaches them."
+            ),
         ),
     ),
     PHONEMIZER: ModelIO(
@@ -161,8 +175,13 @@ MODEL_IO: dict[str, ModelIO] = {
                 doc="Rows (first id, end id, first character, end character); none unless asked."
             ),
             SEGMENTS_T.but(
-                doc="SSML: rows (end id, voice index, rate, pause s after) of the document's "
-                "segments; none\nfor plain text (tts_serving/text/ssml.py)."
+                doc="SSML: rows (end id, voice index, rate, pause s after, gain dB, speaker or "
+                "-1) of the\ndocument's segments; none for plain text "
+                "(tts_serving/text/ssml.py)."
+            ),
+            MARK_SPANS_T.but(
+                doc="SSML: rows (id position, character) of each <mark>: where the next word "
+                "starts."
             ),
         ),
     ),
@@ -182,6 +201,11 @@ MODEL_IO: dict[str, ModelIO] = {
                 doc="SSML: the phonemizer's segment rows; each segment runs with its voice at "
                 "its rate.",
             ),
+            MARK_SPANS_T.but(
+                optional=True,
+                ragged=True,
+                doc="SSML: the phonemizer's mark rows; the marks output times them.",
+            ),
         ),
         (
             LATENT_T,
@@ -190,9 +214,10 @@ MODEL_IO: dict[str, ModelIO] = {
                 "unless asked."
             ),
             LATENT_SEGMENTS_T.but(
-                doc="SSML: rows (end frame, voice index, pause samples after) for the vocoder; "
-                "none for plain text."
+                doc="SSML: rows (end frame, voice index, pause samples after, gain dB x 100, "
+                "speaker or -1)\nfor the vocoder; none for plain text."
             ),
+            MARKS_OUT.but(doc="SSML: rows (time s, character) of each mark; none without marks."),
         ),
     ),
     VOCODER: ModelIO(
@@ -202,8 +227,8 @@ MODEL_IO: dict[str, ModelIO] = {
             LATENT_SEGMENTS_T.but(
                 optional=True,
                 ragged=True,
-                doc="SSML: acoustic's segment rows; each piece is decoded by its voice, pauses "
-                "are zeros.",
+                doc="SSML: acoustic's segment rows; each piece is decoded by its voice at its "
+                "gain, pauses\nare zeros.",
             ),
         ),
         (AUDIO_OUT,),

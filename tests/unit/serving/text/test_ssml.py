@@ -14,7 +14,11 @@ from tts_serving.errors import InvalidInputError
 from tts_serving.text.say_as import say_as
 from tts_serving.text.ssml import MAX_DEPTH, Document, VoiceInfo, is_ssml, parse
 
-VOICES = [VoiceInfo("joe", "en-us", True), VoiceInfo("joe_de", "de", False)]
+VOICES = [
+    VoiceInfo("joe", "en-us", True),
+    VoiceInfo("joe_de", "de", False),
+    VoiceInfo("trio", "en-us", True, ("ann", "bob", "cy")),
+]
 
 
 def doc(text: str, voice: str = "joe") -> Document:
@@ -140,6 +144,60 @@ def test_break_strength_none_takes_back_the_pause_of_a_sentence_or_paragraph():
     assert doc('<speak><s>One</s><break time="0s"/>Two</speak>').segments[0].pause_after_s == 0.2
 
 
+def test_volume_and_emphasis_are_a_gain_and_a_rate_per_span():
+    d = doc(
+        '<speak>Plain <prosody volume="loud">loud <prosody volume="-3dB">less</prosody></prosody>'
+        ' <emphasis level="strong">strong</emphasis> <emphasis>moderate</emphasis> '
+        '<emphasis level="reduced">reduced</emphasis> <prosody volume="silent">quiet '
+        '<prosody volume="x-loud">still</prosody></prosody> <prosody volume="x-loud">'
+        '<emphasis level="strong">max</emphasis></prosody></speak>'
+    )
+    assert [(" ".join(s.text.split()), s.rate, s.gain_db) for s in d.segments] == [
+        ("Plain", 1.0, 0.0),
+        ("loud", 1.0, 6.0),
+        ("less", 1.0, 3.0),  # changes add up
+        ("strong", 0.85, 4.0),
+        ("moderate", 0.92, 2.0),  # the default level
+        ("reduced", 1.1, -4.0),
+        ("quiet still", 1.0, -100.0),  # silence stays silence
+        ("max", 0.85, 12.0),  # never over 12 dB
+    ]
+
+
+def test_marks_are_noted_where_they_are_in_the_document():
+    text = (
+        '\ufeff<speak><mark name="start"/>Hello <mark name="mid"/>world.<mark name="end"/></speak>'
+    )
+    d = doc(text)
+    assert [(m.name, text[m.offset :].split(">")[0]) for m in d.marks] == [
+        ("start", '<mark name="start"/'),
+        ("mid", '<mark name="mid"/'),
+        ("end", '<mark name="end"/'),
+    ]
+    assert said(d) == [("joe", 1.0, "Hello world.", 0.0)]  # a mark splits nothing
+
+
+def test_a_voice_name_picks_a_speaker_of_a_multi_speaker_voice():
+    d = doc(
+        '<speak>Hi <voice name="trio:bob">Bob</voice> <voice name="trio:2">Cy</voice> '
+        '<voice name="trio">first</voice></speak>'
+    )
+    assert [(s.voice, s.speaker, " ".join(s.text.split())) for s in d.segments] == [
+        ("joe", -1, "Hi"),
+        ("trio", 1, "Bob"),
+        ("trio", 2, "Cy"),
+        ("trio", -1, "first"),  # the voice alone: the request's speaker rule
+    ]
+    for name, says in [
+        ("trio:dan", "no speaker 'dan'; its speakers: ann, bob, cy"),
+        ("trio:3", "no speaker '3'"),
+        ("joe:ann", "has no speaker 'ann'; it has one speaker"),
+        ("nobody:ann", "no voice 'nobody:ann' is loaded"),
+    ]:
+        with pytest.raises(InvalidInputError, match=says):
+            doc(f'<speak><voice name="{name}">x</voice></speak>')
+
+
 def test_voice_and_lang_pick_loaded_voices():
     d = doc(
         '<speak xml:lang="en-US">One <voice name="joe_de">zwei</voice> <lang xml:lang="de-DE">drei'
@@ -227,7 +285,11 @@ BILLION_LAUGHS = (
         ('<speak><break strength="loud"/>x</speak>', "use one of none, x-weak"),
         ('<speak><prosody rate="2x">x</prosody></speak>', "use a percentage"),
         ('<speak><prosody pitch="+2st">x</prosody></speak>', "cannot change its pitch"),
-        ('<speak><prosody volume="loud">x</prosody></speak>', "cannot change its volume"),
+        ('<speak><prosody volume="+20dB">x</prosody></speak>', "a change in dB from -40dB"),
+        ('<speak><prosody volume="50">x</prosody></speak>', "use one of silent, x-soft"),
+        ('<speak><emphasis level="loudest">x</emphasis></speak>', "use one of strong"),
+        ("<speak>x<mark/></speak>", "<mark> needs a name attribute"),
+        ("<speak>" + '<mark name="m"/>' * 257 + "x</speak>", "more than 256 marks"),
         ('<speak><prosody duration="2s">x</prosody></speak>', "no attribute 'duration'"),
         ('<speak><voice name="alloy">x</voice></speak>', "no voice 'alloy' is loaded"),
         ('<speak><voice gender="female">x</voice></speak>', "no attribute 'gender'"),
@@ -251,27 +313,40 @@ def test_hostile_and_malformed_documents_are_refused_with_where_and_what(text, m
 
 
 def test_segment_rows_are_checked_and_pauses_are_exact():
-    rows = segment_rows(np.array([[0, 0, 1, 0.3], [5, 1, 0.5, 0.5], [9, 0, 1, 0]]), 9, 2, 4, "s")
-    assert [(r.start, r.end, r.voice, r.rate, r.pause) for r in rows] == [
-        (0, 0, 0, 1.0, 0.3),
-        (0, 5, 1, 0.5, 0.5),
-        (5, 9, 0, 1.0, 0.0),
+    rows = segment_rows(
+        np.array([[0, 0, 1, 0.3, 0, -1], [5, 1, 0.5, 0.5, -6, 2], [9, 0, 1, 0, -200, -1]]),
+        9,
+        2,
+        6,
+        "s",
+    )
+    assert [(r.start, r.end, r.voice, r.rate, r.pause, r.gain_db, r.speaker) for r in rows] == [
+        (0, 0, 0, 1.0, 0.3, 0.0, -1),
+        (0, 5, 1, 0.5, 0.5, -6.0, 2),
+        (5, 9, 0, 1.0, 0.0, -100.0, -1),  # below silence: silence
     ]
+    assert [r.speaker_of([4, 0]) for r in rows] == [4, 2, 4]  # -1: the request's
+    frames = segment_rows(np.array([[7, 1, 300, 450, 1]]), 7, 2, 5, "f")  # gain: 0.01 dB
+    assert [(f.rate, f.pause, f.gain_db, f.speaker) for f in frames] == [(1.0, 300.0, 4.5, 1)]
     assert pauses_before(rows, np.array([0, 4, 5, 8])).tolist() == [0.3, 0.3, 0.8, 0.8]
     assert (
-        segment_rows(None, 9, 2, 4, "s") == []
-        and segment_rows(np.zeros((0, 4)), 9, 2, 4, "s") == []
+        segment_rows(None, 9, 2, 6, "s") == []
+        and segment_rows(np.zeros((0, 6)), 9, 2, 6, "s") == []
     )
     for bad, message in [
-        ([[5, 0, 1, 0]], "must end at 9"),
-        ([[10, 0, 1, 0]], "within 0..9"),
-        ([[4.5, 0, 1, 0], [9, 0, 1, 0]], "whole"),
-        ([[9, 2, 1, 0]], "voice index 2"),
-        ([[9, 0, 0, 0]], "positive"),
-        ([[9, 0, 1, -1]], "not negative"),
-        ([[9, 0, np.nan, 0]], "finite"),
+        ([[5, 0, 1, 0, 0, -1]], "must end at 9"),
+        ([[10, 0, 1, 0, 0, -1]], "within 0..9"),
+        ([[4.5, 0, 1, 0, 0, -1], [9, 0, 1, 0, 0, -1]], "whole"),
+        ([[9, 2, 1, 0, 0, -1]], "voice index 2"),
+        ([[9, 0, 0, 0, 0, -1]], "positive"),
+        ([[9, 0, 1, -1, 0, -1]], "not negative"),
+        ([[9, 0, np.nan, 0, 0, -1]], "finite"),
+        ([[9, 0, 1, 0, 13, -1]], "over 12 dB"),
+        ([[9, 0, 1, 0, 0, -2]], "speaker must be"),
+        ([[9, 0, 1, 0, 0, 1.5]], "speaker must be"),
+        ([[9, 0, 1, 0, 0]], "rows of 6 values"),
     ]:
         with pytest.raises(InvalidInputError, match=message):
-            segment_rows(np.array(bad, np.float32), 9, 2, 4, "s")
+            segment_rows(np.array(bad, np.float32), 9, 2, 6, "s")
     audio = join_with_silence([np.ones(3), [], np.ones(2)], [2, 4, 1])
     assert audio.tolist() == [1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 0]
