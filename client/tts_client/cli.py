@@ -43,7 +43,11 @@ def stream_to_file(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tts_client", description="Text to speech.")
+    parser = argparse.ArgumentParser(
+        prog="python -m tts_client",
+        description="Text to speech.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("text", help="text to speak ('-' reads standard input)")
     parser.add_argument("-o", "--output", default="out.wav", help="output .wav or .flac")
     parser.add_argument("--url", default="grpc://localhost:8001", help="grpc:// or http:// URL")
@@ -53,11 +57,13 @@ def main(argv: list[str] | None = None) -> int:
         default=1.0,
         help=f"{MIN_SPEED}..{MAX_SPEED}, 1.0 = normal",
     )
-    parser.add_argument("--voice", default=None, help="a voice the server has (default: its first)")
+    parser.add_argument("--voice", default=None, help="a voice the server has (None: the server's first)")
     parser.add_argument(
         "--speaker", default=None, help="a multi-speaker voice's speaker: a name or an id"
     )
-    parser.add_argument("--model", default="tts")
+    parser.add_argument(
+        "--model", default="tts", help="the Triton model to call (tts, or another repository's)"
+    )
     parser.add_argument(
         "--stream", action="store_true", help="stream long text, writing audio as it arrives (gRPC)"
     )
@@ -67,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         help="also write word-timed captions here: a .srt or .vtt file",
     )
     args = parser.parse_args(argv)
+    if Path(args.output).suffix.lower() not in (".wav", ".flac"):
+        # Before any work: a format found unsupported after synthesizing wastes it.
+        parser.error(f"--output must name a .wav or .flac file, not {args.output!r}")
     if args.captions and Path(args.captions).suffix.lower() not in (".srt", ".vtt"):
         parser.error("--captions must name a .srt or .vtt file")
     text = sys.stdin.read() if args.text == "-" else args.text

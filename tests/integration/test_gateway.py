@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
+import subprocess
 import threading
 import time
 
@@ -20,6 +22,7 @@ import pytest
 
 from tests.support.audio import decode
 from tests.support.gateway import gateway_on, good_request, rms_dbfs
+from tests.support.paths import ROOT
 from tts_tools.launcher.commands import free_port
 from tts_tools.launcher.processes import GatewayProcess
 from tts_tools.sample_texts import PARAGRAPH, SENTENCES
@@ -408,3 +411,17 @@ def test_ready_and_metrics(gateway):
     assert samples["tts_gateway_characters_total"] > 0
     assert samples["tts_gateway_time_to_first_byte_seconds_count"] >= 1
     assert samples["tts_gateway_real_time_factor_count"] >= 1
+
+
+def test_the_readmes_first_curl_shows_the_servers_message_on_an_error(gateway, tmp_path):
+    """As written, with a voice the server does not have: the JSON error is shown, not a
+    silent exit 22 with no file (curl -sf)."""
+    readme = (ROOT / "README.md").read_text()
+    first = re.search(r"```bash\n(curl .*?)```", readme, re.S).group(1)
+    first = first.replace("localhost:8080", gateway.url.split("//", 1)[1])
+    good = subprocess.run(["bash", "-c", first], cwd=tmp_path, capture_output=True, text=True)
+    assert good.returncode == 0 and (tmp_path / "hello.mp3").stat().st_size > 1000
+    wrong = first.replace('"voice": "alloy"', '"voice": "nobody"')
+    assert wrong != first
+    bad = subprocess.run(["bash", "-c", wrong], cwd=tmp_path, capture_output=True, text=True)
+    assert "unknown voice 'nobody'" in bad.stdout + bad.stderr, (bad.stdout, bad.stderr)
