@@ -150,7 +150,10 @@ def banner(args: argparse.Namespace, gpu: bool) -> str:
             "'unable to create stream ... CUDA driver version is insufficient' above are "
             "harmless; the models run on the CPU)"
         )
-    lines += ["Ctrl-C stops (requests in flight finish first).", "=" * 72]
+    lines += [
+        "Ctrl-C stops (requests in flight finish first); Ctrl-C again stops at once.",
+        "=" * 72,
+    ]
     return "\n".join(lines)
 
 

@@ -190,6 +190,53 @@ def test_sigterm_to_make_serve_drains_the_gateway(exported_repository, tmp_path)
     assert results["stream0"] == results["stream1"] == "speech.audio.done", results
     assert not stubs_of(triton_pid)
     assert regions(shm_prefix) == set()
+    log = launcher.log()
+    # The stop says what it waits for and how long; the drain logs no traceback.
+    assert "SIGTERM, stopping: requests and streams in flight get up to 40 s" in log, log[-3000:]
+    assert "Traceback" not in log and "unexpected error" not in log, log[-3000:]
+
+
+def test_a_second_sigint_stops_make_serve_at_once(exported_repository, tmp_path):
+    """Ctrl-C waits for the streams in flight (it says so, and for how long); Ctrl-C again
+    stops everything at once and leaves nothing behind."""
+    from tts_client import TTSClient
+
+    launcher = Launcher(
+        exported_repository, tmp_path / "launcher.log", warmup_requests=LIGHT_WARMUP
+    )
+    streaming = threading.Event()
+
+    def stream() -> None:
+        with TTSClient(f"grpc://127.0.0.1:{launcher.grpc}", timeout=120) as client:
+            try:
+                for _chunk in client.stream(PARAGRAPH * 10):
+                    streaming.set()
+            except Exception:  # cut by the stop: what this test is about
+                pass
+
+    try:
+        launcher.wait_ready()
+        triton_pid, shm_prefix = launcher.triton_pid(), launcher.shm_prefix()
+        thread = threading.Thread(target=stream, daemon=True)
+        thread.start()
+        assert streaming.wait(60), launcher.log()[-3000:]
+        launcher.process.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 30
+        while "SIGINT, stopping" not in launcher.log() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert launcher.process.poll() is None  # still draining the stream
+        asked = time.monotonic()
+        launcher.process.send_signal(signal.SIGINT)
+        code = launcher.process.wait(30)
+        took = time.monotonic() - asked
+    finally:
+        launcher.close()
+    log = launcher.log()
+    assert "SIGINT, stopping: requests and streams in flight get up to 40 s" in log, log[-3000:]
+    assert "SIGINT again: stopping now" in log, log[-3000:]
+    assert code == 128 + signal.SIGINT and took < 15, (code, took)
+    assert not os.path.exists(f"/proc/{triton_pid}") or not stubs_of(triton_pid)
+    assert regions(shm_prefix) == set()
 
 
 def test_a_stream_cut_at_the_drain_limit_ends_with_an_error_event(server, tmp_path_factory):

@@ -5,6 +5,7 @@ supervisor beside them, restarts with backoff, and the drain on SIGTERM.
 from __future__ import annotations
 
 import functools
+import os
 import signal
 import subprocess
 import threading
@@ -69,6 +70,7 @@ def supervise(
         )
         if process is None:
             return 1
+        launch.server = process
         supervisor = None
         if process.poll() is None and not launch.stopping.is_set():
             supervisor = launch.serve(process, front_ready)
@@ -125,16 +127,36 @@ class _Launch:
         self.gateway: RestartedChild | None = None
         self.start_front: Callable[[], RestartedChild] | None = None
         self.start_gateway: Callable[[], RestartedChild] | None = None
+        self.server: subprocess.Popen | None = None  # the tritonserver running now
 
     def listen_for_signals(self) -> None:
         def on_signal(signum, _frame) -> None:
-            if not self.stopping.is_set():
-                self.say(f"launcher: {signal.Signals(signum).name}, stopping")
+            name = signal.Signals(signum).name
+            if self.stopping.is_set():
+                self.say(f"launcher: {name} again: stopping now, without waiting for anything")
+                self.stop_now()
+                os._exit(128 + signum)
+            self.say(
+                f"launcher: {name}, stopping: requests and streams in flight get up to "
+                f"{self.drain_s:g} s to finish, then Triton stops ({name} again: stop now)"
+            )
             self.stopping.set()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGUSR1, lambda *_: self.drained.set())
+
+    def stop_now(self) -> None:
+        """Every child killed, the stubs they leave too, their shared memory removed."""
+        children = [k.process for k in (self.gateway, self.front) if k and k.process]
+        for process in [*children, self.server]:
+            if process is not None and process.poll() is None:
+                process.kill()
+        for process in [*children, self.server]:
+            if process is not None:
+                process.wait(10)
+        end_orphans(keep=set())
+        remove_regions(self.shm_prefix, set(), self.say)
 
     def child(self, name: str, command: list[str], policy: RestartPolicy, **keep) -> Callable:
         """A function that starts ``command`` as a RestartedChild (called once it is due)."""
