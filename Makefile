@@ -33,7 +33,8 @@ help:  # the default goal: what each target does
 	@echo "make perf            the full perf_analyzer sweep and its plot (docs/perf.png)"
 	@echo "make bench | soak    benchmarks (docs/performance.md, docs/reliability.md)"
 	@echo "make flops           the voice's arithmetic per audio second (docs/performance.md)"
-	@echo "  (test, perf, perf-smoke, bench... install the full development set: about 2.2 GB)"
+	@echo "  (test, perf, bench... install the full development set: about 2.2 GB;"
+	@echo "   perf-smoke only what make serve does)"
 	@echo "make gpu-bundle      an offline folder for a GPU machine (docs/gpu.md)"
 	@echo "make image-cpu|gpu   the container image (docker/Dockerfile; needs a Docker engine)"
 	@echo "make lock            regenerate the image's hashed locks (requirements/image-*.lock)"
@@ -97,7 +98,8 @@ serve-setup: check-system-deps $(VENV)/.installed-serve $(if $(filter $(TORCH_PR
 # VOICES=voices.json exports (and serves) every voice listed (README, Voices); a later plain
 # export keeps them (python -m export --single-voice goes back to the bundled voice alone).
 export: $(VENV)/.installed-serve
-	$(PY) -m export $(if $(VOICES),--voices $(VOICES))
+	$(PY) -m export $(if $(VOICES),--voices $(VOICES)) \
+	  $(if $(filter $(TORCH_PROFILES),$(PROFILE)),--check-torch)
 
 # PROFILE=gpu (torch on CUDA) or PROFILE=torch-cpu serves model_repository/*/configs/$(PROFILE).pbtxt.
 serve: serve-setup export
@@ -190,8 +192,9 @@ perf: setup export
 	$(PY) -m perf_analyzer_configs.run --plot docs/perf.png $(PERF_ARGS)
 
 # Against a running server: make perf-smoke PERF_ARGS="--grpc-port 8001 --http-port 8000"; then
-# the repository is not exported again (the running server uses it).
-perf-smoke: setup $(if $(findstring --grpc-port,$(PERF_ARGS)),,export)
+# the repository is not exported again (the running server uses it). It needs only what
+# make serve installs (perf_analyzer comes with its tritonclient), not the development set.
+perf-smoke: serve-setup $(if $(findstring --grpc-port,$(PERF_ARGS)),,export)
 	$(PY) -m perf_analyzer_configs.run --smoke --out out/perf-smoke $(PERF_ARGS)
 
 # Ours vs Piper's HTTP server vs Piper in-process, same texts, alternating (docs/performance.md).

@@ -35,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repository", type=Path, default=Path("model_repository"))
     parser.add_argument("--force", action="store_true", help="export even if up to date")
     parser.add_argument(
+        "--check-torch",
+        action="store_true",
+        help="redo an export made without torch, now that torch is installed (the torch profiles)",
+    )
+    parser.add_argument(
         "--single-voice",
         action="store_true",
         help="export --voice alone even if the last export had a --voices list",
@@ -52,7 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         config = args.voice_config or Path(f"{voice}.json")
         specs = [VoiceSpec(default_name(config), voice, config)]
-    export(specs, args.repository, force=args.force, voices_file=voices_file)
+    export(
+        specs,
+        args.repository,
+        force=args.force,
+        voices_file=voices_file,
+        check_torch=args.check_torch,
+    )
     return 0
 
 

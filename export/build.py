@@ -30,6 +30,7 @@ from tts_serving.voices import FOLDER, INDEX, check_name, load_voice_config
 
 from .graph import make_scales_per_item, make_speakers_per_item, split
 from .quantize import export_int8_vocoder
+from .serving import servers
 from .verify import torch_installed, verify
 
 log = logging.getLogger("export")
@@ -223,10 +224,17 @@ def export_graphs(source: Path, config: Path, acoustic_dir: Path, vocoder_dir: P
 
 
 def export(
-    specs: list[VoiceSpec], repo: Path, force: bool = False, voices_file: Path | None = None
+    specs: list[VoiceSpec],
+    repo: Path,
+    force: bool = False,
+    voices_file: Path | None = None,
+    check_torch: bool = False,
 ) -> bool:
     """Export if needed; returns True when files were (re)written. ``voices_file`` (the
-    ``--voices`` list they came from) is recorded, so a later plain export keeps them."""
+    ``--voices`` list they came from) is recorded, so a later plain export keeps them.
+    ``check_torch``: an export made without torch is redone (and checked against the torch
+    engine) now that torch is here; otherwise only a change of the voices or of the exporter
+    redoes it. Refused while a launcher serves ``repo`` (export.serving)."""
     for spec in specs:
         voice = load_voice_config(spec.config)
         try:
@@ -237,11 +245,21 @@ def export(
     if not force and manifest_path.exists():
         recorded = json.loads(manifest_path.read_text())
         recorded.pop("voices_file", None)
-        if recorded == _manifest(specs, repo) and len(recorded["outputs"]) == len(
-            _outputs(repo, specs)
+        now = _manifest(specs, repo)
+        checked, torch = recorded.pop("torch_checked", False), now.pop("torch_checked")
+        if (
+            recorded == now
+            and len(recorded["outputs"]) == len(_outputs(repo, specs))
+            and (checked or not torch or not check_torch)
         ):
             log.info("model files are up to date (use --force to redo)")
             return False
+    running = servers(repo)
+    if running:
+        raise SystemExit(
+            f"{repo} is being served (launcher pid {', '.join(map(str, running))}): stop it "
+            "(Ctrl-C) before exporting into it, or export into another --repository"
+        )
 
     t0 = time.perf_counter()
     for model in VOICE_JSON_MODELS:  # voices from an earlier export must not linger

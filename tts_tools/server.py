@@ -19,6 +19,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from export.serving import serving
+
 from .launcher.children import supervise
 from .launcher.commands import (
     FRONT_LIVE_PATH,
@@ -315,8 +317,8 @@ def main(argv: list[str] | None = None) -> None:
     metrics, heartbeat = supervisor_metrics(args)
     env = server_env(key=key, cache_dir=args.cache_dir)
     announce_when_ready(args, gpu=has_gpu())
-    sys.exit(
-        supervise(
+    with serving(args.model_repository):  # no export rewrites it meanwhile (export/serving.py)
+        code = supervise(
             cmd,
             triton_http,
             args.model_repository,
@@ -331,7 +333,7 @@ def main(argv: list[str] | None = None) -> None:
             front_live=(lambda: front_live(args.bind, args.http_port)) if args.http_port else None,
             heartbeat=heartbeat,
         )
-    )
+    sys.exit(code)
 
 
 if __name__ == "__main__":
