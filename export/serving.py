@@ -16,9 +16,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def _root() -> Path:
+    return Path(tempfile.gettempdir()) / "tts-triton-serving"
+
+
 def _folder(repository: Path) -> Path:
     key = hashlib.sha256(str(repository.resolve()).encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / "tts-triton-serving" / key
+    return _root() / key
 
 
 @contextmanager
@@ -33,11 +37,13 @@ def serving(repository: Path) -> Iterator[None]:
         marker.unlink(missing_ok=True)
 
 
-def servers(repository: Path) -> list[int]:
-    """The pids of the live processes serving ``repository`` (stale files removed)."""
-    folder = _folder(repository)
+def servers(repository: Path | None = None) -> list[int]:
+    """The pids of the live processes serving ``repository`` (None: any repository); stale
+    files are removed."""
+    folder = _root() if repository is None else _folder(repository)
     live = []
-    for marker in folder.glob("*") if folder.is_dir() else []:
+    pattern = "*/*" if repository is None else "*"
+    for marker in folder.glob(pattern) if folder.is_dir() else []:
         if not marker.name.isdigit():
             continue
         try:

@@ -19,7 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from export.serving import serving
+from export.serving import servers, serving
 
 from .launcher.children import supervise
 from .launcher.commands import (
@@ -205,6 +205,14 @@ def refuse_to_start(args: argparse.Namespace, extra: list[str]) -> None:
         ],
     )
     if taken:
+        others = [pid for pid in servers() if pid != os.getpid()]
+        if others:  # the likely cause: name it, not only the port it took first
+            taken = (
+                f"{taken.split(';')[0]}: another launcher (`make serve`, pid "
+                f"{', '.join(map(str, others))}) is running; stop it (Ctrl-C), or give this one "
+                "other ports (HTTP_PORT, GRPC_PORT, METRICS_PORT, GATEWAY_PORT, "
+                "SUPERVISOR_METRICS_PORT)"
+            )
         print(f"launcher: {taken}", file=sys.stderr, flush=True)
         sys.exit(2)
 
@@ -295,6 +303,13 @@ def triton_command(
 
 def main(argv: list[str] | None = None) -> None:
     args, extra = parse_args(argv)
+    # Known from the start (before any port is bound): a second launcher started at the same
+    # moment then finds this one when a port it needs is taken.
+    with serving(args.model_repository):
+        sys.exit(run(args, extra))
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> int:
     refuse_to_start(args, extra)
     shm_prefix = new_shm_prefix()
     key, configured = admin_key()
@@ -317,23 +332,21 @@ def main(argv: list[str] | None = None) -> None:
     metrics, heartbeat = supervisor_metrics(args)
     env = server_env(key=key, cache_dir=args.cache_dir)
     announce_when_ready(args, gpu=has_gpu())
-    with serving(args.model_repository):  # no export rewrites it meanwhile (export/serving.py)
-        code = supervise(
-            cmd,
-            triton_http,
-            args.model_repository,
-            headers,
-            gateway,
-            metrics=metrics,
-            env=env,
-            restricted=args.restricted_apis,
-            shm_prefix=shm_prefix,
-            front_cmd=front,
-            front_ready=(lambda: port_open(args.bind, args.grpc_port)) if args.grpc_port else None,
-            front_live=(lambda: front_live(args.bind, args.http_port)) if args.http_port else None,
-            heartbeat=heartbeat,
-        )
-    sys.exit(code)
+    return supervise(
+        cmd,
+        triton_http,
+        args.model_repository,
+        headers,
+        gateway,
+        metrics=metrics,
+        env=env,
+        restricted=args.restricted_apis,
+        shm_prefix=shm_prefix,
+        front_cmd=front,
+        front_ready=(lambda: port_open(args.bind, args.grpc_port)) if args.grpc_port else None,
+        front_live=(lambda: front_live(args.bind, args.http_port)) if args.http_port else None,
+        heartbeat=heartbeat,
+    )
 
 
 if __name__ == "__main__":

@@ -154,6 +154,15 @@ def test_bad_items_in_a_batch_fail_alone(grpc_client):
                 future.result()
 
 
+@pytest.mark.parametrize("text", ["こんにちは", "こんにちは 2024", "Hello 世界"])
+def test_a_script_the_voice_cannot_read_is_refused_with_or_without_digits(grpc_client, text):
+    """ "こんにちは 2024" was read as "Japanese letter" five times; without the digits it was a
+    clear refusal. Now the rule is one: the letter and its script are named."""
+    with pytest.raises(InvalidInput, match=r"text holds '.' \((HIRAGANA|CJK) script"):
+        grpc_client.synthesize(text, word_timestamps=True)
+    assert grpc_client.synthesize("Next one works.").duration > 0.3
+
+
 def test_client_rejects_a_bad_speed_with_its_own_exception(grpc_client):
     with pytest.raises(InvalidInput, match="speed must be between"):
         grpc_client.synthesize("Hello.", speed=0)

@@ -190,7 +190,13 @@ def test_async_client_streams_with_captions_and_joins_long_text(server):
 
 @pytest.mark.parametrize(
     "text, message",
-    [("   ", "empty or only whitespace"), ("a " * 50_001, "the limit is 100000")],
+    [
+        ("   ", "empty or only whitespace"),
+        ("a " * 50_001, "the limit is 100000"),
+        # A chunk it cannot read was skipped before (silence for it, the rest read on).
+        ("A first sentence of the text. Then こんにちは 2024. And a last one.", "HIRAGANA"),
+        ("<speak>One. <s>Hello 世界.</s></speak>", "CJK script"),
+    ],
 )
 def test_bad_stream_input_gets_invalid_arg(grpc_client, text, message):
     with pytest.raises(InvalidInput, match=message):

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from piper.config import PiperConfig
 
-from tts_serving.text.phonemize import Phonemizer, speaks_english
+from tts_serving.text.phonemize import Phonemizer, check_script, speaks_english
 from tts_serving.voices import load_voice_config
 
 from ..errors import InvalidInputError, ModelConfigError, PhonemizerCrashError
@@ -306,8 +306,8 @@ def _answer_or_error(call: Callable[[], dict]) -> dict | Exception:
 
 
 class IsolatedPhonemizer:
-    """``voice.Phonemizer``'s interface (``config``, ``is_english``, ``check``, ``ids``) for one
-    voice, phonemizing in ``pool``'s workers."""
+    """``voice.Phonemizer``'s interface (``config``, ``is_english``, ``check``, ``ids``,
+    ``check_script``) for one voice, phonemizing in ``pool``'s workers."""
 
     def __init__(self, name: str, config: PiperConfig, pool: PhonemizerPool) -> None:
         self.name = name
@@ -324,6 +324,9 @@ class IsolatedPhonemizer:
 
     def ids(self, text: str) -> list[int]:
         return self.pool.ids(self.name, text)
+
+    def check_script(self, text: str) -> None:
+        check_script(text, self.config)
 
     def ids_and_words(self, text: str, original: str) -> tuple[list[int], list[list[int]]]:
         answer = self.pool.phonemize(self.name, text, original)

@@ -99,9 +99,55 @@ def shape_for_espeak(text: str) -> str:
     return " ".join(espeak_pieces(text))
 
 
-def has_latin_text(text: str) -> bool:
-    """At least one digit or Latin-script letter (what an English voice can read)."""
-    return any(c.isdigit() or (c.isalpha() and "LATIN" in unicodedata.name(c, "")) for c in text)
+# What an English voice reads, besides digits and Latin letters: a Greek letter standing alone
+# by its name ("α particle", "Ω"), modifier letters, the micro sign, the ordinal indicators.
+# Other letters it only names ("Japanese letter") or spells out (a Greek or Cyrillic word).
+_READ_TOO = ("MODIFIER LETTER", "MICRO SIGN", "ORDINAL INDICATOR")
+
+
+def _greek(c: str) -> bool:
+    return c.isalpha() and "GREEK" in unicodedata.name(c, "")
+
+
+def english_reading(text: str) -> tuple[bool, str | None]:
+    """Whether ``text`` (outside [[ inline phonemes ]]) has anything an English voice reads,
+    and the first letter it cannot read (None: none). Digits beside them change neither."""
+    readable, unreadable = False, None
+    for piece in inline.pieces(text):
+        if piece.phonemes:
+            readable = True
+            continue
+        line = piece.text
+        for k, c in enumerate(line):
+            if c.isdigit():
+                readable = True
+            elif c.isalpha():
+                name = unicodedata.name(c, "")
+                lone_greek = _greek(c) and not any(
+                    0 <= j < len(line) and _greek(line[j]) for j in (k - 1, k + 1)
+                )
+                if "LATIN" in name or lone_greek or any(r in name for r in _READ_TOO):
+                    readable = True
+                elif unreadable is None:
+                    unreadable = c
+    return readable, unreadable
+
+
+def check_script(text: str, config: PiperConfig) -> None:
+    """InvalidInputError when ``text`` holds letters of a script the voice of ``config`` (an
+    English one) cannot read; digits or English beside them change nothing."""
+    if not speaks_english(config):
+        return
+    letter = english_reading(text)[1]
+    if letter is not None:
+        # espeak-ng would switch language mid-voice and the voice would babble noise, or say
+        # "Japanese letter" for each character.
+        script = unicodedata.name(letter, "?").split()[0]
+        raise InvalidInputError(
+            f"text holds {letter!r} ({script} script, U+{ord(letter):04X}), which this voice "
+            f"({config.espeak_voice}) cannot read (it would name or spell each letter): send "
+            "that text to a voice of its language, or leave it out"
+        )
 
 
 def speaks_english(config: PiperConfig) -> bool:
@@ -185,10 +231,17 @@ class Phonemizer:
         self._check_readable(text)
         return self._ids(text, self.phonemes(text))
 
+    def check_script(self, text: str) -> None:
+        """See :func:`check_script`: a stream checks its whole text so, before its first
+        chunk (a chunk refused later would be silence in the middle)."""
+        check_script(text, self.config)
+
     def _check_readable(self, text: str) -> None:
         inline.check(text, self.config.phoneme_id_map)
-        if self.is_english and not has_latin_text(text):
-            # espeak-ng would switch language mid-voice and the voice would babble noise.
+        if not self.is_english:
+            return
+        check_script(text, self.config)
+        if not english_reading(text)[0]:
             raise InvalidInputError(
                 f"text has no Latin letters or digits; this voice speaks "
                 f"{self.config.espeak_voice} and cannot read it"

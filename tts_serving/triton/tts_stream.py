@@ -195,6 +195,7 @@ class TtsStream:
             else None
         )
         if document is None:
+            phonemizer.check_script(text)  # the whole text: no chunk of it is skipped for it
             plan = plan_chunks(
                 text,
                 self.settings,
@@ -206,6 +207,7 @@ class TtsStream:
         else:
             for segment in document.segments:  # before the first chunk, not in the middle
                 validate_rate(options.speed, segment.rate)
+                self.voices.pick(segment.voice)[1].check_script(segment.text)
             for note in document.notes:
                 self.logger.log_info(f"SSML: {note}")
             plan = plan_document(
@@ -314,6 +316,9 @@ class TtsStream:
                 parsed = self.parse(request)  # no await: counted once it runs
             except InvalidInputError as e:
                 refusal = StreamResponse(error_code=INVALID_ARGUMENT, error_message=str(e))
+            except Exception as e:  # answered, never left waiting (the trace in the log only)
+                self.logger.log_error(f"tts_stream: reading the request failed: {e!r}")
+                refusal = StreamResponse(error_code=INTERNAL, error_message="internal error")
         send, closed = self.sender(request, parsed.options.speed if parsed else 1.0)
         if parsed is None:
             send(refusal)

@@ -94,6 +94,43 @@ def test_a_port_in_time_wait_is_free_and_a_listening_one_is_not():
     assert "--http-port" in message
 
 
+def test_a_second_launcher_names_the_first_not_the_port_it_happened_to_hit(tmp_path):
+    """Two `make serve` at once: the first holds the supervisor's port (it binds it first);
+    the second must say another launcher runs, not only 'choose another
+    SUPERVISOR_METRICS_PORT'."""
+    import subprocess
+    import sys
+
+    from tests.support.paths import ROOT
+
+    first = subprocess.Popen(
+        [sys.executable, "-c",
+         "import socket, sys, time\n"
+         "from pathlib import Path\n"
+         "from export.serving import serving\n"
+         "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+         "with serving(Path(sys.argv[1])):\n"
+         "    print(s.getsockname()[1], flush=True); time.sleep(60)\n",
+         str(ROOT / "model_repository")],
+        stdout=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        port = int(first.stdout.readline())
+        free = [str(commands.free_port()) for _ in range(4)]
+        second = subprocess.run(
+            [sys.executable, "-m", "tts_tools.server", f"--supervisor-metrics-port={port}",
+             f"--http-port={free[0]}", f"--grpc-port={free[1]}", f"--metrics-port={free[2]}",
+             f"--gateway-port={free[3]}"],
+            capture_output=True, text=True, cwd=ROOT, timeout=60,
+        )  # fmt: skip
+    finally:
+        first.kill()
+        first.wait()
+    assert second.returncode == 2, second.stderr
+    assert f"port {port} on 127.0.0.1 is not free" in second.stderr
+    assert f"another launcher (`make serve`, pid {first.pid}) is running" in second.stderr
+
+
 def test_the_gateway_is_given_the_repositorys_voices(exported_repository, tmp_path):
     from tts_tools.launcher.repository import gateway_voices, repository_voices
 
