@@ -57,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         default=1.0,
         help=f"{MIN_SPEED}..{MAX_SPEED}, 1.0 = normal",
     )
-    parser.add_argument("--voice", default=None, help="a voice the server has (None: the server's first)")
+    parser.add_argument(
+        "--voice", default=None, help="a voice the server has (None: the server's first)"
+    )
     parser.add_argument(
         "--speaker", default=None, help="a multi-speaker voice's speaker: a name or an id"
     )
