@@ -34,7 +34,7 @@ from .launcher.commands import (
     server_command,
     taken_port,
 )
-from .launcher.environment import has_gpu, server_env
+from .launcher.environment import has_gpu, quiet_grpc, server_env
 from .launcher.liveness import LIVE_PATH, Heartbeat, serve as serve_metrics
 from .launcher.repository import gateway_voices
 from .launcher.security import (
@@ -303,6 +303,7 @@ def triton_command(
 
 def main(argv: list[str] | None = None) -> None:
     args, extra = parse_args(argv)
+    quiet_grpc(os.environ)  # the children inherit it
     # Known from the start (before any port is bound): a second launcher started at the same
     # moment then finds this one when a port it needs is taken.
     with serving(args.model_repository):

@@ -140,3 +140,20 @@ def test_a_lexicon_edited_while_serving_is_used_without_a_restart(
     while says(sequel) or says(hello):
         assert time.monotonic() < deadline, "the removed lexicon was still applied"
         time.sleep(0.3)
+
+
+def test_the_guides_one_liner_runs_as_copied():
+    """Its shell line, copied as the file has it (it was wrapped inside a Python string: a
+    SyntaxError when pasted), prints what the guide says."""
+    import re
+    import subprocess
+
+    from tests.support.paths import ROOT
+
+    guide = (ROOT / "docs/pronunciation.md").read_text()
+    (block,) = re.findall(r"```sh\n(.*?)```", guide, re.S)
+    (line,) = [x.strip() for x in block.splitlines() if x.strip()]
+    ran = subprocess.run(["bash", "-c", line], cwd=ROOT, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    printed = re.search(r"prints `(.*?)`", guide[guide.index(block) :]).group(1)
+    assert ran.stdout.strip() == printed

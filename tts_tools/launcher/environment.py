@@ -124,6 +124,13 @@ def system_library_dir(path: str) -> bool:
     return found in system or (found.parent in system and found.name.endswith("-linux-gnu"))
 
 
+def quiet_grpc(environ: dict[str, str] | os._Environ) -> None:
+    """gRPC's own log at errors only, unless the user chose a level: at its default the gateway
+    wrote "Got goaway ... connection idle" each time the front door closed an idle connection
+    (a planned event: the next call opens another)."""
+    environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+
 def server_env(
     base: dict[str, str] | None = None, key: str | None = None, cache_dir: Path | None = None
 ) -> dict[str, str]:

@@ -230,3 +230,40 @@ def test_servers_starting_at_once_share_one_complete_backend_folder(tmp_path):
         assert stub.stat().st_size == (expected / stub.name).stat().st_size
         assert (Path(folder) / "python" / "libtriton_python.so").exists()
         assert [p.name for p in cache.iterdir()] == [Path(folder).name]  # nothing left aside
+
+
+IDLE_CLIENT = """
+import asyncio, grpc
+async def main():
+    server = grpc.aio.server(options=[("grpc.max_connection_idle_ms", 300)])
+    echo = grpc.unary_unary_rpc_method_handler(lambda r, c: r)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t", {"m": echo}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = channel.unary_unary("/t/m")
+        await call(b"x")
+        await asyncio.sleep(1.5)  # past the server's idle limit: it sends GOAWAY
+        await call(b"y")
+    await server.stop(0)
+asyncio.run(main())
+"""
+
+
+def test_an_idle_connection_closed_by_the_server_is_not_logged_by_the_children():
+    """The launcher's children (gateway, front door) log gRPC at errors only: an idle
+    connection the front door closed wrote 'Got goaway ... connection idle' every minute."""
+    import subprocess
+    import sys
+
+    loud = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+    before = subprocess.run([sys.executable, "-c", IDLE_CLIENT], env=loud, capture_output=True)
+    quiet = dict(loud)
+    environment.quiet_grpc(quiet)
+    after = subprocess.run([sys.executable, "-c", IDLE_CLIENT], env=quiet, capture_output=True)
+    assert before.returncode == after.returncode == 0, after.stderr
+    assert b"Got goaway" in before.stderr  # what it guards against, seen without it
+    assert b"goaway" not in after.stderr.lower(), after.stderr
+    chosen = {"GRPC_VERBOSITY": "DEBUG"}
+    environment.quiet_grpc(chosen)
+    assert chosen == {"GRPC_VERBOSITY": "DEBUG"}  # a level the user chose stays
