@@ -433,3 +433,35 @@ def test_a_body_encoded_twice_is_refused(front):
     response = conn.getresponse()
     assert response.status == 415 and b"not supported" in response.read()
     conn.close()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v2/models/tts/./infer",
+        "/v2/models/tts/../vocoder/infer",
+        "/v2/models/tts/%2e%2e/vocoder/infer",
+        "/v2/models/tts%2F..%2Fvocoder/infer",
+        "//v2/models/vocoder/infer",
+        "/v2/models/tts/infer/",
+    ],
+)
+def test_a_path_triton_would_normalize_is_refused_before_routing(front, path):
+    """Finding A of the door review: the front door matched the path as sent and Triton
+    normalized it, so `/v2/models/tts/./infer` went around admission and
+    `/v2/models/tts/../vocoder/infer` reached an inner model without the admin key."""
+    conn = http.client.HTTPConnection("127.0.0.1", front.http_port, timeout=30)
+    body = json.dumps({"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES",
+                                   "data": ["Hello."]}]}).encode()  # fmt: skip
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    answer = response.read()
+    conn.close()
+    assert response.status == 400 and b"is not canonical" in answer, (response.status, answer)
+    conn = http.client.HTTPConnection("127.0.0.1", front.http_port, timeout=30)
+    conn.request(
+        "POST", "/v2/models/tts/infer", body=body, headers={"Content-Type": "application/json"}
+    )
+    served = conn.getresponse()
+    assert served.status == 200, served.read()
+    conn.close()

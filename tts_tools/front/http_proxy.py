@@ -4,7 +4,9 @@ limits (size, time, total buffer) and inflated, inference admitted (or refused).
 from __future__ import annotations
 
 import asyncio
+import posixpath
 import re
+from urllib.parse import unquote
 
 import aiohttp
 from aiohttp import web
@@ -55,6 +57,9 @@ class HttpProxy:
             return web.Response(
                 body=generate_latest(self.metrics.registry), content_type="text/plain"
             )
+        odd = _not_canonical(request.raw_path)
+        if odd is not None:  # before any routing: Triton would normalize what we did not match
+            return _http_error(400, odd)
         match = _INFER_PATH.match(request.path)
         headers = {k.lower(): v for k, v in request.headers.items()}
         try:  # before the body is read: a closed model's body is never buffered
@@ -141,6 +146,31 @@ class HttpProxy:
         finally:
             self._buffered -= len(body)  # forwarded as one bytes copy below, then freed
         return body, None
+
+
+# Encoded dots, slashes and backslashes: a path that hides one is refused, never decoded
+# differently here and in Triton.
+_ENCODED_SEPARATOR = re.compile(r"%(2e|2f|5c)", re.IGNORECASE)
+
+
+def _not_canonical(raw_path: str) -> str | None:
+    """Why a request's path is refused (None: it is canonical). The front door routes by the
+    path as sent; Triton normalizes it first, so `/v2/models/tts/./infer` or
+    `/v2/models/tts/../vocoder/infer` reached the models around admission and the admin key."""
+    path = raw_path.split("?", 1)[0]
+    decoded = unquote(path)
+    if (
+        _ENCODED_SEPARATOR.search(path)
+        or "\\" in decoded
+        or not decoded.startswith("/")
+        or "//" in decoded  # (normpath keeps a leading "//")
+        or (decoded != "/" and posixpath.normpath(decoded) != decoded)
+    ):
+        return (
+            f"the path {path[:200]!r} is not canonical (dot segments, empty segments, a "
+            "trailing or encoded slash): send it as /v2/models/<model>/infer"
+        )
+    return None
 
 
 def _http_input_bytes(headers: dict[str, str], body: int) -> int:
