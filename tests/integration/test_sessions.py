@@ -172,3 +172,28 @@ def test_the_agent_example_runs_as_written(server):
     reply = example["REPLY"]
     assert [w.text for w in audio.words] == reply.split()
     assert audio.duration > len(reply) / 25 and rms_dbfs(audio.samples) > -35
+
+
+def test_the_example_runs_where_the_docs_say_with_what_they_say_to_install(gateway, tmp_path):
+    """docs/sessions.md: the example needs websocket-client alone (`pip install
+    websocket-client`); in neither venv the docs set up did it run before."""
+    import subprocess
+    import sys
+
+    from tests.support.paths import ROOT
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    install = subprocess.run(
+        [str(venv / "bin/pip"), "install", "-q", "--disable-pip-version-check",
+         "websocket-client"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stderr[-2000:]
+    ran = subprocess.run(
+        [str(venv / "bin/python"), str(ROOT / "examples/vllm_omni_stream_client.py"),
+         ws_url(gateway)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert "sentence_0.wav" in ran.stdout and (tmp_path / "sentence_0.wav").stat().st_size > 1000
