@@ -28,11 +28,21 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_check_voices(settings))
     app = PlannedCuts(create_app(settings))
     logging.getLogger("uvicorn.error").addFilter(PlannedCuts.quiet)
-    config = uvicorn.Config(
+    DrainingServer(uvicorn_config(app, settings, log_level)).run()
+
+
+def uvicorn_config(app, settings, log_level: str = "info") -> uvicorn.Config:
+    """uvicorn's settings for the gateway."""
+    return uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_level=log_level,
+        # X-Forwarded-For only from the proxies named (none by default): uvicorn trusted it
+        # from 127.0.0.1, so any local caller could pose as any address and escape the caps
+        # per caller.
+        proxy_headers=bool(settings.forwarded_allow_ips),
+        forwarded_allow_ips=settings.forwarded_allow_ips or None,
         # Our own drain ends streams cleanly at drain_s; uvicorn's limit is only the backstop.
         timeout_graceful_shutdown=int(settings.drain_s) + 5,
         access_log=False,
@@ -41,7 +51,6 @@ def main(argv: list[str] | None = None) -> None:
         ws="wsproto",
         ws_max_size=4 * settings.session_max_message_chars + 1024,
     )
-    DrainingServer(config).run()
 
 
 async def _check_voices(settings) -> None:

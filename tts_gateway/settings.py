@@ -201,6 +201,9 @@ class GatewaySettings:
     # Per caller address too, so one address cannot hold every session.
     max_sessions: int = 256
     max_sessions_per_client: int = 64
+    # Addresses of proxies whose X-Forwarded-For names the caller (comma-separated, or "*");
+    # empty: none, the caller is the address that connected.
+    forwarded_allow_ips: str = ""
     session_max_message_chars: int = 65_536
     session_max_chars: int = 100_000
     session_max_s: float = 3600.0

@@ -80,14 +80,18 @@ def speech(client: TestClient, **body):
 
 
 @contextlib.contextmanager
-def served(app) -> Iterator[str]:
-    """``app`` under a real uvicorn on a free loopback port: its base URL. (Starlette's
+def served(app, config: uvicorn.Config | None = None) -> Iterator[str]:
+    """``app`` under a real uvicorn (``config``'s settings) on a free loopback port: its base
+    URL. (Starlette's
     TestClient hands messages over in-process and hides races of the socket and what uvicorn
     does with an answer cut mid-body.)"""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    if config is None:
+        config = uvicorn.Config(app, host="127.0.0.1", log_level="warning")
+    config.host, config.port = "127.0.0.1", port
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -555,3 +555,32 @@ def test_one_address_cannot_hold_every_session():
             again.send_json({"type": "session.config"})
             again.send_json({"type": "input.done"})
             assert receive_all(again)[-1]["type"] == "session.done"
+
+
+def test_a_forged_forwarded_header_does_not_escape_the_cap_per_address():
+    """uvicorn trusted X-Forwarded-For from 127.0.0.1: a local caller naming another address
+    escaped every cap per caller (finding H of the door review). The gateway's own uvicorn
+    settings (tts_gateway.__main__) trust it from no one unless told."""
+    from tts_gateway.__main__ import uvicorn_config
+
+    def first_reply(url: str, forged: str) -> dict:
+        ws = websocket.create_connection(url, timeout=30, header=[f"X-Forwarded-For: {forged}"])
+        ws.send(json.dumps({"type": "session.config"}))
+        ws.send(json.dumps({"type": "input.done"}))
+        reply = json.loads(ws.recv())
+        opened.append(ws)
+        return reply
+
+    settings = GatewaySettings(max_sessions_per_client=1, check_voices=False)
+    app = create_app(settings, lambda _s: FakeBackend())
+    opened: list = []
+    config = uvicorn_config(app, settings, "warning")
+    with served(app, config) as base:
+        url = base.replace("http://", "ws://") + "/v1/audio/speech/stream"
+        try:
+            assert first_reply(url, "203.0.113.1")["type"] == "session.done"
+            second = first_reply(url, "203.0.113.2")  # another "address": the same caller
+        finally:
+            for ws in opened:
+                ws.close()
+    assert second["type"] == "error" and "your address holds 1 sessions" in second["message"]
