@@ -11,6 +11,7 @@ by the orchestrator.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -79,10 +80,44 @@ def metrics_app(registry: CollectorRegistry, heartbeat: Heartbeat) -> Callable:
 
 
 class _Server(ThreadingMixIn, WSGIServer):
+    """A thread per connection, at most ``MAX_CONNECTIONS`` at once: one over is closed at
+    once (a thread per connection and no limit let 20,000 connections take the launcher's
+    memory and threads)."""
+
     daemon_threads = True
+    MAX_CONNECTIONS = 32
+    request_queue_size = 128  # (socketserver's 5 made connections wait on SYN retries)
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self._slots = threading.BoundedSemaphore(self.MAX_CONNECTIONS)
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request, client_address) -> None:
+        """A connection that timed out or went away is no error worth a traceback (one per
+        connection flooded the log)."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = 5.0  # a connection that sends nothing, or a request head too slowly, is closed
+
     def log_message(self, *args) -> None:  # a probe every 10 s is not news
         pass
 

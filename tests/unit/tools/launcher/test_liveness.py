@@ -71,3 +71,37 @@ def test_live_and_the_metrics_share_the_port():
     assert status.startswith("503") and not json.loads(body)["live"]
     status, body = call(app, "/metrics")
     assert status.startswith("200") and b"tts_supervisor_example_total 1.0" in body
+
+
+def test_the_port_bounds_its_connections_and_closes_silent_ones(monkeypatch, capfd):
+    """A connection that sends nothing is closed after the handler's timeout (no traceback),
+    and past MAX_CONNECTIONS at once one more is closed at once: no thread per connection
+    without end (finding L of the door review); /live answers again once they are gone."""
+    import socket
+    import time
+    import urllib.request
+
+    from tts_tools.launcher import liveness
+    from tts_tools.launcher.commands import free_port
+
+    monkeypatch.setattr(liveness._Server, "MAX_CONNECTIONS", 4)
+    monkeypatch.setattr(liveness._QuietHandler, "timeout", 1.5)
+    port = free_port()
+    server = liveness.serve(port, "127.0.0.1", CollectorRegistry(), Heartbeat())
+    try:
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+        time.sleep(0.3)
+        over = socket.create_connection(("127.0.0.1", port))
+        over.settimeout(1.0)
+        assert over.recv(1) == b""  # over the cap: closed at once, not a fifth thread
+        idle[0].settimeout(5)
+        started = time.monotonic()
+        assert idle[0].recv(1) == b""  # silent: closed by the timeout
+        assert time.monotonic() - started < 4
+        for s in [*idle, over]:
+            s.close()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{LIVE_PATH}", timeout=10) as reply:
+            assert json.load(reply)["live"] is True
+    finally:
+        server.shutdown()
+    assert "Traceback" not in capfd.readouterr().err
