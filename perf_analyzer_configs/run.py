@@ -376,12 +376,16 @@ def main(argv: list[str] | None = None) -> int:
             ports = (srv.grpc_port, srv.http_port, srv.metrics_port)
             rows = sweep(args, *ports, args.out, srv.admin_headers, srv.process.pid)
     write_csv(rows, args.out / "results.csv")
-    plot(rows, args.out / "perf.png", f"perf_analyzer, {args.texts.name}, {os.cpu_count()} CPUs")
+    wrote = [args.out / "results.csv"]
+    if args.plot or not args.smoke:  # (matplotlib: the development set; a smoke run needs none)
+        plot(
+            rows, args.out / "perf.png", f"perf_analyzer, {args.texts.name}, {os.cpu_count()} CPUs"
+        )
+        wrote.append(args.out / "perf.png")
     if args.plot:
         args.plot.parent.mkdir(parents=True, exist_ok=True)
         args.plot.write_bytes((args.out / "perf.png").read_bytes())
-    print(f"wrote {args.out / 'results.csv'} and {args.out / 'perf.png'} "
-          f"in {time.perf_counter() - start:.0f} s")  # fmt: skip
+    print(f"wrote {' and '.join(map(str, wrote))} in {time.perf_counter() - start:.0f} s")
     return 0
 
 

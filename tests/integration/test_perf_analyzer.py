@@ -15,6 +15,7 @@ def test_perf_analyzer_smoke(server, tmp_path, monkeypatch):
             "--http-port", str(server.http_port),
             "--metrics-port", str(server.metrics_port),
             "--out", str(tmp_path),
+            "--plot", str(tmp_path / "copy.png"),  # a smoke run plots only when asked
         ]
     )  # fmt: skip
     assert code == 0
