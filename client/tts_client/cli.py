@@ -49,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("text", help="text to speak ('-' reads standard input)")
-    parser.add_argument("-o", "--output", default="out.wav", help="output .wav or .flac")
+    parser.add_argument(
+        "-o", "--output", default="out.wav", help="output .wav or .flac (no suffix: WAV)"
+    )
     parser.add_argument("--url", default="grpc://localhost:8001", help="grpc:// or http:// URL")
     parser.add_argument(
         "--speed",
@@ -75,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         help="also write word-timed captions here: a .srt or .vtt file",
     )
     args = parser.parse_args(argv)
-    if Path(args.output).suffix.lower() not in (".wav", ".flac"):
-        # Before any work: a format found unsupported after synthesizing wastes it.
+    if Path(args.output).suffix.lower() not in ("", ".wav", ".flac"):
+        # Before any work: a format found unsupported after synthesizing wastes it. (No
+        # suffix, /dev/null say: written as WAV.)
         parser.error(f"--output must name a .wav or .flac file, not {args.output!r}")
     if args.captions and Path(args.captions).suffix.lower() not in (".srt", ".vtt"):
         parser.error("--captions must name a .srt or .vtt file")

@@ -16,6 +16,8 @@ def test_an_output_format_it_cannot_write_is_refused_before_synthesizing(capsys,
         cli.main(["Hello.", "-o", "x.mp3"])
     assert exit_.value.code == 2
     assert "--output must name a .wav or .flac file, not 'x.mp3'" in capsys.readouterr().err
+    with pytest.raises(AssertionError, match="connected"):  # no suffix: WAV, as before
+        cli.main(["Hello.", "-o", "/dev/null"])
 
 
 def test_help_shows_the_defaults_and_every_option_has_help(capsys):
