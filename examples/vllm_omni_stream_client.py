@@ -22,31 +22,37 @@ import sys
 import websocket
 
 
+def utterance(ws, pieces: list[str]) -> tuple[list[tuple[str, bytes]], dict]:
+    """Send the pieces and ``input.done``; [(sentence_text, audio bytes)] in order, and the
+    ``session.done`` message that ended them."""
+    for piece in pieces:
+        ws.send(json.dumps({"type": "input.text", "text": piece}))
+    ws.send(json.dumps({"type": "input.done"}))
+    sentences, current = [], None
+    while True:
+        opcode, data = ws.recv_data()
+        if opcode == websocket.ABNF.OPCODE_BINARY:
+            current[1].extend(data)
+            continue
+        message = json.loads(data)
+        if message["type"] == "audio.start":
+            current = (message["sentence_text"], bytearray())
+        elif message["type"] == "audio.done":
+            sentences.append((current[0], bytes(current[1])))
+        elif message["type"] == "session.done":
+            assert message["total_sentences"] == len(sentences)
+            return sentences, message
+        elif message["type"] == "error":
+            raise RuntimeError(message["message"])
+
+
 def speak(url: str, pieces: list[str], voice: str = "vivian", response_format: str = "wav"):
     """Send the pieces; return [(sentence_text, audio bytes)] in order."""
     ws = websocket.create_connection(url, timeout=120)
     try:
         ws.send(json.dumps({"type": "session.config", "voice": voice, "task_type": "CustomVoice",
                             "language": "Auto", "response_format": response_format}))  # fmt: skip
-        for piece in pieces:
-            ws.send(json.dumps({"type": "input.text", "text": piece}))
-        ws.send(json.dumps({"type": "input.done"}))
-        sentences, current = [], None
-        while True:
-            opcode, data = ws.recv_data()
-            if opcode == websocket.ABNF.OPCODE_BINARY:
-                current[1].extend(data)
-                continue
-            message = json.loads(data)
-            if message["type"] == "audio.start":
-                current = (message["sentence_text"], bytearray())
-            elif message["type"] == "audio.done":
-                sentences.append((current[0], bytes(current[1])))
-            elif message["type"] == "session.done":
-                assert message["total_sentences"] == len(sentences)
-                return sentences
-            elif message["type"] == "error":
-                raise RuntimeError(message["message"])
+        return utterance(ws, pieces)[0]
     finally:
         ws.close()
 
@@ -60,27 +66,9 @@ def speak_utterances(url: str, utterances: list[list[str]], speaker: str, split:
                             "split_granularity": split, "response_format": "wav"}))  # fmt: skip
         spoken = []
         for index, pieces in enumerate(utterances):
-            for piece in pieces:
-                ws.send(json.dumps({"type": "input.text", "text": piece}))
-            ws.send(json.dumps({"type": "input.done"}))
-            sentences, current = [], None
-            while True:
-                opcode, data = ws.recv_data()
-                if opcode == websocket.ABNF.OPCODE_BINARY:
-                    current[1].extend(data)
-                    continue
-                message = json.loads(data)
-                if message["type"] == "audio.start":
-                    current = (message["sentence_text"], bytearray())
-                elif message["type"] == "audio.done":
-                    sentences.append((current[0], bytes(current[1])))
-                elif message["type"] == "session.done":
-                    assert message["utterance_index"] == index
-                    assert message["total_sentences"] == len(sentences)
-                    spoken.append(sentences)
-                    break
-                elif message["type"] == "error":
-                    raise RuntimeError(message["message"])
+            sentences, done = utterance(ws, pieces)
+            assert done["utterance_index"] == index
+            spoken.append(sentences)
         ws.send(json.dumps({"type": "session.close"}))
         return spoken
     finally:
