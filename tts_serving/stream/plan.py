@@ -136,8 +136,10 @@ def plan_document(
     index = 0
     find = words or bool(document.marks)
     marks = sorted(document.marks, key=lambda m: m.offset)
-    held = None  # one chunk behind: the last of a segment takes its pause, the last of all
-    for segment in document.segments:  # the marks after the last word
+    # One chunk held back: the last of a segment takes its pause, the last of all the marks
+    # after the document's last word.
+    held = None
+    for segment in document.segments:
         voice = segment.voice
         said = None if lexicon is None else (lambda block, v=voice: lexicon(v, block))
         reader = phonemizer(voice)

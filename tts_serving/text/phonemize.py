@@ -136,9 +136,11 @@ def english_reading(text: str) -> tuple[bool, str | None]:
 def check_script(text: str, config: PiperConfig) -> None:
     """InvalidInputError when ``text`` holds letters of a script the voice of ``config`` (an
     English one) cannot read; digits or English beside them change nothing."""
-    if not speaks_english(config):
-        return
-    letter = english_reading(text)[1]
+    if speaks_english(config):
+        _refuse_letter(english_reading(text)[1], config)
+
+
+def _refuse_letter(letter: str | None, config: PiperConfig) -> None:
     if letter is not None:
         # espeak-ng would switch language mid-voice and the voice would babble noise, or say
         # "Japanese letter" for each character.
@@ -240,8 +242,9 @@ class Phonemizer:
         inline.check(text, self.config.phoneme_id_map)
         if not self.is_english:
             return
-        check_script(text, self.config)
-        if not english_reading(text)[0]:
+        readable, letter = english_reading(text)
+        _refuse_letter(letter, self.config)
+        if not readable:
             raise InvalidInputError(
                 f"text has no Latin letters or digits; this voice speaks "
                 f"{self.config.espeak_voice} and cannot read it"

@@ -36,8 +36,8 @@ class PhonemizerItem:
 
     jobs: list[Job]  # (voice, text to phonemize, the text its words are found in, or None)
     sources: list[CleanText | None]  # per job, with words: maps their spans to the text as sent
-    # SSML: per job (voice index, rate, pause s after it); a first row with no job holds the
-    # pause before the first word. Plain text: none.
+    # SSML: per job (voice index, rate, pause s after it, gain dB, speaker or -1); a first row
+    # with no job holds the pause before the first word. Plain text: none.
     plan: list[tuple[float, float, float, float, float]] = field(default_factory=list)
     leading_pause_s: float = 0.0
     words: bool = False  # asked for: the word rows are sent (marks need them found anyway)
