@@ -31,8 +31,10 @@ class FrontSettings:
     measured: tuple[str, ...] = ("tts",)
     # Models whose requests are streams (decoupled): admitted at the cost of their first chunk.
     streamed: tuple[str, ...] = ("tts_stream",)
-    # Concurrency always admitted, whatever was measured.
-    min_in_flight: int = 8
+    # Concurrency always admitted, whatever was measured: one full batch of the batched stages
+    # (acoustic's and vocoder's max_batch_size; tests/unit/test_repository.py keeps them
+    # equal). Fewer refused perf_analyzer at c=16 on a busy machine, below one batch.
+    min_in_flight: int = 16
     # Before its ports open, this many normal sentences are kept in flight against Triton's
     # `tts` (3x as many in all): the throughput admission starts from (0: none; a cold server
     # then admits min_in_flight until something is measured).
