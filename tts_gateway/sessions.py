@@ -227,6 +227,7 @@ class Connection:
         self.started = time.monotonic()
         self.receiving: asyncio.Task | None = None  # the one receive() of the socket
         self.config: SessionConfig | None = None  # kept across utterances
+        self.made: tuple[SynthesisOptions, BufferRule] | None = None  # the config's, checked
         self.utterance: Utterance | None = None
         self.utterances = 0
 
@@ -261,6 +262,7 @@ class Connection:
                         "session.config while an utterance is in progress; send input.done first",
                     )
                 self.config = self._parse_config(data)
+                self.made = self.sessions.options(self.config)  # a bad voice: refused now
                 continue
             if self.config is None:
                 raise SessionEnd(POLICY, f"expected session.config first, got {kind!r}")
@@ -350,12 +352,11 @@ class Connection:
             problem = e.errors()[0]
             where = ".".join(str(p) for p in problem.get("loc", ())) or "session.config"
             raise SessionEnd(POLICY, f"session.config: {where}: {problem['msg']}") from None
-        self.sessions.options(config)  # checked now: a bad voice is refused at its config
         return config
 
     def _begin(self) -> None:
-        assert self.config is not None
-        options, rule = self.sessions.options(self.config)
+        assert self.config is not None and self.made is not None
+        options, rule = self.made
         session = self.sessions.service.backend.session(options, rule=rule)
         writer = asyncio.ensure_future(self._write(session, self.config, self.utterances))
         self.utterance = Utterance(self.utterances, session, writer)

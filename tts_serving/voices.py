@@ -146,6 +146,14 @@ def speakers(config: PiperConfig) -> list[str]:
     return [names[i] for i in range(config.num_speakers)]
 
 
+def speaker_number(speaker: str, count: int) -> int | None:
+    """``speaker`` read as an id 0..``count``-1, or None: ASCII digits only ("²" is a digit
+    to str.isdigit, not to int), and few of them."""
+    if speaker.isascii() and speaker.isdigit() and len(speaker) <= 9 and int(speaker) < count:
+        return int(speaker)
+    return None
+
+
 def speaker_id(config: PiperConfig, voice: str, speaker: str | None) -> int:
     """The id of a request's ``speaker`` (a name of the voice's ``speaker_id_map`` or an id
     0..N-1; None or empty: its first, 0), or InvalidInputError saying what it has."""
@@ -158,10 +166,9 @@ def speaker_id(config: PiperConfig, voice: str, speaker: str | None) -> int:
         )
     if speaker in config.speaker_id_map:
         return int(config.speaker_id_map[speaker])
-    # ASCII digits only ("²" is a digit to str.isdigit, not to int), and few of them.
-    digits = speaker.isascii() and speaker.isdigit() and len(speaker) <= 9
-    if digits and int(speaker) < config.num_speakers:
-        return int(speaker)
+    number = speaker_number(speaker, config.num_speakers)
+    if number is not None:
+        return number
     names = speakers(config)
     shown = ", ".join(names[:20]) + (f" ... ({len(names)} in all)" if len(names) > 20 else "")
     raise InvalidInputError(

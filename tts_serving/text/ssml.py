@@ -24,6 +24,7 @@ from tts_wire import MAX_GAIN_DB, MAX_PAUSE_S, SILENT_DB
 
 from ..errors import InvalidInputError
 from ..inputs import CleanText
+from ..voices import speaker_number
 from .inline import CLOSE, OPEN
 from .say_as import known, say_as
 
@@ -404,8 +405,9 @@ class _Builder:
         names = self.voices[voice].speakers
         if speaker in names:
             return voice, names.index(speaker)
-        if speaker.isascii() and speaker.isdigit() and int(speaker) < len(names):
-            return voice, int(speaker)
+        number = speaker_number(speaker, len(names))
+        if number is not None:
+            return voice, number
         has = f"its speakers: {', '.join(names[:20])}" if names else "it has one speaker"
         raise _Refused(f"<voice>: voice {voice!r} has no speaker {speaker[:64]!r}; {has}")
 
