@@ -4,7 +4,7 @@ Starts ``python -m tts_tools.server`` (as ``make serve`` does, on free ports) an
 start until the gateway's ``/ready`` answers (Triton's tts and tts_stream ready behind it),
 with the front door's admission warm-up as it logs it; then again with ``--busy`` processes
 spinning beside it (a machine other work keeps busy). The venv and the export are ready
-already: ``make serve`` checks both in a second or two more.
+already: ``make serve`` checks both first (about 5 s more on a quiet 2-core machine, 7 busy).
 
     python -m bench.startup [--runs 2] [--busy 4]
 """
