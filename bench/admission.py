@@ -3,15 +3,19 @@
 Starts the launcher as ``make serve`` does (front door, gateway) from a cold start and uses raw
 tritonclient over gRPC with no retries (as perf_analyzer and plain clients do):
 
-1. the capacity the front door assumed at start (its warm-up line in the launcher's log);
+1. the front door's warm-up line (the rate it saw at start; admission does not count on it);
 2. bursts of c = 1, 16, 64 concurrent normal sentences on the cold server, and again after
    ``--idle`` seconds without traffic;
 3. the service's capacity: c=16 closed loop, requests per second;
 4. open-loop load at 1x, 2x and 3x that capacity for ``--seconds`` each (requests sent at a
-   steady rate whatever the answers): served, refused (UNAVAILABLE, at once), other errors,
-   p50/p99 of the served, and the median time to a refusal.
+   steady rate whatever the answers): served, refused (UNAVAILABLE), other errors, p50/p99 of
+   the served, and the median time to a refusal;
+5. with ``--halve``: the server's processes pinned to half the cores after all that (capacity
+   halved after the warm-up), 1x of the old capacity (2x of the new) and a c=64 burst; then the
+   cores given back and 1x again (capacity restored).
 
-Every figure is printed; docs/operations.md (Admission) records a run.
+Requests carry no deadline of their own unless ``--deadline`` (then as their gRPC deadline):
+the server's default applies. Every figure is printed; docs/admission.md records runs.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import numpy as np
 from tritonclient.grpc import InferenceServerException, InferInput, aio as grpc_aio
 
 from bench.compare import percentile
+from bench.machine import cpu_line
+from tests.support.busy import halved
 from tests.support.launcher import Launcher
 from tts_tools.sample_texts import SENTENCES
 
@@ -41,11 +47,14 @@ def text_input(i: int) -> InferInput:
     return text
 
 
+DEADLINE_S: float | None = None  # the requests' own (--deadline); None: the server's default
+
+
 async def one(client: grpc_aio.InferenceServerClient, i: int) -> tuple[str, float]:
     """(outcome, seconds): served, refused (UNAVAILABLE from the front door) or the error."""
     start = time.monotonic()
     try:
-        await client.infer("tts", [text_input(i)], client_timeout=60)
+        await client.infer("tts", [text_input(i)], client_timeout=DEADLINE_S)
         return "served", time.monotonic() - start
     except InferenceServerException as e:
         kind = "refused" if "UNAVAILABLE" in str(e.status()) else f"error {e.status()}"
@@ -107,18 +116,43 @@ def summary(results: list[tuple[str, float]]) -> str:
     return line + (f", {len(other)} other errors: {sorted(set(other))}" if other else "")
 
 
+def halve_and_restore(launcher: Launcher, url: str, rate: float, seconds: float) -> None:
+    """Capacity halved after the warm-up (the server pinned to half the cores), then given back."""
+    time.sleep(5)
+    with halved(launcher.triton_pid()) as cores:
+        print(f"halved: tritonserver and its stubs on cores {sorted(cores)}", flush=True)
+        halved_rate = asyncio.run(capacity(url))
+        print(f"  capacity (c=16 closed loop): {halved_rate:.1f} requests/s "
+              f"({halved_rate / rate:.2f} of before)", flush=True)  # fmt: skip
+        time.sleep(5)
+        results = asyncio.run(open_loop(url, rate, seconds))
+        print(f"  the old 1x ({rate:.1f}/s for {seconds:g} s, {rate / halved_rate:.1f}x now): "
+              f"{summary(results)}", flush=True)  # fmt: skip
+        time.sleep(5)
+        print(f"  burst c=64: {summary(asyncio.run(burst(url, 64)))}", flush=True)
+    time.sleep(5)
+    print("restored: all cores again", flush=True)
+    results = asyncio.run(open_loop(url, rate, seconds))
+    print(f"  1x ({rate:.1f}/s for {seconds:g} s): {summary(results)}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.admission", description=__doc__)
     p.add_argument("--repository", type=Path, default=ROOT / "model_repository")
     p.add_argument("--idle", type=float, default=45.0, help="seconds idle before the 2nd bursts")
     p.add_argument("--seconds", type=float, default=20.0, help="seconds of each open-loop load")
+    p.add_argument("--deadline", type=float, help="the requests' own deadline (gRPC), seconds")
+    p.add_argument("--halve", action="store_true", help="then halve the server's cores (5.)")
     a = p.parse_args(argv)
+    global DEADLINE_S
+    DEADLINE_S = a.deadline
+    print(f"machine: {cpu_line()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         launcher = Launcher(a.repository, Path(tmp) / "launcher.log")
         try:
             launcher.wait_ready()
             url = f"127.0.0.1:{launcher.grpc}"
-            warm = re.search(r"admission warm-up: .*", launcher.log())
+            warm = re.search(r"warm-up: .*", launcher.log())
             print(f"at start: {warm.group(0) if warm else 'no warm-up line'}", flush=True)
             for when in ("cold", f"after {a.idle:g} s idle"):
                 if when != "cold":
@@ -134,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                 results = asyncio.run(open_loop(url, load * rate, a.seconds))
                 print(f"{load}x load ({load * rate:.1f}/s for {a.seconds:g} s): "
                       f"{summary(results)}", flush=True)  # fmt: skip
+            if a.halve:
+                halve_and_restore(launcher, url, rate, a.seconds)
         finally:
             launcher.close()
     return 0

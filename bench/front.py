@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
                 time.sleep(2)
             with urllib.request.urlopen(f"{front.http_url}/metrics") as response:
                 for line in response.read().decode().splitlines():
-                    if line.startswith(("tts_front_requests_total", "tts_front_admission_share")):
+                    if line.startswith(("tts_front_requests_total", "tts_front_waiting")):
                         print(f"  {line}")
 
 

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 # Field numbers (grpc_service.proto).
-REQUEST_MODEL_NAME, REQUEST_ID, REQUEST_RAW_INPUT = 1, 3, 7
+REQUEST_MODEL_NAME, REQUEST_ID, REQUEST_PARAMETERS, REQUEST_RAW_INPUT = 1, 3, 4, 7
+INT64_PARAM = 2  # InferParameter.int64_param
 STREAM_ERROR, STREAM_RESPONSE = 1, 2
 RESPONSE_MODEL_NAME, RESPONSE_ID, RESPONSE_PARAMETERS = 1, 3, 4
 FINAL_RESPONSE = b"triton_final_response"
@@ -75,22 +76,40 @@ class InferRequest:
     model: str | None
     id: str
     input_bytes: int  # raw_input_contents, or the whole message when tensors travel inline
+    timeout_us: int = 0  # Triton's "timeout" request parameter (0: none)
+
+
+def _timeout(entry: memoryview) -> int | None:
+    """The value of a parameters map entry keyed "timeout" (an int64); None for others."""
+    key, value = b"", None
+    for number, _, v in fields(entry):
+        if number == 1 and isinstance(v, memoryview):
+            key = bytes(v)
+        elif number == 2 and isinstance(v, memoryview):
+            for inner, kind, x in fields(v):
+                if inner == INT64_PARAM and kind == 0 and isinstance(x, int):
+                    value = x if x < 1 << 63 else 0  # a negative int64: none
+    return value if key == b"timeout" else None
 
 
 def infer_request(message: bytes) -> InferRequest | None:
-    """The model, id and input size of a serialized ModelInferRequest; None when malformed."""
-    model, rid, raw = None, "", 0
+    """The model, id, input size and timeout of a serialized ModelInferRequest; None when
+    malformed."""
+    model, rid, raw, timeout = None, "", 0, 0
     try:
         for number, _, value in fields(message):
             if number == REQUEST_MODEL_NAME:
                 model = _text(value)
             elif number == REQUEST_ID:
                 rid = _text(value)
+            elif number == REQUEST_PARAMETERS and isinstance(value, memoryview):
+                found = _timeout(value)
+                timeout = found if found is not None else timeout
             elif number == REQUEST_RAW_INPUT and isinstance(value, memoryview):
                 raw += len(value)
     except Malformed:
         return None
-    return InferRequest(model, rid, raw or len(message))
+    return InferRequest(model, rid, raw or len(message), timeout)
 
 
 def model_name(message: bytes) -> str | None:

@@ -47,7 +47,9 @@ ARGS = [
     "--max-connections-per-client=40",
     "--max-request-mib=4",
     "--max-buffered-mib=6",
-    "--deadline-s=4",
+    # Short enough that a stream of 150 sentences cannot all fit; long enough for a newcomer
+    # behind 32 long requests in flight (about 11 s on 2 cores).
+    "--deadline-s=15",
     "--max-grpc-streams-per-client=16",
 ]
 BOUND_S = 30  # far over every timeout above: a connection still open then was never closed
@@ -269,8 +271,8 @@ def post_tts(conn: http.client.HTTPConnection, text: str) -> tuple[int, bytes]:
 
 def test_one_clients_flood_leaves_room_for_others(front):
     """One client keeping 36 long requests in flight took the whole deadline budget, and
-    another client was refused for as long as it lasted; now, once another client asks, the
-    flooding one gets at most 75 % of it."""
+    another client was refused for as long as it lasted; now the flood waits behind its own
+    requests (and is refused by its deadline) while another client is served in turn."""
 
     def connect(source: str) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(
@@ -316,19 +318,22 @@ def test_one_clients_flood_leaves_room_for_others(front):
         for t in threads:
             t.join(300)
     assert {status for status, _ in flood} <= {200, 429}
-    assert any(b"while others wait" in text for _, text in flood)
+    assert any(b"server overloaded" in text for _, text in flood)
 
 
 def test_every_message_of_a_stream_is_admitted(server, front):
     """One stream of 150 sentences (the probe: 1,500, with normal clients starved): straight to
-    Triton all are queued; through the front door what does not fit the deadline is refused
-    at once, each with its own error on the stream, which goes on."""
+    Triton all are queued; through the front door each message waits in the queue on its own
+    and what does not fit its deadline (Triton's "timeout" parameter: 3 s) is refused, each
+    with its own error on the stream, which goes on."""
     n = 150
 
     def stream(port: int) -> list[service_pb2.ModelStreamInferResponse]:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
             requests = [infer_request("tts", SENTENCES[i % 4], f"r{i}") for i in range(n)]
+            for request in requests:
+                request.parameters["timeout"].int64_param = 3_000_000  # microseconds
             responses = []
             for response in stub.ModelStreamInfer(iter(requests), timeout=600):
                 responses.append(response)
@@ -341,14 +346,8 @@ def test_every_message_of_a_stream_is_admitted(server, front):
     assert len(responses) == n and len({r.infer_response.id for r in responses}) == n
     refused = [r for r in responses if r.error_message]
     assert refused, "a stream's messages bypassed admission"
-    # Over the deadline, or (first, as one client sends them all) over its share of it.
-    assert all(
-        r.error_message.startswith(
-            ("[UNAVAILABLE] server overloaded", "[RESOURCE_EXHAUSTED] this client's requests")
-        )
-        for r in refused
-    )
-    assert len(refused) < n - 2  # min_in_flight at least were served
+    assert all(r.error_message.startswith("[UNAVAILABLE] server overloaded") for r in refused)
+    assert len(refused) <= n - 32  # the 32 that found a free slot were served
     served = metric(front, "tts_front_requests_total", model="tts", outcome="served")
     assert served - served_before == n - len(refused)
     assert metric(front, "tts_front_in_flight", model="tts") == 0  # every ticket released

@@ -24,13 +24,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from tritonclient.grpc import aio as grpc_aio
 from tritonclient.utils import InferenceServerException
 
 from tests.support.launcher import LIGHT_WARMUP, Launcher
 from tests.support.memory import rss_mb
 from tests.support.metrics import sample
-from tts_client import AsyncTTSClient, ServerOverloaded, ServerUnavailable, TTSClient
-from tts_client.protocol import RetryPolicy
+from tts_client import ServerOverloaded, ServerUnavailable, TTSClient
+from tts_client.protocol import build_inputs
 from tts_tools.launcher.processes import FrontProcess
 from tts_tools.launcher.stub_healing import stubs_by_model
 from tts_tools.sample_texts import PARAGRAPH, SENTENCES
@@ -123,30 +124,38 @@ def test_oversized_requests_are_refused_before_triton_copies_them(server, front)
 
 
 async def burst(url: str, n: int) -> tuple[int, int, list[BaseException]]:
+    """``n`` concurrent raw tritonclient requests with no deadline of their own (the server's
+    applies): served, refused (UNAVAILABLE), other errors."""
     served = refused = 0
     other: list[BaseException] = []
-    async with AsyncTTSClient(url, retry=RetryPolicy(retries=0), timeout=300) as client:
+    client = grpc_aio.InferenceServerClient(url.removeprefix("grpc://"))
 
-        async def one(i: int) -> None:
-            nonlocal served, refused
-            try:
-                await client.synthesize(SENTENCES[i % len(SENTENCES)])
-                served += 1
-            except ServerOverloaded:
+    async def one(i: int) -> None:
+        nonlocal served, refused
+        try:
+            await client.infer("tts", build_inputs(grpcclient, SENTENCES[i % len(SENTENCES)]))
+            served += 1
+        except InferenceServerException as e:
+            if e.status() == "StatusCode.UNAVAILABLE":
                 refused += 1
-            except Exception as e:
+            else:
                 other.append(e)
+        except Exception as e:
+            other.append(e)
 
+    try:
         await asyncio.gather(*(one(i) for i in range(n)))
+    finally:
+        await client.close()
     return served, refused, other
 
 
-def test_a_burst_over_capacity_is_refused_at_once_not_queued(server, tmp_path):
+def test_a_burst_over_capacity_is_refused_within_its_deadline_not_queued(server, tmp_path):
     n = 40
     served, refused, other = asyncio.run(burst(server.grpc_url, n))
     assert (served, refused, other) == (n, 0, [])  # straight to Triton: everything queues
 
-    args = ["--deadline-s=1", "--min-in-flight=2"]
+    args = ["--deadline-s=1", "--slots=2"]
     with FrontProcess(server, tmp_path / "front.log", args) as front:
         with TTSClient(front.grpc_url) as client:
             client.synthesize("Warm up.")  # one measured request

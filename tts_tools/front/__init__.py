@@ -11,14 +11,14 @@ waited 35 s (p50) and none was refused. Here:
 - every gRPC message and HTTP body (after inflating a compressed one) is refused past
   ``max_request_bytes``, while it is read, before Triton sees it (gRPC RESOURCE_EXHAUSTED,
   HTTP 413);
-- a request to a public model (``tts``, ``tts_stream``), unary, HTTP or any message of a
-  gRPC stream, is served only when the wait it would see, weighed by its cost, fits
-  ``deadline_s`` (Little's law on the measured throughput, :class:`Admission`), else refused at
-  once (gRPC UNAVAILABLE, HTTP 429 with Retry-After; on a stream, an error response for that
-  request): the same overload answer as Triton's own full queues, which clients retry with
-  backoff; a client holds at most ``max_streams_per_client`` streams and, while others wait,
-  ``client_share`` of the budget (RESOURCE_EXHAUSTED);
-- the inner models (phonemizer, acoustic, vocoder) answer only to the admin key;
+- a request to ``tts`` (unary, HTTP or any message of a gRPC stream) goes to Triton when one
+  of ``slots`` places is free, else waits in a queue per client served in fair turns, and is
+  refused as soon as the rate served now says it would finish past its deadline (the
+  client's, else ``deadline_s``): gRPC UNAVAILABLE, HTTP 429 with Retry-After, on a stream an
+  error response for that request (:class:`Admission`, docs/admission.md); a client holds at
+  most ``max_streams_per_client`` ``tts_stream`` requests (RESOURCE_EXHAUSTED);
+- the inner models (phonemizer, acoustic, vocoder) answer only to the admin key, and Triton's
+  own ports refuse inference without the launch's inner key, which only the front door holds;
 - connections are capped in all and per client, with header, idle and body timeouts
   (``tts_tools.connections``); HTTP bodies being read have a total budget;
 - a stream whose model instance dies is ended with UNAVAILABLE instead of hanging for ever
@@ -28,8 +28,9 @@ Everything else passes through unchanged (headers, metadata, deadlines, the admi
 ``GET /front/live`` is answered here: the launcher's liveness probe. docs/operations.md lists
 every limit and its default.
 
-One module per concern: ``settings`` (limits, command line), ``admission`` (cost, deadline,
-tickets), ``door`` (the two servers' event loop, shares per client, warm-up, life cycle),
+One module per concern: ``settings`` (limits, command line), ``admission`` (the queue, cost,
+deadline, tickets), ``door`` (the two servers' event loop, streams per client, warm-up, life
+cycle),
 ``grpc_proxy`` and ``http_proxy`` (the handlers), ``stubs`` (dead streams), ``metrics``.
 """
 

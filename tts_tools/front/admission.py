@@ -1,136 +1,24 @@
-"""Admission by cost within a deadline (Little's law on the measured throughput), and the
-tickets of admitted requests."""
+"""Admission: a queue in the front door, served fairly between clients and refused from the
+rate the server is completing work at now (docs/admission.md).
+
+Requests go to Triton up to ``slots`` at a time (two full batches of the batched stages keep
+every stage busy); the rest wait here, in one queue per client served by start-time fair
+queueing, so a client that sends much waits behind its own requests, not in front of others'.
+A waiting request is refused (UNAVAILABLE / 429) as soon as the live rate says it would finish
+after its deadline (the client's, else ``default_deadline_s``); a request that finds a free
+slot is never refused. The rate is the cost completed per second while at least a full batch was
+in flight, over the last ``window_s``: after idling or light load there is none, and then nothing is
+refused on a guess; the first batch to complete measures it again. Nothing measured once is
+kept: a machine that slows down or speeds up is followed within ``window_s``.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-
-
-class Admission:
-    """Admit a request when the wait it would see fits the deadline, else refuse it at once.
-
-    Requests are weighed by their cost in work (:func:`request_cost`: their input bytes plus a
-    fixed part), not counted: a 1,000-character request waits behind, and delays, as much as
-    ten 100-character ones. The wait is estimated by Little's law: (cost in flight + this
-    request's) / throughput, where the throughput is cost completed per busy second (time with
-    a measured request in flight) over the last ``window_s``, so idle time does not make the
-    server look slow. Only measured requests (``tts``) count towards it: a stream's request is
-    served for minutes at its own pace, which is not the server's rate. When admitted requests
-    still overrun the deadline (batching reorders, clients share the CPU) the usable share of
-    the throughput shrinks by 10 % per late request and grows back by 2 % per timely one. Up to
-    ``min_in_flight`` requests are always admitted. The rate counted on is the highest the
-    window has given (:meth:`capacity`): at low concurrency it measures latency, not capacity.
-    Before anything was measured only ``min_in_flight`` are admitted: the front door measures
-    a warm-up before it opens its ports (:meth:`Front.warm_up`).
-    """
-
-    def __init__(
-        self,
-        deadline_s: float,
-        min_in_flight: int = 8,
-        window_s: float = 30.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.deadline_s, self.min_in_flight, self.window_s = deadline_s, min_in_flight, window_s
-        self.clock = clock
-        self.in_flight = 0  # requests
-        self.work = 0.0  # their cost
-        self._measured = 0  # of them measured: the server is busy while one is in flight
-        self.admitted = self.refused = self.late = 0
-        self.share = 1.0  # of the measured throughput that admission counts on
-        self._since = clock()  # start of the current accounting slice
-        # (end time, busy seconds, completions, cost completed) per slice, newest last.
-        self._slices: deque[tuple[float, float, int, float]] = deque()
-        self._peak: float | None = None  # the highest throughput the window has given
-
-    def _account(self, completions: int = 0, cost: float = 0.0) -> None:
-        now = self.clock()
-        busy = (now - self._since) if self._measured else 0.0
-        if busy or completions:
-            self._slices.append((now, busy, completions, cost))
-        self._since = now
-        while self._slices and now - self._slices[0][0] > self.window_s:
-            self._slices.popleft()
-
-    def throughput(self) -> float | None:
-        """Cost completed per busy second over the window; None when it holds none (idle)."""
-        busy = sum(s[1] for s in self._slices)
-        done = sum(s[2] for s in self._slices)
-        cost = sum(s[3] for s in self._slices)
-        if not (done and busy > 0):
-            return None
-        rate = cost / busy
-        if done >= self.min_in_flight:  # enough completions to stand for the server
-            self._peak = max(self._peak or 0.0, rate)
-        return rate
-
-    def seed(self, rate: float) -> None:
-        """Count on ``rate`` (cost per second, measured by the warm-up) until more is
-        measured."""
-        self._peak = max(self._peak or 0.0, rate)
-
-    def capacity(self) -> float | None:
-        """The highest throughput measured (idling forgets nothing: a server is no slower for
-        having rested); None before there is one."""
-        rate = self.throughput()
-        return max(self._peak or 0.0, rate or 0.0) or None
-
-    def budget(self) -> float | None:
-        """The cost the server serves within the deadline (None before anything was
-        measured)."""
-        rate = self.capacity()
-        return rate * self.share * self.deadline_s if rate else None
-
-    def estimated_wait(self, cost: float = 1.0) -> float | None:
-        """Seconds a request of ``cost`` admitted now would take; None before anything was
-        measured."""
-        rate = self.capacity()
-        return (self.work + cost) / (rate * self.share) if rate else None
-
-    def enter(self, cost: float = 1.0, measured: bool = True) -> bool:
-        """Admit one request (True; call ``leave`` with the same cost when it ends) or refuse
-        it (False)."""
-        self._account()
-        wait = self.estimated_wait(cost)
-        if self.in_flight >= self.min_in_flight and (wait is None or wait > self.deadline_s):
-            self.refused += 1
-            return False
-        self.in_flight += 1
-        self.work += cost
-        self._measured += measured
-        self.admitted += 1
-        return True
-
-    def leave(
-        self, seconds: float, cost: float = 1.0, measured: bool = True, served: bool = True
-    ) -> None:
-        """An admitted request ended after ``seconds``: ``served``, or failed (a failure
-        counts towards no throughput: requests refused at once for bad input measured a rate
-        the server cannot serve, and admission then admitted everything)."""
-        credited = measured and served
-        self._account(completions=int(credited), cost=cost if credited else 0.0)
-        self.in_flight -= 1
-        self.work = max(0.0, self.work - cost)
-        self._measured -= measured
-        if not credited:
-            return
-        if seconds > self.deadline_s:
-            self.late += 1
-            self.share = max(0.1, self.share * 0.9)
-        else:
-            self.share = min(1.0, self.share * 1.02)
-
-    def refusal(self, cost: float = 1.0) -> str:
-        wait = self.estimated_wait(cost)
-        why = f"about {wait:.1f} s" if wait else "not measured yet"
-        return (
-            f"server overloaded: {self.in_flight} requests in flight, the wait ({why}) would "
-            f"exceed the {self.deadline_s:g} s deadline; retry later"
-        )
-
+from dataclasses import dataclass, field
 
 # The fixed part of a request's cost, in input bytes: a sentence of about this many
 # characters costs the pipeline as much again as its per-request overhead.
@@ -139,18 +27,23 @@ REQUEST_BASE_COST = 64
 # public: phoneme ids are int64 (about one per character), a latent frame is 192 float32
 # (about six frames per character at 22,050 Hz).
 COST_SCALE = {"acoustic": 8.0, "vocoder": 4608.0}
-# A stream's request is admitted at the cost of its first chunk: it is served a chunk at a
-# time, so only that much of it is ever queued ahead of other requests.
-STREAM_COST = REQUEST_BASE_COST + 400
-# A client refused this recently still wants its share (see Front._check_share).
-OTHERS_S = 5.0
 # The JSON around an HTTP request's text ({"inputs":[{"name":"text","shape":[1,1],...}]}).
 JSON_OVERHEAD = 80
+# The queue of the gateway's requests (they carry the launcher's token): one client beside the
+# others, whatever its callers' addresses.
+GATEWAY = "gateway"
+# Completions (while the server was busy) the rate needs before it is counted on: fewer are
+# one partial batch, which says more about that batch than about the server.
+MIN_SAMPLES = 8
 
 
 def request_cost(model: str, input_bytes: int) -> float:
-    """The cost admission weighs a request to ``model`` by (units: bytes of text)."""
+    """The cost a request to ``model`` is queued by (units: bytes of text)."""
     return REQUEST_BASE_COST + input_bytes / COST_SCALE.get(model, 1.0)
+
+
+class Refused(Exception):
+    """A request refused for overload; the message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -158,17 +51,238 @@ class AdmissionTicket:
     model: str | None  # None: a request no admission applies to
     start: float
     cost: float = 0.0
-    measured: bool = False
+    measured: bool = False  # counts towards the rate (tts; not streams)
     id: str = ""  # the request's id (a stream's responses are matched to it)
-    client: str | None = None  # counted against this client's streams
-
-
-class TooMany(Exception):
-    """A client holding its limit of streams, or its share of the server."""
+    client: str | None = None  # its queue (an address, or the gateway's caller)
+    queued: bool = False  # took a slot (streams do not: tts_stream caps them itself)
 
 
 FREE = AdmissionTicket(None, 0.0)
 
 
+class TooMany(Exception):
+    """A client holding its limit of streams."""
+
+
 class Closed(Exception):
     """A model that is not served on the public ports."""
+
+
+@dataclass(eq=False)
+class _Waiter:
+    cost: float
+    client: str
+    tag: float  # virtual start time: the order of service between clients
+    arrived: float
+    deadline: float  # (clock time) by which it must be served
+    future: asyncio.Future = field(repr=False)
+    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+
+
+class Admission:
+    """The front door's queue. ``acquire`` returns when a request may go to Triton (or raises
+    Refused); ``release`` is called when it ended, whatever the outcome."""
+
+    def __init__(
+        self,
+        slots: int,
+        default_deadline_s: float,
+        window_s: float = 10.0,
+        max_waiting: int = 4096,
+        max_waiting_per_client: int = 512,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.slots, self.default_deadline_s = slots, default_deadline_s
+        self.window_s, self.max_waiting, self.clock = window_s, max_waiting, clock
+        self.max_waiting_per_client = max_waiting_per_client
+        # In flight from which the server is taken to work at capacity: the rate is measured
+        # from there (fewer measure their latency, not what it serves). Half the slots: one
+        # full batch, and a batch's completions, which come together, all count.
+        self.busy_at = max(1, slots // 2)
+        self.in_flight = 0  # requests holding a slot
+        self.work = 0.0  # their cost
+        self.admitted = self.refused = self.late = 0
+        self._queues: dict[str, deque[_Waiter]] = {}  # per client, oldest first
+        self._waiting = 0
+        self._queued_cost = 0.0
+        self._finish: dict[str, float] = {}  # each client's last finish tag
+        self._vtime = 0.0  # the tag of the request served last
+        self._since = clock()  # start of the current accounting slice
+        # (end time, saturated seconds, completions, cost completed) per slice, newest last.
+        self._slices: deque[tuple[float, float, int, float]] = deque()
+
+    # ----- the rate -----
+
+    def _account(self, completions: int = 0, cost: float = 0.0) -> None:
+        now = self.clock()
+        saturated = self.in_flight >= self.busy_at  # since the last event
+        busy = (now - self._since) if saturated else 0.0
+        if busy or (saturated and completions):
+            self._slices.append((now, busy, completions, cost))
+        self._since = now
+        while self._slices and now - self._slices[0][0] > self.window_s:
+            self._slices.popleft()
+
+    def rate(self) -> float | None:
+        """Cost completed per second while ``busy_at`` or more were in flight, over the last
+        ``window_s``;
+        None when that window holds fewer than MIN_SAMPLES completions (idle, light load, or
+        the first moments of a burst)."""
+        busy = sum(s[1] for s in self._slices)
+        done = sum(s[2] for s in self._slices)
+        if done < MIN_SAMPLES or busy <= 0:
+            return None
+        return sum(s[3] for s in self._slices) / busy
+
+    # ----- the queue -----
+
+    def waiting(self) -> int:
+        return self._waiting
+
+    def _ordered(self) -> list[_Waiter]:
+        return sorted((w for q in self._queues.values() for w in q), key=lambda w: w.tag)
+
+    def estimated_wait(self, cost: float, client: str) -> float | None:
+        """Seconds until a request of ``cost`` queued now by ``client`` would be served,
+        from the live rate; None without one."""
+        rate = self.rate()
+        if rate is None:
+            return None
+        tag = max(self._vtime, self._finish.get(client, 0.0))
+        ahead = sum(w.cost for q in self._queues.values() for w in q if w.tag <= tag)
+        return (self.work + ahead + cost) / rate
+
+    async def acquire(
+        self,
+        cost: float,
+        client: str,
+        deadline_s: float | None = None,
+        measured: bool = True,
+    ) -> None:
+        """Return when the request may go on (a slot is its); raise Refused when it would not
+        be served within its deadline, or the queue is full."""
+        self._account()
+        deadline_s = deadline_s if deadline_s and deadline_s > 0 else self.default_deadline_s
+        if self.in_flight < self.slots and not self._waiting:
+            self._take(cost)
+            return
+        if self._waiting >= self.max_waiting:
+            self.refused += 1
+            raise Refused(
+                f"server overloaded: {self._waiting} requests already wait in the front door's "
+                "queue (its limit); retry later"
+            )
+        mine = len(self._queues.get(client, ()))
+        if mine >= self.max_waiting_per_client:
+            self.refused += 1
+            raise Refused(
+                f"server overloaded: this client already has {mine} requests waiting in the "
+                "front door's queue (the limit per client); wait for some of them"
+            )
+        wait = self.estimated_wait(cost, client)
+        if wait is not None and wait > deadline_s:
+            self.refused += 1
+            raise Refused(self._refusal(wait, deadline_s))
+        now = self.clock()
+        tag = max(self._vtime, self._finish.get(client, 0.0))
+        self._finish[client] = tag + cost
+        waiter = _Waiter(cost, client, tag, now, now + deadline_s,
+                         asyncio.get_running_loop().create_future())  # fmt: skip
+        waiter.timer = asyncio.get_running_loop().call_at(
+            _loop_time(self.clock, waiter.deadline), self._expire, waiter
+        )
+        self._queues.setdefault(client, deque()).append(waiter)
+        self._waiting += 1
+        self._queued_cost += cost
+        try:
+            await waiter.future
+        except asyncio.CancelledError:  # the client left while it waited
+            if not waiter.future.done() or waiter.future.cancelled():
+                self._remove(waiter)
+            elif waiter.future.exception() is None:  # a slot was given to it after all
+                self.release(cost, served=False, measured=measured, seconds=0.0)
+            raise
+
+    def _take(self, cost: float) -> None:
+        self.in_flight += 1
+        self.work += cost
+        self.admitted += 1
+
+    def _remove(self, waiter: _Waiter) -> None:
+        queue = self._queues.get(waiter.client)
+        if queue is None or waiter not in queue:
+            return
+        queue.remove(waiter)
+        if not queue:
+            del self._queues[waiter.client]
+            if self._finish.get(waiter.client, 0.0) <= self._vtime:
+                self._finish.pop(waiter.client, None)
+        self._waiting -= 1
+        self._queued_cost -= waiter.cost
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+
+    def _refuse(self, waiter: _Waiter, message: str) -> None:
+        self._remove(waiter)
+        self.refused += 1
+        if not waiter.future.done():
+            waiter.future.set_exception(Refused(message))
+
+    def _expire(self, waiter: _Waiter) -> None:
+        waited = self.clock() - waiter.arrived
+        self._refuse(
+            waiter,
+            f"server overloaded: waited {waited:.1f} s in the front door's queue, the whole "
+            "deadline, without a free place; retry later",
+        )
+
+    def _refusal(self, wait: float, deadline_s: float) -> str:
+        return (
+            f"server overloaded: {self.in_flight} requests in progress and {self._waiting} "
+            f"waiting; at the rate served now this one would finish in about {wait:.1f} s, "
+            f"past its {deadline_s:g} s deadline; retry later"
+        )
+
+    def release(
+        self, cost: float, served: bool = True, measured: bool = True, seconds: float = 0.0
+    ) -> None:
+        """A request holding a slot ended (served, or failed: a failure completes no work
+        the rate may count on); the slot goes to the next in fair order."""
+        credited = measured and served
+        self._account(completions=int(credited), cost=cost if credited else 0.0)
+        self.in_flight -= 1
+        self.work = max(0.0, self.work - cost)
+        if seconds > self.default_deadline_s:
+            self.late += 1
+        self._dispatch()
+        self._shed()
+
+    def _dispatch(self) -> None:
+        while self.in_flight < self.slots and self._waiting:
+            first = min((q[0] for q in self._queues.values()), key=lambda w: w.tag)
+            self._remove(first)
+            self._vtime = first.tag
+            if first.future.done():  # cancelled meanwhile
+                continue
+            self._take(first.cost)
+            first.future.set_result(None)
+
+    def _shed(self) -> None:
+        """Refuse now the waiting requests the live rate says would finish past their
+        deadlines (rather than let them wait for nothing)."""
+        rate = self.rate()
+        if rate is None or not self._waiting:
+            return
+        now, ahead = self.clock(), self.work
+        for waiter in self._ordered():
+            finish = now + (ahead + waiter.cost) / rate
+            if finish > waiter.deadline:
+                self._refuse(waiter, self._refusal(finish - now, waiter.deadline - waiter.arrived))
+            else:
+                ahead += waiter.cost
+
+
+def _loop_time(clock: Callable[[], float], at: float) -> float:
+    """``at`` (on ``clock``) on the running loop's clock."""
+    loop = asyncio.get_running_loop()
+    return loop.time() + (at - clock())

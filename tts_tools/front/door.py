@@ -19,7 +19,13 @@ from tritonclient.grpc import aio as grpc_aio
 from tts_client.protocol import build_inputs
 from tts_tools.connections import ConnectionGuard, ConnectionLimits, GuardedSite, raise_file_limit
 from tts_tools.launcher.commands import FRONT_TOKEN_ENV
-from tts_tools.launcher.security import ADMIN_HEADER, GRPC_HEADER_PREFIX, admin_key
+from tts_tools.launcher.security import (
+    ADMIN_HEADER,
+    GRPC_HEADER_PREFIX,
+    INNER_KEY_ENV,
+    admin_key,
+    inner_headers,
+)
 from tts_tools.launcher.stub_healing import is_ready
 from tts_tools.protowire import infer_request
 from tts_tools.sample_texts import SENTENCES
@@ -27,11 +33,11 @@ from tts_wire import FRONT_TOKEN_HEADER
 
 from .admission import (
     FREE,
-    OTHERS_S,
-    STREAM_COST,
+    GATEWAY,
     Admission,
     AdmissionTicket,
     Closed,
+    Refused,
     TooMany,
     request_cost,
 )
@@ -49,8 +55,15 @@ class Front(GrpcProxy, HttpProxy):
 
     def __init__(self, settings: FrontSettings, watch: StubWatch | None = None) -> None:
         self.settings = settings
-        self.admission = Admission(settings.deadline_s, settings.min_in_flight, settings.window_s)
+        self.admission = Admission(
+            settings.slots,
+            settings.deadline_s,
+            settings.window_s,
+            settings.max_waiting,
+            settings.max_waiting_per_client,
+        )
         self.metrics = FrontMetrics()
+        self.metrics.waiting.set_function(self.admission.waiting)
         self.watch = watch or StubWatch(settings.shm_prefix)
         self._grpc: grpc.aio.Server | None = None
         self._channel: grpc.aio.Channel | None = None
@@ -64,10 +77,11 @@ class Front(GrpcProxy, HttpProxy):
         self._admin_key = admin_key()[0]
         # The launcher's token, which the gateway sends (it caps streams per caller itself).
         self._token = os.environ.get(FRONT_TOKEN_ENV, "")
+        # The launch's inner key: Triton's ports refuse inference without it (every request
+        # passed on carries it; what a client sent under its name is dropped).
+        self.inner = inner_headers(os.environ.get(INNER_KEY_ENV, ""))
         self._streams: Tally[str] = Tally()  # streams in progress per client
-        self._grpc_streams: Tally[str | None] = Tally()  # ModelStreamInfer calls per client
-        self._work: Tally[str] = Tally()  # cost in flight per client
-        self._refused_at: dict[str, float] = {}  # when each client was last refused
+        self._grpc_streams: Tally[str] = Tally()  # ModelStreamInfer calls per client
         self._guard = ConnectionGuard(
             ConnectionLimits(
                 settings.max_connections,
@@ -94,85 +108,55 @@ class Front(GrpcProxy, HttpProxy):
 
     # ----- admission shared by both protocols -----
 
-    def enter(
-        self, model: str | None, cost: float, rid: str = "", client: str | None = None
-    ) -> AdmissionTicket | None:
-        """A ticket for a request to ``model`` of ``cost`` from ``client`` (None: the trusted
-        gateway, which caps its own callers); None when refused for overload. Raises
-        TooMany when the client holds its limit of streams."""
+    async def enter(
+        self,
+        model: str | None,
+        cost: float,
+        rid: str = "",
+        client: str = "",
+        deadline_s: float | None = None,
+    ) -> AdmissionTicket:
+        """A ticket for a request to ``model`` of ``cost`` from ``client``, once it may go on
+        (it may wait in the queue first). Raises Refused for overload, TooMany when the client
+        holds its limit of streams."""
         if model is None:
             return FREE
-        streamed = model in self.settings.streamed
-        if streamed:
-            cost = min(cost, STREAM_COST)
+        if model in self.settings.streamed:
+            # A stream runs for minutes at its own pace: it takes no slot (the `tts` requests
+            # the rate is measured on would wait behind it); tts_stream's max_streams and this
+            # cap per client bound them. The gateway caps its own callers' streams.
             limit = self.settings.max_streams_per_client
-            if client is not None and self._streams[client] >= limit:
+            if client != GATEWAY and self._streams[client] >= limit:
                 self.metrics.refused.labels(model).inc()
                 raise TooMany(
                     f"this client already has {limit} {model} requests in progress (the limit "
                     "per client); wait for one to end"
                 )
-        elif client is not None and self._work[client] > 0:
-            try:
-                self._check_share(client, cost)
-            except TooMany:
-                self.metrics.refused.labels(model).inc()
-                self._refused_at[client] = time.monotonic()
-                raise
+            self._streams[client] += 1
+            self.metrics.in_flight.labels(model).inc()
+            return AdmissionTicket(model, time.monotonic(), cost, False, rid, client)
         measured = model in self.settings.measured
-        if not self.admission.enter(cost, measured):
+        try:
+            await self.admission.acquire(cost, client, deadline_s, measured)
+        except Refused:
             self.metrics.refused.labels(model).inc()
-            if client is not None:
-                self._refused_at[client] = time.monotonic()
-            return None
+            raise
         self.metrics.in_flight.labels(model).inc()
-        if client is not None:
-            self._work[client] += cost
-            self._streams[client] += streamed
-        return AdmissionTicket(model, time.monotonic(), cost, measured, rid, client)
+        return AdmissionTicket(model, time.monotonic(), cost, measured, rid, client, queued=True)
 
     def leave(self, ticket: AdmissionTicket, outcome: str) -> None:
         if ticket.model is None:
             return
-        if ticket.client is not None:
-            c = ticket.client
-            self._work[c] -= ticket.cost
-            self._streams[c] -= ticket.model in self.settings.streamed
-            if self._work[c] <= 1e-6:
-                del self._work[c]
-                self._streams.pop(c, None)
         seconds = time.monotonic() - ticket.start
-        self.admission.leave(seconds, ticket.cost, ticket.measured, outcome == "served")
+        if ticket.queued:
+            self.admission.release(ticket.cost, outcome == "served", ticket.measured, seconds)
+        else:
+            self._streams[ticket.client] -= 1
+            if self._streams[ticket.client] <= 0:
+                del self._streams[ticket.client]
         self.metrics.in_flight.labels(ticket.model).dec()
         self.metrics.requests.labels(ticket.model, outcome).inc()
         self.metrics.seconds.labels(ticket.model).observe(seconds)
-        self.metrics.share.set(self.admission.share)
-
-    def _check_share(self, client: str, cost: float) -> None:
-        """Raise TooMany when ``client``'s work in flight would pass its share of what the
-        server serves within the deadline while another client wants some (has work in
-        flight, or was refused in the last ``OTHERS_S``): the rest of the budget is theirs,
-        whatever one client sends (one client's flood had everyone else refused). A client
-        alone has it all: a burst that fits the deadline is served."""
-        now = time.monotonic()
-        if len(self._refused_at) > 4096:  # forget old refusals (bounded, whatever the peers)
-            self._refused_at = {c: t for c, t in self._refused_at.items() if now - t < OTHERS_S}
-        others = any(c != client for c in self._work) or any(
-            c != client and now - t < OTHERS_S for c, t in self._refused_at.items()
-        )
-        budget = self.admission.budget()
-        share = self.settings.client_share
-        mine = self._work[client] + cost
-        # (Not after min_in_flight: a flooding client refilled those always-admitted places
-        # the moment one freed, and another client never got one.)
-        if others and budget:
-            if mine > share * budget:
-                raise TooMany(
-                    f"this client's requests in flight would take {mine / budget:.0%} of what "
-                    f"the server serves within the {self.settings.deadline_s:g} s deadline, "
-                    f"while others wait (the limit per client is then {share:.0%}); wait for "
-                    "some of them to finish"
-                )
 
     def gate(self, model: str | None, admin: bool) -> str | None:
         """The model admission applies to (None: none does: the admin key, or not an
@@ -194,57 +178,54 @@ class Front(GrpcProxy, HttpProxy):
         return bool(key) and hmac.compare_digest(key.encode(), self._admin_key.encode())
 
     async def warm_up(self, timeout_s: float = 120.0) -> str:
-        """Measure the throughput admission starts from, before the ports open (a cold server
-        that counted on ``min_in_flight`` alone refused the 9th request of the first burst).
-
-        A closed loop of ``warmup_requests`` medium sentences in flight, three times that many
-        in all, counted from the first completion to the last: one round sent at once measured
-        about half the steady rate (its stages ran one after another, where a steady load keeps
-        each busy). Also pays the engines' first-run costs before a user does. Returns one line
-        for the log; a failure leaves admission unmeasured."""
+        """Pay the engines' first-run costs before the ports open, so no user does: a closed
+        loop of ``warmup_requests`` medium sentences in flight against Triton's `tts`, three
+        times that many in all. Admission does not start from it (it measures the rate as it
+        serves); the rate it saw is logged, counted from the first completion to the last.
+        Returns one line for the log."""
         n = self.settings.warmup_requests
-        if not n or "tts" not in self.settings.measured:
-            return "admission warm-up: off"
+        if not n:
+            return "warm-up: off"
         total = 3 * n
         client = grpc_aio.InferenceServerClient(self.settings.triton_grpc)
-        done: list[tuple[float, float]] = []  # (time, cost) per completion
+        done: list[float] = []  # completion times
         queue = list(range(total))
 
         async def worker() -> None:
             while queue:
                 text = SENTENCES[3 + queue.pop() % 12]
                 inputs = build_inputs(grpc_types, text)
-                await client.infer("tts", inputs, client_timeout=timeout_s)
-                # The cost the front door gives it: a BYTES tensor is 4 bytes of length + text.
-                done.append((time.monotonic(), request_cost("tts", 4 + len(text.encode()))))
+                await client.infer("tts", inputs, client_timeout=timeout_s, headers=self.inner)
+                done.append(time.monotonic())
 
         start = time.monotonic()
         try:
             await asyncio.gather(*(worker() for _ in range(n)))
         except Exception as e:
-            return (
-                f"admission warm-up failed ({type(e).__name__}: {e}); until requests are "
-                f"measured, {self.settings.min_in_flight} at a time are admitted"
-            )
+            return f"warm-up failed ({type(e).__name__}: {e}); the first requests pay it"
         finally:
             await client.close()
-        done.sort()
-        seconds = max(done[-1][0] - done[0][0], 1e-3)
-        requests, rate = (len(done) - 1) / seconds, sum(c for _, c in done[1:]) / seconds
-        self.admission.seed(rate)
+        rate = (len(done) - 1) / max(max(done) - min(done), 1e-3)
         return (
-            f"admission warm-up: {total} sentences, {n} at a time, in "
-            f"{time.monotonic() - start:.1f} s: {requests:.1f} requests/s ({rate:.0f} cost/s); "
-            f"up to about {requests * self.settings.deadline_s:.0f} such in flight fit the "
-            f"{self.settings.deadline_s:g} s deadline"
+            f"warm-up: {total} sentences, {n} at a time, in {time.monotonic() - start:.1f} s "
+            f"({rate:.1f} requests/s now; admission measures the rate as it serves)"
         )
 
     # ----- gRPC -----
 
-    def _admit_message(
-        self, request: bytes, admin: bool, client: str | None
+    async def _admit_message(
+        self,
+        request: bytes,
+        admin: bool,
+        client: str,
+        call_left_s: float | None,
+        stream: bool = False,
     ) -> tuple[AdmissionTicket, None] | tuple[None, tuple[grpc.StatusCode, str]]:
-        """(ticket, None) for a ModelInferRequest to pass on, or (None, (code, message))."""
+        """(ticket, None) for a ModelInferRequest to pass on, or (None, (code, message)).
+
+        Its deadline: Triton's "timeout" parameter or the call's gRPC deadline, the sooner;
+        neither: the default. A stream's call deadline is the stream's whole life, so each of
+        its messages has its own timeout or the default, within what is left of the call."""
         info = infer_request(request)
         if info is None:
             return None, (
@@ -256,20 +237,23 @@ class Front(GrpcProxy, HttpProxy):
         except Closed as e:
             return None, (grpc.StatusCode.PERMISSION_DENIED, str(e))
         cost = request_cost(model, info.input_bytes) if model else 0.0
+        own = info.timeout_us / 1e6 if info.timeout_us else None
+        if stream:
+            own = own or self.settings.deadline_s
+        deadline_s = min((d for d in (own, call_left_s) if d is not None), default=None)
         try:
-            ticket = self.enter(model, cost, info.id, client)
+            return await self.enter(model, cost, info.id, client, deadline_s), None
         except TooMany as e:
             return None, (grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
-        if ticket is None:
-            return None, (grpc.StatusCode.UNAVAILABLE, self.admission.refusal(cost))
-        return ticket, None
+        except Refused as e:
+            return None, (grpc.StatusCode.UNAVAILABLE, str(e))
 
-    def client(self, headers: dict[str, str], peer: str) -> str | None:
-        """Who a request counts against: its address, or None for the gateway (it carries
-        the launcher's token, and caps streams per caller itself)."""
+    def client(self, headers: dict[str, str], peer: str) -> str:
+        """The queue a request waits in: its address, or GATEWAY for the gateway's (it carries
+        the launcher's token), which share one queue as one client beside the others."""
         token = headers.get(FRONT_TOKEN_HEADER, "")
         if token and self._token and hmac.compare_digest(token.encode(), self._token.encode()):
-            return None
+            return GATEWAY
         return peer
 
     # ----- life cycle -----

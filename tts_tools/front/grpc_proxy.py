@@ -9,23 +9,30 @@ from collections.abc import AsyncIterator
 import grpc
 import tritonclient.grpc as grpc_types
 
+from tts_tools.launcher.security import GRPC_HEADER_PREFIX
 from tts_tools.protowire import StreamResponse, infer_request, model_name, stream_response
 from tts_wire import FINAL_RESPONSE, stream_error_message
 
-from .admission import FREE, AdmissionTicket
+from .admission import FREE, GATEWAY, AdmissionTicket
 
 SERVICE = "inference.GRPCInferenceService"
 STREAM_METHOD = f"/{SERVICE}/ModelStreamInfer"
 INFER_METHOD = f"/{SERVICE}/ModelInfer"
 
 
-def _metadata(context: grpc.aio.ServicerContext) -> list[tuple[str, str | bytes]]:
+def _metadata(
+    context: grpc.aio.ServicerContext, inner: dict[str, str]
+) -> list[tuple[str, str | bytes]]:
+    """The client's metadata to pass on, with the inner key (``inner``) in place of any it
+    sent under that name."""
     # grpc-* and pseudo headers are the transport's own; the deadline travels as timeout=.
-    return [
+    drop = ("user-agent", "te", "content-type", *inner)
+    passed = [
         (k, v)
         for k, v in (context.invocation_metadata() or ())
-        if not k.startswith(("grpc-", ":")) and k not in ("user-agent", "te", "content-type")
+        if not k.startswith(("grpc-", ":")) and k not in drop
     ]
+    return passed + [(k, v) for k, v in inner.items() if k.startswith(GRPC_HEADER_PREFIX)]
 
 
 class GrpcProxy:
@@ -35,8 +42,11 @@ class GrpcProxy:
         ticket = FREE
         if method == INFER_METHOD:
             headers = _headers(context)
-            ticket, refused = self._admit_message(
-                request, self.is_admin(headers), self.client(headers, _peer(context))
+            ticket, refused = await self._admit_message(
+                request,
+                self.is_admin(headers),
+                self.client(headers, _peer(context)),
+                context.time_remaining(),
             )
             if refused:
                 await context.abort(*refused)
@@ -46,7 +56,7 @@ class GrpcProxy:
                 method, self._channel.unary_unary(method)
             )
             response = await call(
-                request, metadata=_metadata(context), timeout=context.time_remaining()
+                request, metadata=_metadata(context, self.inner), timeout=context.time_remaining()
             )
             outcome = "served"
             return response
@@ -62,7 +72,7 @@ class GrpcProxy:
         headers = _headers(context)
         client = self.client(headers, _peer(context))
         limit = self.settings.max_grpc_streams_per_client
-        if client is not None and self._grpc_streams[client] >= limit:
+        if client != GATEWAY and self._grpc_streams[client] >= limit:
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"this client already has {limit} ModelStreamInfer calls open; "
@@ -83,26 +93,40 @@ class GrpcProxy:
         requests: AsyncIterator[bytes],
         context: grpc.aio.ServicerContext,
         admin: bool,
-        client: str | None,
+        client: str,
     ) -> AsyncIterator[bytes]:
         """A ModelStreamInfer stream: every message is admitted as a unary request is, and
         answered on the stream with an error when refused (the stream goes on); its ticket is
         released by the response that ends it (the final flag, or an error without one)."""
         stream = _ProxiedStream(self, requests, context, admin, client)
-        # Triton's stream is opened by the first message admitted, not by the stream: an idle
-        # stream (a client can open 1,024 per connection) then holds nothing upstream.
+        reader = asyncio.create_task(stream.read())
         try:
-            async for request in stream.incoming:
-                if stream.admitted(request):
-                    stream.first = request
-                    break
-                yield stream.refusals.get_nowait()
-        except Exception:  # the client's side ended
-            return
-        if stream.first is None:
-            return
-        async for response in stream.relay():
-            yield response
+            # Triton's stream is opened by the first message admitted, not by the stream: an
+            # idle stream (a client can open 1,024 per connection) then holds nothing upstream.
+            while stream.first is None:
+                refusal = asyncio.ensure_future(stream.refusals.get())
+                admitted = asyncio.ensure_future(stream.admitted.get())
+                done, _ = await asyncio.wait(
+                    {refusal, admitted}, return_when=asyncio.FIRST_COMPLETED
+                )
+                for future in (refusal, admitted):
+                    if future not in done:
+                        future.cancel()
+                if refusal in done:
+                    yield refusal.result()
+                    if admitted not in done:
+                        continue
+                message = admitted.result()
+                if message is None:  # the client's side ended with nothing admitted
+                    while not stream.refusals.empty():
+                        yield stream.refusals.get_nowait()
+                    return
+                stream.first = message
+            async for response in stream.relay():
+                yield response
+        finally:
+            reader.cancel()
+            stream.cancel_pending()
 
     def _grpc_handler(self) -> grpc.GenericRpcHandler:
         front = self
@@ -163,37 +187,56 @@ class _ProxiedStream:
     """One ModelStreamInfer call through the front door: the messages admitted and forwarded,
     the refusals answered here, Triton's responses relayed, the stubs watched."""
 
-    def __init__(self, front, requests, context, admin: bool, client: str | None) -> None:
+    def __init__(self, front, requests, context, admin: bool, client: str) -> None:
         self.front, self.context, self.admin, self.client = front, context, admin, client
         self.stubs: dict[str, set[int]] = {}  # model -> its stubs when this stream first used it
         self.hold = asyncio.Event()  # set: a stub of this stream died, keep it open upstream
         self.tickets: list[AdmissionTicket] = []  # admitted, not yet ended, oldest first
         self.refusals: asyncio.Queue[bytes] = asyncio.Queue()  # answered here, not by Triton
+        # Messages admitted, in the order admitted, to pass on; None: no more will come.
+        self.admitted: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.pending: set[asyncio.Task] = set()  # messages waiting in the admission queue
         self.incoming = requests.__aiter__()
         self.first: bytes | None = None
         self.call = self.next_response = self.next_refusal = None
 
-    def admitted(self, request: bytes) -> bool:
-        """Admit one message: True to pass it on; False when refused (its error queued)."""
-        ticket, refused = self.front._admit_message(request, self.admin, self.client)
+    async def read(self) -> None:
+        """Read the client's messages as they come, each admitted on its own (it may wait in
+        the queue while later ones are read): a stream of many requests is many requests."""
+        try:
+            async for request in self.incoming:
+                task = asyncio.create_task(self.admit(request))
+                self.pending.add(task)
+                task.add_done_callback(self.pending.discard)
+        except Exception:  # the client's side ended (this handler returned or aborted)
+            pass
+        while self.pending:
+            await asyncio.wait(set(self.pending))
+        self.admitted.put_nowait(None)
+
+    async def admit(self, request: bytes) -> None:
+        """Admit one message: passed on when admitted; its error queued when refused."""
+        ticket, refused = await self.front._admit_message(
+            request, self.admin, self.client, self.context.time_remaining(), stream=True
+        )
         if refused:
             self.refusals.put_nowait(_stream_error(request, *refused))
-            return False
+            return
         if ticket.model:
             self.tickets.append(ticket)
         model = ticket.model or model_name(request)
         if model and model not in self.stubs:
             self.stubs[model] = self.front.watch.stubs(model, fresh=True)
-        return True
+        self.admitted.put_nowait(request)
+
+    def cancel_pending(self) -> None:
+        for task in list(self.pending):
+            task.cancel()
 
     async def forward(self) -> AsyncIterator[bytes]:
         yield self.first
-        try:
-            async for request in self.incoming:
-                if self.admitted(request):
-                    yield request
-        except Exception:  # the client's side ended (this handler returned or aborted)
-            pass
+        while (request := await self.admitted.get()) is not None:
+            yield request
         if self.hold.is_set():
             # An error here, or the end of requests, would close the stream upstream.
             await self.front._closing.wait()
@@ -228,7 +271,9 @@ class _ProxiedStream:
         """Triton's responses and the refusals, as they come; the stream ended with an error
         when a stub it uses dies."""
         self.call = self.front._channel.stream_stream(STREAM_METHOD)(
-            self.forward(), metadata=_metadata(self.context), timeout=self.context.time_remaining()
+            self.forward(),
+            metadata=_metadata(self.context, self.front.inner),
+            timeout=self.context.time_remaining(),
         )
         responses = self.call.__aiter__()
         try:

@@ -4,6 +4,7 @@ limits (size, time, total buffer) and inflated, inference admitted (or refused).
 from __future__ import annotations
 
 import asyncio
+import json
 import posixpath
 import re
 from urllib.parse import unquote
@@ -13,8 +14,9 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from tts_tools.launcher.commands import FRONT_LIVE_PATH
+from tts_tools.launcher.security import GRPC_HEADER_PREFIX
 
-from .admission import JSON_OVERHEAD, Closed, TooMany, request_cost
+from .admission import JSON_OVERHEAD, Closed, Refused, TooMany, request_cost
 from .settings import MIB
 
 # Hop-by-hop headers (RFC 9110 7.6.1) and those the proxy recomputes.
@@ -79,15 +81,23 @@ class HttpProxy:
         if refused is not None:
             return refused
         cost = request_cost(model, _http_input_bytes(headers, len(body))) if model else 0.0
+        client = self.client(headers, request.remote or "")
         try:
-            ticket = self.enter(model, cost, client=self.client(headers, request.remote or ""))
-        except TooMany as e:
+            ticket = await self.enter(
+                model, cost, client=client, deadline_s=_timeout_s(headers, body)
+            )
+        except (TooMany, Refused) as e:
             return _http_error(429, str(e), {"Retry-After": "1"})
-        if ticket is None:
-            return _http_error(429, self.admission.refusal(cost), {"Retry-After": "1"})
         outcome = "error"
         try:
-            forwarded = {k: v for k, v in request.headers.items() if k.lower() not in _HTTP_DROP}
+            forwarded = {
+                k: v
+                for k, v in request.headers.items()
+                if k.lower() not in _HTTP_DROP and k.lower() not in self.inner
+            }
+            forwarded.update(
+                (k, v) for k, v in self.inner.items() if not k.startswith(GRPC_HEADER_PREFIX)
+            )
             url = f"http://{self.settings.triton_http}{request.rel_url}"
             async with self._session.request(
                 request.method, url, data=bytes(body), headers=forwarded
@@ -180,6 +190,22 @@ def _http_input_bytes(headers: dict[str, str], body: int) -> int:
     if header and header.isdigit():
         return max(0, body - int(header))
     return max(0, body - JSON_OVERHEAD)
+
+
+def _timeout_s(headers: dict[str, str], body: bytearray) -> float | None:
+    """Triton's "timeout" request parameter (microseconds) of a JSON inference header, in
+    seconds; None when absent or unreadable (Triton answers a malformed body itself)."""
+    header = headers.get("inference-header-content-length")
+    size = int(header) if header and header.isdigit() else len(body)
+    if size > MIB or b'"timeout"' not in body[:size]:  # (a text's JSON is far smaller)
+        return None
+    try:
+        timeout = json.loads(bytes(body[:size])).get("parameters", {}).get("timeout")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(timeout, int) and not isinstance(timeout, bool) and timeout > 0:
+        return timeout / 1e6
+    return None
 
 
 def _http_error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:

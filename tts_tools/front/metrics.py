@@ -15,7 +15,7 @@ class FrontMetrics:
             "tts_front_requests", "Admitted requests by outcome", ["model", "outcome"], registry=r
         )
         self.refused = Counter(
-            "tts_front_refused", "Requests refused at once for overload", ["model"], registry=r
+            "tts_front_refused", "Requests refused for overload", ["model"], registry=r
         )
         self.in_flight = Gauge("tts_front_in_flight", "Admitted requests", ["model"], registry=r)
         self.seconds = Histogram(
@@ -25,12 +25,9 @@ class FrontMetrics:
             buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60),
             registry=r,
         )
-        self.share = Gauge(
-            "tts_front_admission_share",
-            "Share of the measured throughput admission counts on (shrinks when late)",
-            registry=r,
+        self.waiting = Gauge(
+            "tts_front_waiting", "Requests waiting in the front door's queue", registry=r
         )
-        self.share.set(1.0)
         self.refused_connections = Counter(
             "tts_front_refused_connections",
             "HTTP connections refused over the total or per-client limit",

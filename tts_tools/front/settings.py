@@ -23,7 +23,11 @@ class FrontSettings:
     http_port: int = 0  # 0: no HTTP front
     # The largest legitimate message: 16 vocoder latents of max_frames (192 x 4000 float32).
     max_request_bytes: int = 64 * MIB
-    deadline_s: float = 10.0
+    # The deadline of a request whose client set none (a gRPC deadline or Triton's "timeout"
+    # parameter set one): about 30 times a sentence's normal latency, so a queue this deep is
+    # overload, not a burst; and under the 60 s a proxy in front waits for a reply by default
+    # (nginx's proxy_read_timeout), so a request refused here is refused before that cuts it.
+    deadline_s: float = 30.0
     # Models served on the public ports ("*": all); the others answer only to the admin key
     # (an operator's perf_analyzer on one stage). Each public one is admitted by its cost.
     public_models: tuple[str, ...] = ("tts", "tts_stream")
@@ -31,16 +35,20 @@ class FrontSettings:
     measured: tuple[str, ...] = ("tts",)
     # Models whose requests are streams (decoupled): admitted at the cost of their first chunk.
     streamed: tuple[str, ...] = ("tts_stream",)
-    # Concurrency always admitted, whatever was measured: one full batch of the batched stages
-    # (acoustic's and vocoder's max_batch_size; tests/unit/test_repository.py keeps them
-    # equal). Fewer refused perf_analyzer at c=16 on a busy machine, below one batch.
-    min_in_flight: int = 16
+    # Requests passed on to Triton at once; the rest wait in the front door's queue. Two full
+    # batches of the batched stages (acoustic's and vocoder's max_batch_size, 16;
+    # tests/unit/test_repository.py keeps it so): one being computed while the next forms.
+    slots: int = 32
+    # Requests waiting in the queue, in all and per client (the gateway's callers are one):
+    # past either a request is refused at once. The gateway sends at most its
+    # max_concurrent_requests (256).
+    max_waiting: int = 4096
+    max_waiting_per_client: int = 512
     # Before its ports open, this many normal sentences are kept in flight against Triton's
-    # `tts` (3x as many in all): the throughput admission starts from (0: none; a cold server
-    # then admits min_in_flight until something is measured).
+    # `tts` (3x as many in all): the engines' first-run costs are paid (0: none).
     warmup_requests: int = 16
-    # The throughput admission counts on is measured over this many seconds of busy time.
-    window_s: float = 30.0
+    # The rate waiting requests are refused by is measured over the last this many seconds.
+    window_s: float = 10.0
     # How often open streams are checked against the stubs that serve them.
     stream_check_s: float = 1.0
     drain_s: float = 30.0
@@ -63,10 +71,6 @@ class FrontSettings:
     # idle ones from one client (5 connections) cost the front door 160 MB and made gRPC
     # cancel other clients' calls (its queue of calls not yet taken overflowed).
     max_grpc_streams_per_client: int = 256
-    # Of what the server serves within the deadline, the most one client's requests in flight
-    # may take: the rest stays for others, whatever one client sends (the gateway, trusted by
-    # the launcher's token, is not capped: it caps its own callers).
-    client_share: float = 0.75
     # The server's shared-memory prefix: finds its stubs (a stream's model instance died).
     shm_prefix: str = ""
     # SIGUSR1 to the parent (the launcher) once drained while dead stubs' streams stay open.
@@ -79,8 +83,13 @@ class FrontSettings:
             )
         if not 0 < self.deadline_s <= 3600:
             raise ValueError(f"deadline_s must be in (0, 3600], not {self.deadline_s}")
-        if self.min_in_flight < 1:
-            raise ValueError(f"min_in_flight must be at least 1, not {self.min_in_flight}")
+        if self.slots < 1:
+            raise ValueError(f"slots must be at least 1, not {self.slots}")
+        if not 0 <= self.max_waiting_per_client <= self.max_waiting:
+            raise ValueError(
+                "max_waiting_per_client must be in [0, max_waiting], not "
+                f"{self.max_waiting_per_client}"
+            )
         if not 0 < self.window_s <= 3600:
             raise ValueError(f"window_s must be in (0, 3600], not {self.window_s}")
         ConnectionLimits(  # raises on a bad combination
@@ -93,8 +102,6 @@ class FrontSettings:
             raise ValueError(
                 "body_timeout_s must be positive and max_buffered_bytes at least max_request_bytes"
             )
-        if not 0 < self.client_share <= 1:
-            raise ValueError(f"client_share must be in (0, 1], not {self.client_share}")
         if not 0 <= self.warmup_requests <= 256:
             raise ValueError(f"warmup_requests must be in [0, 256], not {self.warmup_requests}")
 
@@ -115,7 +122,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-port", type=int, default=8001, help="0: no gRPC front")
     p.add_argument("--http-port", type=int, default=8000, help="0: no HTTP front")
     p.add_argument("--max-request-mib", type=float, default=d.max_request_bytes / MIB)
-    p.add_argument("--deadline-s", type=float, default=d.deadline_s)
+    p.add_argument(
+        "--deadline-s",
+        type=float,
+        default=d.deadline_s,
+        help="the deadline of requests whose client set none",
+    )
     p.add_argument(
         "--public-models",
         default=",".join(d.public_models),
@@ -126,12 +138,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--header-timeout-s", type=float, default=d.header_timeout_s)
     p.add_argument("--idle-timeout-s", type=float, default=d.idle_timeout_s)
     p.add_argument("--body-timeout-s", type=float, default=d.body_timeout_s)
-    p.add_argument("--client-share", type=float, default=d.client_share)
     p.add_argument("--max-streams-per-client", type=int, default=d.max_streams_per_client)
     p.add_argument("--max-grpc-streams-per-client", type=int, default=d.max_grpc_streams_per_client)
     p.add_argument("--max-streams-per-connection", type=int, default=d.max_streams_per_connection)
     p.add_argument("--max-buffered-mib", type=float, default=d.max_buffered_bytes / MIB)
-    p.add_argument("--min-in-flight", type=int, default=d.min_in_flight)
+    p.add_argument(
+        "--slots", type=int, default=d.slots, help="requests passed on to Triton at once"
+    )
+    p.add_argument("--max-waiting", type=int, default=d.max_waiting)
+    p.add_argument("--max-waiting-per-client", type=int, default=d.max_waiting_per_client)
     p.add_argument(
         "--warmup-requests",
         type=int,
@@ -143,7 +158,7 @@ def parser() -> argparse.ArgumentParser:
         "--window-s",
         type=float,
         default=d.window_s,
-        help="seconds over which admission measures the throughput",
+        help="seconds over which admission measures the rate it refuses by",
     )
     return p
 
@@ -170,8 +185,9 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
             max_streams_per_connection=a.max_streams_per_connection,
             max_streams_per_client=a.max_streams_per_client,
             max_grpc_streams_per_client=a.max_grpc_streams_per_client,
-            client_share=a.client_share,
-            min_in_flight=a.min_in_flight,
+            slots=a.slots,
+            max_waiting=a.max_waiting,
+            max_waiting_per_client=a.max_waiting_per_client,
             warmup_requests=a.warmup_requests,
             window_s=a.window_s,
             drain_s=a.drain_s,

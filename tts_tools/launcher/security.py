@@ -14,6 +14,11 @@ ADMIN_HEADER = "tts-admin-key"
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"  # what Triton 2.51 checks over gRPC
 RESTRICTED = "model-repository,logging,trace,shared-memory"
 ADMIN_KEY_ENV = "TTS_ADMIN_KEY"
+# Behind the front door, tritonserver's own ports refuse inference without this header, whose
+# value is a secret made for each launch and handed only to the front door (in this variable
+# of its environment) and the supervisor: nothing reaches the models around admission.
+INNER_HEADER = "tts-inner-key"
+INNER_KEY_ENV = "TTS_FRONT_INNER_KEY"
 ADMIN_KEY_FILE_ENV = "TTS_ADMIN_KEY_FILE"
 DEFAULT_BIND = "127.0.0.1"
 
@@ -58,6 +63,11 @@ def secret_setting(
 def admin_headers(key: str) -> dict[str, str]:
     """Headers carrying the admin key, for HTTP and gRPC alike (gRPC expects Triton's prefix)."""
     return {ADMIN_HEADER: key, f"{GRPC_HEADER_PREFIX}{ADMIN_HEADER}": key}
+
+
+def inner_headers(key: str) -> dict[str, str]:
+    """Headers carrying the launch's inner key (INNER_HEADER), for HTTP and gRPC alike."""
+    return {INNER_HEADER: key, f"{GRPC_HEADER_PREFIX}{INNER_HEADER}": key} if key else {}
 
 
 # Shared-memory regions and files tritonserver creates are its user's alone (request text and

@@ -1,6 +1,8 @@
-"""The front door's pure parts: admission arithmetic (a fake clock) and the model-name reader."""
+"""The front door's pure parts: the admission queue (a fake clock) and the wire reader."""
 
 from __future__ import annotations
+
+import asyncio
 
 import numpy as np
 import pytest
@@ -20,103 +22,195 @@ class Clock:
         return self.now
 
 
-def test_a_cold_server_admits_min_in_flight_then_refuses():
-    clock = Clock()
-    admission = Admission(deadline_s=10, min_in_flight=3, clock=clock)
-    assert [admission.enter() for _ in range(5)] == [True, True, True, False, False]
-    assert admission.in_flight == 3 and admission.refused == 2
+def run(coroutine):
+    return asyncio.run(coroutine)
 
 
-def test_admission_follows_the_measured_throughput():
-    clock = Clock()
-    admission = Admission(deadline_s=10, min_in_flight=4, clock=clock)
-    # 4 requests at a time, each batch of 4 served in 1 s: 4 per busy second.
+async def settle() -> None:
     for _ in range(5):
-        assert all(admission.enter() for _ in range(4))
-        clock.now += 1.0
-        for _ in range(4):
-            admission.leave(1.0)
-    assert admission.throughput() == pytest.approx(4.0)
-    # A wait of (n + 1) / 4 s fits 10 s up to n = 39 in flight: 40 admitted, then refused.
-    admitted = sum(admission.enter() for _ in range(60))
-    assert admitted == 40
-    assert admission.estimated_wait() == pytest.approx(41 / 4)
-    assert "10 s deadline" in admission.refusal() and "40 requests in flight" in admission.refusal()
+        await asyncio.sleep(0)
 
 
-def test_idle_time_does_not_count_as_slowness():
-    clock = Clock()
-    admission = Admission(deadline_s=10, min_in_flight=1, clock=clock)
-    admission.enter()
-    clock.now += 0.5
-    admission.leave(0.5)
-    clock.now += 20.0  # idle
-    assert admission.throughput() == pytest.approx(2.0)
+async def queued(admission: Admission, n: int, client: str = "a", cost: float = 1.0, **kw):
+    """``n`` acquires started (each a task); the event loop run until they settled."""
+    tasks = [asyncio.create_task(admission.acquire(cost, client, **kw)) for _ in range(n)]
+    await settle()
+    return tasks
 
 
-def test_late_requests_shrink_what_admission_counts_on_and_timely_ones_restore_it():
-    clock = Clock()
-    admission = Admission(deadline_s=10, min_in_flight=1, clock=clock)
-    admission.enter()
-    clock.now += 1.0
-    admission.leave(1.0)
-    before = admission.estimated_wait()
-    for _ in range(5):
-        admission.enter()
-        clock.now += 1.0
-        admission.leave(12.0)  # over the deadline
-    assert admission.share == pytest.approx(0.9**5)
-    assert admission.late == 5
-    assert admission.estimated_wait() > before
-    for _ in range(200):
-        admission.enter()
-        clock.now += 1.0
-        admission.leave(1.0)
-    assert admission.share == 1.0
+def outcome(task: asyncio.Task) -> str:
+    if not task.done():
+        return "waiting"
+    return "refused" if task.exception() else "admitted"
 
 
-def test_an_idle_server_keeps_what_it_measured():
-    """An empty window (a minute of idling) left 'not measured yet': the next burst got
-    min_in_flight and the rest refused. The highest throughput measured now stands."""
-    clock = Clock()
-    admission = Admission(deadline_s=10, min_in_flight=4, window_s=30, clock=clock)
-    for _ in range(4):  # 4 requests per busy second
-        assert all(admission.enter() for _ in range(4))
-        clock.now += 1.0
-        for _ in range(4):
-            admission.leave(1.0)
-    clock.now += 60  # idle: the window holds nothing now
-    assert admission.capacity() == pytest.approx(4.0)
-    assert sum(admission.enter() for _ in range(64)) == 40  # (n + 1) / 4 <= 10 s
+async def measure(admission: Admission, clock: Clock, per_second: int, seconds: int) -> None:
+    """Keep every slot taken for ``seconds``, ``per_second`` requests of cost 1 completing each
+    second, each replaced at once (a closed loop): a live rate of ``per_second``."""
+    while admission.in_flight < admission.slots:
+        await admission.acquire(1.0, "warm")
+    for _ in range(seconds * per_second):
+        clock.now += 1.0 / per_second
+        admission.release(1.0)
+        await admission.acquire(1.0, "warm")
 
 
-def test_a_lone_request_does_not_make_the_server_look_slower():
-    """Completions per busy second of one request alone are 1 / its latency, not what the
-    server serves at once: a burst right after it was refused below capacity."""
-    clock = Clock()
-    admission = Admission(deadline_s=10, min_in_flight=8, window_s=30, clock=clock)
-    for _ in range(4):
-        assert all(admission.enter() for _ in range(8))
-        clock.now += 1.0
-        for _ in range(8):
-            admission.leave(1.0)  # 8 per busy second at concurrency 8
-    clock.now += 60
-    for _ in range(3):  # then lone requests of 0.5 s: 2 per busy second
-        admission.enter()
-        clock.now += 0.5
-        admission.leave(0.5)
-    assert admission.throughput() == pytest.approx(2.0)
-    assert admission.capacity() == pytest.approx(8.0)
-    assert sum(admission.enter() for _ in range(64)) == 64  # 64 / 8 = 8 s fits 10 s
+def test_a_free_slot_is_never_refused_and_the_rest_wait_without_a_rate():
+    async def main():
+        admission = Admission(slots=2, default_deadline_s=10, clock=Clock())
+        tasks = await queued(admission, 5)
+        # Nothing measured (a cold or idle server): nothing refused on a guess.
+        assert [outcome(t) for t in tasks] == ["admitted"] * 2 + ["waiting"] * 3
+        assert admission.waiting() == 3 and admission.refused == 0
+        admission.release(1.0)
+        await settle()
+        assert [outcome(t) for t in tasks] == ["admitted"] * 3 + ["waiting"] * 2
+        for task in tasks[3:]:
+            task.cancel()
+        await settle()
+        assert admission.waiting() == 0 and admission.in_flight == 2  # no slot leaked
+
+    run(main())
 
 
-def test_nothing_measured_admits_min_in_flight_and_a_warm_up_seeds_the_capacity():
-    clock = Clock()
-    admission = Admission(deadline_s=10, min_in_flight=2, clock=clock)
-    assert admission.capacity() is None
-    assert [admission.enter() for _ in range(3)] == [True, True, False]
-    admission.seed(6.0)  # the front door's warm-up measured 6 requests per second
-    assert sum(admission.enter() for _ in range(100)) == 58  # 2 + 58: (59 + 1) / 6 <= 10 s
+def test_clients_are_served_in_turn_not_in_order_of_arrival():
+    async def main():
+        admission = Admission(slots=1, default_deadline_s=10, clock=Clock())
+        await admission.acquire(1.0, "flood")
+        flood = await queued(admission, 20, "flood")
+        other = await queued(admission, 1, "other")
+        admission.release(1.0)  # the first free slot: the flood's oldest or the other's
+        await settle()
+        admission.release(1.0)
+        await settle()
+        assert outcome(other[0]) == "admitted"  # after at most one of the flood's 20
+        assert sum(outcome(t) == "admitted" for t in flood) <= 1
+        for task in flood:
+            task.cancel()
+        await settle()
+
+    run(main())
+
+
+def test_the_live_rate_refuses_at_once_what_would_finish_past_its_deadline():
+    async def main():
+        clock = Clock()
+        admission = Admission(slots=4, default_deadline_s=10, clock=clock)
+        await measure(admission, clock, per_second=4, seconds=3)
+        assert admission.rate() == pytest.approx(4.0)
+        # 4 in flight: the n-th waiting finishes after (4 + n) / 4 s; n <= 36 fits 10 s.
+        tasks = await queued(admission, 40)
+        assert [outcome(t) for t in tasks].count("waiting") == 36
+        refused = [t for t in tasks if outcome(t) == "refused"]
+        assert len(refused) == 4 and admission.refused == 4
+        message = str(refused[0].exception())
+        assert "past its 10 s deadline" in message and "retry later" in message
+        # Another client is served next in turn (1.5 s), but not within its own 1 s deadline.
+        short = await queued(admission, 1, "b", deadline_s=1.0)
+        assert outcome(short[0]) == "refused"
+        for task in tasks:
+            task.cancel()
+        await settle()
+
+    run(main())
+
+
+def test_a_slower_server_is_followed_and_waiting_requests_past_their_deadline_shed():
+    async def main():
+        clock = Clock()
+        admission = Admission(slots=4, default_deadline_s=10, window_s=8, clock=clock)
+        await measure(admission, clock, per_second=4, seconds=8)
+        tasks = await queued(admission, 30)  # (4 + 30) / 4 = 8.5 s: all fit
+        assert all(outcome(t) == "waiting" for t in tasks)
+        for _ in range(5):  # the machine gets busy: 1 completion a second now
+            clock.now += 1.0
+            admission.release(1.0)
+            await settle()
+        assert admission.rate() < 2.5  # within the 8 s window
+        states = [outcome(t) for t in tasks]
+        assert states[:5] == ["admitted"] * 5
+        assert "refused" in states  # shed as soon as the rate says they cannot make it
+        for task in tasks:
+            task.cancel()
+        await settle()
+
+    run(main())
+
+
+def test_idling_forgets_the_rate_and_nothing_measured_once_is_kept():
+    async def main():
+        clock = Clock()
+        admission = Admission(slots=2, default_deadline_s=10, window_s=5, clock=clock)
+        await measure(admission, clock, per_second=2, seconds=5)
+        while admission.in_flight:
+            admission.release(1.0)
+        assert admission.rate() is not None
+        clock.now += 6  # idle past the window
+        tasks = await queued(admission, 40)
+        assert admission.rate() is None
+        assert [outcome(t) for t in tasks].count("refused") == 0  # waits for a fresh rate
+        for task in tasks:
+            task.cancel()
+        await settle()
+
+    run(main())
+
+
+def test_failed_and_unmeasured_requests_count_towards_no_rate():
+    async def main():
+        clock = Clock()
+        admission = Admission(slots=1, default_deadline_s=10, clock=clock)
+        for served, measured in ((False, True), (True, False)):
+            for _ in range(20):
+                await admission.acquire(1.0, "a", measured=measured)
+                clock.now += 0.01
+                admission.release(1.0, served=served, measured=measured)
+        assert admission.rate() is None
+
+    run(main())
+
+
+def test_a_waiting_request_is_refused_when_its_deadline_passes():
+    async def main():
+        admission = Admission(slots=1, default_deadline_s=10)
+        await admission.acquire(1.0, "a")
+        task = asyncio.create_task(admission.acquire(1.0, "b", deadline_s=0.05))
+        await asyncio.sleep(0.2)
+        assert outcome(task) == "refused"
+        assert "waited" in str(task.exception()) and admission.waiting() == 0
+
+    run(main())
+
+
+def test_a_full_queue_refuses_at_once_in_all_and_per_client():
+    async def main():
+        admission = Admission(slots=1, default_deadline_s=10, max_waiting=5,
+                              max_waiting_per_client=3, clock=Clock())  # fmt: skip
+        tasks = await queued(admission, 6)
+        assert [outcome(t) for t in tasks] == ["admitted"] + ["waiting"] * 3 + ["refused"] * 2
+        assert "limit per client" in str(tasks[-1].exception())
+        others = await queued(admission, 3, "b")
+        assert [outcome(t) for t in others] == ["waiting"] * 2 + ["refused"]
+        assert "its limit" in str(others[-1].exception())
+        for task in tasks + others:
+            task.cancel()
+        await settle()
+
+    run(main())
+
+
+def test_costly_requests_wait_as_much_as_their_cost():
+    async def main():
+        clock = Clock()
+        admission = Admission(slots=1, default_deadline_s=10, clock=clock)
+        await measure(admission, clock, per_second=1, seconds=10)  # 1 cost per second
+        long = await queued(admission, 1, "a", cost=12.0)  # 1 + 12 s > 10 s
+        short = await queued(admission, 1, "b", cost=2.0)
+        assert (outcome(long[0]), outcome(short[0])) == ("refused", "waiting")
+        short[0].cancel()
+        await settle()
+
+    run(main())
 
 
 def infer_request(model: str, text: bytes = b"hello", **fields) -> bytes:
@@ -160,7 +254,7 @@ def test_model_name_of_a_malformed_message_is_none(raw):
         ("max_request_bytes", 10),
         ("deadline_s", 0),
         ("deadline_s", 1e9),
-        ("min_in_flight", 0),
+        ("slots", 0),
         ("warmup_requests", -1),
         ("window_s", 0),
     ],
@@ -168,29 +262,6 @@ def test_model_name_of_a_malformed_message_is_none(raw):
 def test_settings_refuse_nonsense(field, value):
     with pytest.raises(ValueError, match=field):
         FrontSettings(**{field: value})
-
-
-def test_admission_weighs_requests_by_cost():
-    """Issue 34: a count let long requests pass at the price of short ones."""
-    clock = Clock()
-    admission = Admission(deadline_s=10, min_in_flight=1, clock=clock)
-    admission.seed(1000.0)  # cost per second
-    assert admission.enter(cost=9000)  # 9 s of work
-    assert not admission.enter(cost=1500)  # (9,000 + 1,500) / 1,000 > 10 s
-    assert admission.enter(cost=900)  # a short one still fits
-    assert admission.work == pytest.approx(9900)
-    admission.leave(1.0, cost=9000)
-    assert admission.work == pytest.approx(900) and admission.in_flight == 1
-    assert admission.enter(cost=9000)
-
-
-def test_unmeasured_requests_count_in_flight_but_not_towards_the_throughput():
-    clock = Clock()
-    admission = Admission(deadline_s=10, min_in_flight=1, clock=clock)
-    admission.enter(cost=400, measured=False)  # a stream, served for minutes at its pace
-    clock.now += 120
-    admission.leave(120.0, cost=400, measured=False)
-    assert admission.throughput() is None and admission.share == 1.0  # not late, not slow
 
 
 def test_request_cost_scales_the_inner_models_to_text():
@@ -222,16 +293,3 @@ def test_stream_responses_are_read_for_their_final_flag():
     refused = stream_response(stream_reply(error_message="unknown model"))
     assert refused.error == "unknown model" and refused.final is None
     assert stream_response(b"\x0a\xff") is None
-
-
-def test_failed_requests_measure_no_throughput():
-    """Requests refused at once for bad input completed in milliseconds and measured a rate
-    the server cannot serve: admission then admitted everything."""
-    clock = Clock()
-    admission = Admission(deadline_s=10, min_in_flight=1, clock=clock)
-    admission.seed(100.0)
-    for _ in range(50):
-        admission.enter(cost=1000)
-        clock.now += 0.001
-        admission.leave(0.001, cost=1000, served=False)
-    assert admission.capacity() == pytest.approx(100.0)
