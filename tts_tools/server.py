@@ -42,9 +42,11 @@ from .launcher.security import (
     ADMIN_KEY_ENV,
     ADMIN_KEY_FILE_ENV,
     DEFAULT_BIND,
+    INNER_KEY_ENV,
     RESTRICTED,
     admin_headers,
     admin_key,
+    inner_headers,
     secret_setting,
 )
 from .launcher.stub_healing import (
@@ -297,6 +299,7 @@ def triton_command(
         restricted=args.restricted_apis,
         shm_prefix=shm_prefix,
         metrics_bind=args.bind,
+        inner=not args.no_front,
     )
     return cmd, triton_http, triton_grpc
 
@@ -329,9 +332,14 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         flush=True,
     )
     gateway = gateway_child(args) if args.gateway_port else None
-    headers = admin_headers(key)
+    # Behind the front door Triton's ports refuse inference without this launch's inner key,
+    # which only the front door (from its environment) and the supervisor's canaries hold.
+    inner = "" if args.no_front else secrets.token_urlsafe(32)
+    if inner:
+        os.environ[INNER_KEY_ENV] = inner
+    headers = {**admin_headers(key), **inner_headers(inner)}
     metrics, heartbeat = supervisor_metrics(args)
-    env = server_env(key=key, cache_dir=args.cache_dir)
+    env = server_env(key=key, cache_dir=args.cache_dir, inner_key=inner)
     announce_when_ready(args, gpu=has_gpu())
     return supervise(
         cmd,

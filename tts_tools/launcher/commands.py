@@ -8,12 +8,13 @@ from pathlib import Path
 
 from .environment import (
     CPU_ONLY_ARGS,
+    INNER_PLACEHOLDER,
     KEY_PLACEHOLDER,
     has_gpu,
     prepare_backends,
     tritonserver_binary,
 )
-from .security import ADMIN_HEADER, DEFAULT_BIND, RESTRICTED
+from .security import ADMIN_HEADER, DEFAULT_BIND, INNER_HEADER, RESTRICTED
 from .stub_healing import (
     SUPERVISED_ARGS,
 )
@@ -41,10 +42,12 @@ def server_command(
     supervised: bool = True,
     shm_prefix: str | None = None,
     metrics_bind: str | None = None,
+    inner: bool = False,
 ) -> list[str]:
     """The tritonserver command line; ``supervised``: with the model-control flags the
     supervisor needs; ``metrics_bind``: the metrics address when it differs from ``bind``
-    (behind the front door, HTTP and gRPC stay on loopback).
+    (behind the front door, HTTP and gRPC stay on loopback); ``inner``: inference needs the
+    launch's inner key (behind the front door: nothing reaches the models around it).
 
     The admin key flags hold a placeholder: Triton 2.51 takes the key only as a flag, and
     /proc/PID/cmdline is readable by every local user, so the key itself reaches tritonserver
@@ -64,6 +67,14 @@ def server_command(
         *(SUPERVISED_ARGS if supervised else ()),
         f"--http-restricted-api={restricted}:{ADMIN_HEADER}={KEY_PLACEHOLDER}",
         f"--grpc-restricted-protocol={restricted}:{ADMIN_HEADER}={KEY_PLACEHOLDER}",
+        *(
+            (
+                f"--http-restricted-api=inference:{INNER_HEADER}={INNER_PLACEHOLDER}",
+                f"--grpc-restricted-protocol=inference:{INNER_HEADER}={INNER_PLACEHOLDER}",
+            )
+            if inner
+            else ()
+        ),
         *([f"--backend-config=python,shm-region-prefix-name={shm_prefix}"] if shm_prefix else []),
         "--allow-metrics=true",
         "--exit-on-error=true",

@@ -17,6 +17,8 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+from .security import INNER_KEY_ENV
+
 PY_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
@@ -91,6 +93,8 @@ def prepare_backends(cache_dir: Path) -> Path:
 SHIM_SOURCE = Path(__file__).with_name("server_shim.c")
 KEY_PLACEHOLDER = "tts-admin-key-hidden"  # what /proc/PID/cmdline shows; see server_shim.c
 KEY_ENV = "TTS_TRITON_ADMIN_KEY"
+INNER_PLACEHOLDER = "tts-inner-key-hidden"  # the same for the inner key
+INNER_ENV = "TTS_TRITON_INNER_KEY"
 
 
 def server_shim(cache_dir: Path) -> Path:
@@ -132,12 +136,19 @@ def quiet_grpc(environ: dict[str, str] | os._Environ) -> None:
 
 
 def server_env(
-    base: dict[str, str] | None = None, key: str | None = None, cache_dir: Path | None = None
+    base: dict[str, str] | None = None,
+    key: str | None = None,
+    cache_dir: Path | None = None,
+    inner_key: str | None = None,
 ) -> dict[str, str]:
-    """tritonserver's environment; with ``key``, the shim that hands it the key (server_shim.c)."""
+    """tritonserver's environment; with ``key`` (and ``inner_key``), the shim that hands it
+    the keys (server_shim.c)."""
     env = dict(os.environ if base is None else base)
+    env.pop(INNER_KEY_ENV, None)  # the front door's copy: not for Triton's stubs
     if key is not None:
         env[KEY_ENV] = key
+        if inner_key:
+            env[INNER_ENV] = inner_key
         env["LD_PRELOAD"] = str(server_shim(cache_dir or Path(".cache/triton")).resolve())
     # The stub needs this Python's libpython. A system Python's LIBDIR is where the loader
     # looks anyway, and first on the path it put that folder's libraries (an older cuDNN on

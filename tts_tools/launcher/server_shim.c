@@ -1,7 +1,8 @@
 /*
  * Preloaded into tritonserver (LD_PRELOAD) by the launcher, for what Triton 2.51 cannot be told:
  *
- * 1. The admin key stays out of /proc/PID/cmdline, which every local user can read.
+ * 1. The admin key (and the inner key behind the front door) stays out of /proc/PID/cmdline,
+ *    which every local user can read.
  *
  * Triton 2.51 takes the restricted-API key only as a command-line flag. The launcher starts
  * tritonserver with a placeholder in that flag and the key in TTS_TRITON_ADMIN_KEY (a process's
@@ -43,18 +44,16 @@ int fchmod(int fd, mode_t mode) {
     return real_fchmod(fd, mode);
 }
 
-#define PLACEHOLDER "tts-admin-key-hidden"
-#define KEY_ENV "TTS_TRITON_ADMIN_KEY"
+/* (placeholder, variable) pairs: the admin key, and the inner key behind the front door. */
+static const char *const KEYS[][2] = {
+    {"tts-admin-key-hidden", "TTS_TRITON_ADMIN_KEY"},
+    {"tts-inner-key-hidden", "TTS_TRITON_INNER_KEY"},
+};
 
-__attribute__((constructor)) static void tts_hide_admin_key(int argc, char **argv, char **envp) {
-    (void)envp;
-    const char *key = getenv(KEY_ENV);
-    if (key == NULL || argv == NULL) {
-        return;
-    }
-    size_t key_len = strlen(key), mark_len = strlen(PLACEHOLDER);
+static void tts_replace(int argc, char **argv, const char *mark, const char *key) {
+    size_t key_len = strlen(key), mark_len = strlen(mark);
     for (int i = 1; i < argc; i++) {
-        char *at = argv[i] ? strstr(argv[i], PLACEHOLDER) : NULL;
+        char *at = argv[i] ? strstr(argv[i], mark) : NULL;
         if (at == NULL) {
             continue;
         }
@@ -68,6 +67,19 @@ __attribute__((constructor)) static void tts_hide_admin_key(int argc, char **arg
         memcpy(arg + prefix + key_len, at + mark_len, rest + 1);
         argv[i] = arg;
     }
-    unsetenv(KEY_ENV);
+}
+
+__attribute__((constructor)) static void tts_hide_admin_key(int argc, char **argv, char **envp) {
+    (void)envp;
+    if (argv == NULL) {
+        return;
+    }
+    for (size_t k = 0; k < sizeof KEYS / sizeof KEYS[0]; k++) {
+        const char *key = getenv(KEYS[k][1]);
+        if (key != NULL) {
+            tts_replace(argc, argv, KEYS[k][0], key);
+            unsetenv(KEYS[k][1]);
+        }
+    }
     unsetenv("LD_PRELOAD");
 }

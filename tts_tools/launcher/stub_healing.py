@@ -340,7 +340,8 @@ class Supervisor:
             f"http://localhost:{self.http_port}/v2/models/{model}/{path}",
             data=json.dumps(body).encode(),
             method="POST",
-            headers={"Content-Type": "application/json"},
+            # (the headers hold the inner key: behind the front door inference needs it)
+            headers={"Content-Type": "application/json", **self.headers},
         )
         try:
             try:
