@@ -293,7 +293,10 @@ def speech_job(
             code="string_above_max_length",
         )
     try:
-        options = voice.options(request.speed, word_timestamps=word_timestamps)
+        # (sent for the caller: the front door queues it as the caller's own)
+        options = voice.options(
+            request.speed, word_timestamps=word_timestamps, caller=client or None
+        )
     except ValueError as e:
         raise bad_request(str(e), param="speed") from None
     streamed = len(text) > settings.direct_max_chars

@@ -166,7 +166,7 @@ class Sessions:
         await websocket.accept()
         client = websocket.client.host if websocket.client else ""
         refused = self.refusal(client)
-        connection = Connection(self, websocket)
+        connection = Connection(self, websocket, client)
         if refused is not None:
             return await connection.end(refused)
         self.open += 1
@@ -181,8 +181,11 @@ class Sessions:
                 del self.by_client[client]
             self.service.metrics.sessions.dec()
 
-    def options(self, config: SessionConfig) -> tuple[SynthesisOptions, BufferRule]:
-        """The synthesis options and buffering rule of ``config``; SessionEnd if invalid."""
+    def options(
+        self, config: SessionConfig, client: str = ""
+    ) -> tuple[SynthesisOptions, BufferRule]:
+        """The synthesis options (sent for ``client``) and buffering rule of ``config``;
+        SessionEnd if invalid."""
         if config.model is not None and not known_model(config.model):
             raise SessionEnd(POLICY, f"unknown model {config.model!r}; models: {', '.join(MODELS)}")
         name = config.voice or self.settings.voices[0].id
@@ -194,7 +197,10 @@ class Sessions:
         speed = 1.0 if config.speed is None else config.speed
         try:
             options = voice.options(
-                speed, priority=config.priority, word_timestamps=config.word_timestamps
+                speed,
+                priority=config.priority,
+                word_timestamps=config.word_timestamps,
+                caller=client or None,
             )
             rule = config.rule()
         except ValueError as e:
@@ -217,8 +223,9 @@ class Utterance:
 class Connection:
     """One WebSocket: utterances one after another, read by one reader, each with a writer."""
 
-    def __init__(self, sessions: Sessions, websocket: WebSocket) -> None:
+    def __init__(self, sessions: Sessions, websocket: WebSocket, client: str = "") -> None:
         self.sessions = sessions
+        self.client = client  # its address: the front door queues its requests as its own
         self.settings = sessions.settings
         self.ws = websocket
         self.lock = asyncio.Lock()  # one frame at a time, and cancel's frames in order
@@ -262,7 +269,7 @@ class Connection:
                         "session.config while an utterance is in progress; send input.done first",
                     )
                 self.config = self._parse_config(data)
-                self.made = self.sessions.options(self.config)  # a bad voice: refused now
+                self.made = self.sessions.options(self.config, self.client)  # a bad voice: now
                 continue
             if self.config is None:
                 raise SessionEnd(POLICY, f"expected session.config first, got {kind!r}")

@@ -150,7 +150,7 @@ class AsyncTTSClient(ClientCore):
             # tts_stream sends its final flag with the last chunk or the error anyway.
             yield {"model_name": self.stream_model, "inputs": inputs}
 
-        responses = self._client.stream_infer(requests(), headers=self.headers)
+        responses = self._client.stream_infer(requests(), headers=self.headers_for(options))
         reader = protocol.StreamReader(rate, text if options.word_timestamps else None, text)
         try:
             while not reader.finished:

@@ -164,7 +164,8 @@ class TTSClient(ClientCore):
         reader = protocol.StreamReader(rate, text if options.word_timestamps else None, text)
         try:
             client.start_stream(
-                callback=lambda result, error: results.put((result, error)), headers=self.headers
+                callback=lambda result, error: results.put((result, error)),
+                headers=self.headers_for(options),
             )
             client.async_stream_infer(self.stream_model, inputs, enable_empty_final_response=True)
             while not reader.finished:

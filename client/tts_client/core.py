@@ -91,12 +91,19 @@ class ClientCore:
     def _infer_call(self, text: str, options: protocol.SynthesisOptions) -> InferCall:
         priority = self.priority if options.priority is None else options.priority
         kwargs: dict[str, Any] = {"priority": priority}
-        if self.headers:
-            kwargs["headers"] = self.headers
+        headers = self.headers_for(options)
+        if headers:
+            kwargs["headers"] = headers
         if self.endpoint.protocol == "grpc":
             # (HTTP's `timeout` is Triton's queue timeout in microseconds, not the client's.)
             kwargs["client_timeout"] = self.timeout
         return InferCall(self.model, protocol.build_inputs(self._module, text, options), kwargs)
+
+    def headers_for(self, options: protocol.SynthesisOptions) -> dict[str, str] | None:
+        """The headers of one request: the client's, and whom a relay sends it for."""
+        if options.caller is None:
+            return self.headers
+        return {**(self.headers or {}), protocol.CALLER_HEADER: options.caller}
 
     def _stream_inputs(self, text: str, options: protocol.SynthesisOptions) -> list:
         if self.endpoint.protocol != "grpc":

@@ -22,6 +22,7 @@ import numpy as np
 
 from tts_wire import (
     AUDIO as AUDIO,
+    CALLER_HEADER as CALLER_HEADER,
     CANCELLED as CANCELLED,
     CHUNK_TEXT as CHUNK_TEXT,
     DEADLINE_EXCEEDED as DEADLINE_EXCEEDED,

@@ -29,9 +29,9 @@ REQUEST_BASE_COST = 64
 COST_SCALE = {"acoustic": 8.0, "vocoder": 4608.0}
 # The JSON around an HTTP request's text ({"inputs":[{"name":"text","shape":[1,1],...}]}).
 JSON_OVERHEAD = 80
-# The queue of the gateway's requests (they carry the launcher's token): one client beside the
-# others, whatever its callers' addresses.
-GATEWAY = "gateway"
+# The prefix of the queues of the gateway's callers (its requests carry the launcher's token and
+# name their caller): "gateway:203.0.113.5" is a client like any other; no address starts so.
+GATEWAY = "gateway:"
 # Completions (while the server was busy) the rate needs before it is counted on: fewer are
 # one partial batch, which says more about that batch than about the server.
 MIN_SAMPLES = 8
@@ -184,6 +184,8 @@ class Admission:
             self.refused += 1
             raise Refused(self._refusal(wait, deadline_s))
         now = self.clock()
+        if len(self._finish) > 2 * self.max_waiting:  # (bounded, however many addresses)
+            self._finish = {c: f for c, f in self._finish.items() if c in self._queues}
         tag = max(self._vtime, self._finish.get(client, 0.0))
         self._finish[client] = tag + cost
         waiter = _Waiter(cost, client, tag, now, now + deadline_s,
@@ -215,9 +217,9 @@ class Admission:
         queue.remove(waiter)
         if not queue:
             del self._queues[waiter.client]
-            if self._finish.get(waiter.client, 0.0) <= self._vtime:
-                self._finish.pop(waiter.client, None)
         self._waiting -= 1
+        if not self._waiting:  # the queue emptied: the next busy spell starts with no history
+            self._finish.clear()
         self._queued_cost -= waiter.cost
         if waiter.timer is not None:
             waiter.timer.cancel()

@@ -29,7 +29,7 @@ from tts_tools.launcher.security import (
 from tts_tools.launcher.stub_healing import is_ready
 from tts_tools.protowire import infer_request
 from tts_tools.sample_texts import SENTENCES
-from tts_wire import FRONT_TOKEN_HEADER
+from tts_wire import CALLER_HEADER, FRONT_TOKEN_HEADER
 
 from .admission import (
     FREE,
@@ -126,7 +126,7 @@ class Front(GrpcProxy, HttpProxy):
             # the rate is measured on would wait behind it); tts_stream's max_streams and this
             # cap per client bound them. The gateway caps its own callers' streams.
             limit = self.settings.max_streams_per_client
-            if client != GATEWAY and self._streams[client] >= limit:
+            if not client.startswith(GATEWAY) and self._streams[client] >= limit:
                 self.metrics.refused.labels(model).inc()
                 raise TooMany(
                     f"this client already has {limit} {model} requests in progress (the limit "
@@ -249,11 +249,11 @@ class Front(GrpcProxy, HttpProxy):
             return None, (grpc.StatusCode.UNAVAILABLE, str(e))
 
     def client(self, headers: dict[str, str], peer: str) -> str:
-        """The queue a request waits in: its address, or GATEWAY for the gateway's (it carries
-        the launcher's token), which share one queue as one client beside the others."""
+        """The queue a request waits in: its address; for the gateway's (they carry the
+        launcher's token), the caller the gateway names, each a client like any other."""
         token = headers.get(FRONT_TOKEN_HEADER, "")
         if token and self._token and hmac.compare_digest(token.encode(), self._token.encode()):
-            return GATEWAY
+            return f"{GATEWAY}{headers.get(CALLER_HEADER, '')[:256]}"
         return peer
 
     # ----- life cycle -----

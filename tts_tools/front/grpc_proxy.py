@@ -72,7 +72,7 @@ class GrpcProxy:
         headers = _headers(context)
         client = self.client(headers, _peer(context))
         limit = self.settings.max_grpc_streams_per_client
-        if client != GATEWAY and self._grpc_streams[client] >= limit:
+        if not client.startswith(GATEWAY) and self._grpc_streams[client] >= limit:
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"this client already has {limit} ModelStreamInfer calls open; "
@@ -127,6 +127,7 @@ class GrpcProxy:
         finally:
             reader.cancel()
             stream.cancel_pending()
+            stream.release_unanswered()  # (ended before Triton's stream was opened)
 
     def _grpc_handler(self) -> grpc.GenericRpcHandler:
         front = self
@@ -230,8 +231,16 @@ class _ProxiedStream:
         self.admitted.put_nowait(request)
 
     def cancel_pending(self) -> None:
+        """Stop admitting: the messages still waiting in the queue leave it."""
         for task in list(self.pending):
             task.cancel()
+
+    def release_unanswered(self) -> None:
+        """Release the admitted messages the stream ended before Triton answered (or before
+        they were passed on at all)."""
+        tickets, self.tickets = self.tickets, []
+        for ticket in tickets:
+            self.front.leave(ticket, "error")
 
     async def forward(self) -> AsyncIterator[bytes]:
         yield self.first
@@ -313,5 +322,4 @@ class _ProxiedStream:
                     future.cancel()
             if self.call is not None:
                 self.call.cancel()  # the client left or the stream ended: Triton stops its work
-            for ticket in self.tickets:  # never answered: the stream ended first
-                self.front.leave(ticket, "error")
+            self.release_unanswered()

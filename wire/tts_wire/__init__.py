@@ -77,6 +77,9 @@ FINAL_RESPONSE = "triton_final_response"
 # The header by which the gateway shows the front door it is the gateway (the launcher gives
 # both the token): the front door then leaves the per-client stream cap to it.
 FRONT_TOKEN_HEADER = "tts-front-token"
+# Whom the gateway sends a request for (its caller's address): the front door queues it as that
+# caller's, when the request also carries the launcher's token (FRONT_TOKEN_HEADER).
+CALLER_HEADER = "tts-caller"
 
 # A gRPC stream carries an error's message but not its code: tts_stream writes the code in
 # front, "[INVALID_ARGUMENT] text is empty ...", and parse_stream_error reads it back.
@@ -145,6 +148,8 @@ class SynthesisOptions:
     priority: int | None = None  # 0 = the models' default level, 1 interactive, 2 bulk
     word_timestamps: bool = False  # also answer each word's start and end (tts)
     speaker: str | None = None  # of a multi-speaker voice: a name or an id; None: its first
+    # Whom a relay (the gateway) sends the request for: the CALLER_HEADER header, not an input.
+    caller: str | None = None
 
     def __post_init__(self) -> None:
         problem = speed_error(self.speed)
@@ -160,6 +165,8 @@ class SynthesisOptions:
             problem = f"speaker must be a str (a name or an id), got {type(self.speaker).__name__}"
         if problem is None and self.priority is not None:
             problem = priority_error(self.priority)
+        if problem is None and self.caller is not None and not isinstance(self.caller, str):
+            problem = f"caller must be a str, got {type(self.caller).__name__}"
         if problem is None and not isinstance(self.word_timestamps, bool):
             problem = f"word_timestamps must be true or false, got {self.word_timestamps!r}"
         if problem:
@@ -169,5 +176,7 @@ class SynthesisOptions:
         """The optional inputs to send, by tensor name (each field is the input of its name,
         tts_wire.tensors.OPTIONS): those set away from their default, whose value the server
         takes when the input is absent."""
-        values = ((f, getattr(self, f.name)) for f in fields(self) if f.name != "priority")
+        values = (
+            (f, getattr(self, f.name)) for f in fields(self) if f.name not in ("priority", "caller")
+        )
         return {f.name: value for f, value in values if value is not None and value != f.default}

@@ -307,3 +307,15 @@ def test_an_answer_that_is_not_tritons_names_what_was_reached(error):
 def test_tritons_own_errors_are_not_taken_for_another_server():
     error = InferenceServerException(msg="text is too long: 500 phoneme ids", status="400")
     assert isinstance(map_exception(error, url="http://localhost:8000"), InvalidInput)
+
+
+def test_a_relay_names_its_caller_in_a_header_not_an_input():
+    from tts_client import SynthesisOptions, TTSClient
+    from tts_client.protocol import CALLER_HEADER
+
+    client = TTSClient("grpc://127.0.0.1:1", headers={"x-proxy": "1"})
+    options = SynthesisOptions(caller="203.0.113.5")
+    call = client._infer_call("Hello.", options)
+    assert call.kwargs["headers"] == {"x-proxy": "1", CALLER_HEADER: "203.0.113.5"}
+    assert "caller" not in options.inputs()
+    assert client._infer_call("Hello.", SynthesisOptions()).kwargs["headers"] == {"x-proxy": "1"}
