@@ -9,6 +9,7 @@ GRPC_PORT ?= 8001
 METRICS_PORT ?= 8002
 # The OpenAI-compatible gateway (tts_gateway); 0 serves Triton alone.
 GATEWAY_PORT ?= 8080
+WYOMING_PORT ?= 10200
 # The supervisor's Prometheus metrics (outages, restarts); 0: none.
 SUPERVISOR_METRICS_PORT ?= 8003
 # Loopback by default; BIND=0.0.0.0 opens HTTP, gRPC and metrics to the network.
@@ -105,7 +106,7 @@ export: $(VENV)/.installed-serve
 serve: serve-setup export
 	exec $(PY) -m tts_tools.server --model-repository model_repository \
 	  --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) \
-	  --gateway-port $(GATEWAY_PORT) --supervisor-metrics-port $(SUPERVISOR_METRICS_PORT) --bind $(BIND) $(if $(PROFILE),--model-config-name=$(PROFILE)) \
+	  --gateway-port $(GATEWAY_PORT) --wyoming-port $(WYOMING_PORT) --supervisor-metrics-port $(SUPERVISOR_METRICS_PORT) --bind $(BIND) $(if $(PROFILE),--model-config-name=$(PROFILE)) \
 	  $(if $(FRONT_ARGS),--front-args "$(FRONT_ARGS)")
 
 # Regenerate model_repository/*/configs/<profile>.pbtxt from config.pbtxt (tts_tools/profiles.py).

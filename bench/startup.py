@@ -39,6 +39,7 @@ def time_to_ready(timeout_s: float = 600) -> tuple[float, str]:
              "--supervisor-metrics-port"]  # fmt: skip
     command = [sys.executable, "-m", "tts_tools.server", "--model-repository=model_repository"]
     command += [f"{f}={p}" for f, p in zip(flags, ports, strict=True)]
+    command.append(f"--wyoming-port={free_port()}")
     with tempfile.TemporaryFile("w+") as log:
         started = time.monotonic()
         process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)

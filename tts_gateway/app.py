@@ -135,6 +135,13 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_app):
         await service.start()
+        wyoming = None
+        if settings.wyoming_port:
+            from .wyoming import WyomingServer
+
+            wyoming = WyomingServer(settings, service)
+            port = await wyoming.start()
+            log.info("gateway: Wyoming (Home Assistant) on %s:%d", wyoming.host, port)
         log.info(
             "gateway: Triton at %s; voices %s; up to %d characters, %d requests in flight",
             settings.triton_url,
@@ -145,6 +152,8 @@ def create_app(
         try:
             yield
         finally:
+            if wyoming is not None:
+                await wyoming.close()
             await service.close()
 
     app = FastAPI(

@@ -208,6 +208,15 @@ class GatewaySettings:
     session_max_chars: int = 100_000
     session_max_s: float = 3600.0
     session_idle_s: float = 30.0
+    # Home Assistant's Wyoming protocol (docs/wyoming.md) on this port (0: off), on
+    # wyoming_host (empty: the gateway's host); connections in all and per address, and how
+    # long one may stay silent before it is closed. Wyoming has no authentication: keep it on
+    # loopback or a trusted network.
+    wyoming_port: int = 0
+    wyoming_host: str = ""
+    wyoming_max_connections: int = 64
+    wyoming_max_connections_per_client: int = 16
+    wyoming_idle_s: float = 300.0
     voices: tuple[Voice, ...] = field(default=DEFAULT_VOICES)
 
     def __post_init__(self) -> None:
@@ -223,6 +232,9 @@ class GatewaySettings:
             "session_max_chars",
             "session_max_s",
             "session_idle_s",
+            "wyoming_max_connections",
+            "wyoming_max_connections_per_client",
+            "wyoming_idle_s",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
@@ -235,6 +247,8 @@ class GatewaySettings:
             )
         if self.drain_s < 0:
             raise ValueError(f"drain_s must be >= 0, got {self.drain_s}")
+        if not 0 <= self.wyoming_port <= 65535:
+            raise ValueError(f"wyoming_port must be in [0, 65535], got {self.wyoming_port}")
         if self.max_body_bytes < 6 * self.max_input_chars:
             # A character can take 6 bytes in JSON (\\uXXXX); a legal input must fit the body.
             raise ValueError(

@@ -78,6 +78,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         help="port of the OpenAI-compatible gateway, on --bind (0: no gateway)",
     )
     parser.add_argument(
+        "--wyoming-port",
+        type=int,
+        default=int(os.environ.get("WYOMING_PORT", 10200)),
+        help="port of Home Assistant's Wyoming protocol, served by the gateway on --bind "
+        "(0: none; docs/wyoming.md)",
+    )
+    parser.add_argument(
         "--supervisor-metrics-port",
         type=int,
         default=int(os.environ.get("SUPERVISOR_METRICS_PORT", 8003)),
@@ -144,6 +151,8 @@ def banner(args: argparse.Namespace, gpu: bool) -> str:
             f"  page             http://{host}:{args.gateway_port}/",
             f"  OpenAI base URL  http://{host}:{args.gateway_port}/v1",
         ]
+    if args.gateway_port and args.wyoming_port:
+        lines.append(f"  Wyoming          tcp://{host}:{args.wyoming_port}   (Home Assistant)")
     lines += [
         f"  Triton gRPC      {host}:{args.grpc_port}   (tritonclient, perf_analyzer -i grpc)",
         f"  Triton HTTP      http://{host}:{args.http_port}   (curl, perf_analyzer -i http)",
@@ -203,6 +212,7 @@ def refuse_to_start(args: argparse.Namespace, extra: list[str]) -> None:
             (args.grpc_port, "--grpc-port / GRPC_PORT"),
             (args.metrics_port, "--metrics-port / METRICS_PORT"),
             (args.gateway_port, "--gateway-port / GATEWAY_PORT"),
+            (args.wyoming_port if args.gateway_port else 0, "--wyoming-port / WYOMING_PORT"),
             (args.supervisor_metrics_port, "--supervisor-metrics-port / SUPERVISOR_METRICS_PORT"),
         ],
     )
@@ -212,7 +222,7 @@ def refuse_to_start(args: argparse.Namespace, extra: list[str]) -> None:
             taken = (
                 f"{taken.split(';')[0]}: another launcher (`make serve`, pid "
                 f"{', '.join(map(str, others))}) is running; stop it (Ctrl-C), or give this one "
-                "other ports (HTTP_PORT, GRPC_PORT, METRICS_PORT, GATEWAY_PORT, "
+                "other ports (HTTP_PORT, GRPC_PORT, METRICS_PORT, GATEWAY_PORT, WYOMING_PORT, "
                 "SUPERVISOR_METRICS_PORT)"
             )
         print(f"launcher: {taken}", file=sys.stderr, flush=True)
@@ -252,7 +262,10 @@ def gateway_child(args: argparse.Namespace) -> list[str]:
         f"grpc://{local}:{args.grpc_port}",
         args.bind,
         args.gateway_port,
-        [f"--triton-voices={gateway_voices(args.model_repository)}"],
+        [
+            f"--triton-voices={gateway_voices(args.model_repository)}",
+            f"--wyoming-port={args.wyoming_port}",
+        ],
     )
     print(
         f"gateway: OpenAI-compatible API on http://{args.bind}:{args.gateway_port}/v1",

@@ -116,13 +116,16 @@ def test_the_manifests_do_what_the_issue_asks(rendered):
         assert int(target.rstrip("k")) * 1000 == round(curve.target_queue_s * 1e6)
         pdb = docs["PodDisruptionBudget/tts"]["spec"]
         assert len({"minAvailable", "maxUnavailable"} & pdb.keys()) == 1
-        # Only the gateway is open; Triton's APIs and the metrics stay inside.
+        # Only the gateway is open; Triton's APIs, Wyoming (no authentication) and the metrics
+        # stay inside.
         rules = docs["NetworkPolicy/tts"]["spec"]["ingress"]
         open_ports = [p["port"] for r in rules if "from" not in r for p in r["ports"]]
         assert open_ports == [8080]
         inside = {p["port"] for r in rules if "from" in r for p in r["ports"]}
-        assert inside == {8000, 8001, 8002, 8003}
+        assert inside == {8000, 8001, 8002, 8003, 10200}
         assert docs["Service/tts-gateway"]["spec"]["ports"][0]["targetPort"] == "gateway"
+        if overlay != "gpu":  # (the gpu overlay's gateway pods do not serve Wyoming yet)
+            assert docs["Service/tts-wyoming"]["spec"]["ports"][0]["targetPort"] == "wyoming"
 
 
 def admitted(policy: dict, labels: dict, namespace: str, namespace_labels: dict) -> set[int]:
@@ -196,12 +199,12 @@ def check_the_gateway_pods(docs: dict, server: dict, gateway: dict) -> None:
 
 
 def check_the_network_policy_and_selectors(docs: dict) -> None:
-    """1. A client pod labelled tts-client=true, as the docs say, reaches Triton; an unlabelled
-    one only the gateway; Prometheus' pods, wherever they run, the metrics. Every selector
+    """1. A client pod labelled tts-client=true, as the docs say, reaches Triton and Wyoming;
+    an unlabelled one only the gateway; Prometheus' pods, wherever they run, the metrics. Every selector
     finds the pods it is meant for."""
     policy = docs["NetworkPolicy/tts"]
     ns = {"kubernetes.io/metadata.name": "tts"}
-    assert admitted(policy, {"tts-client": "true"}, "tts", ns) == {8080, 8000, 8001}
+    assert admitted(policy, {"tts-client": "true"}, "tts", ns) == {8080, 8000, 8001, 10200}
     assert admitted(policy, {"app": "other"}, "tts", ns) == {8080}
     prometheus = {"app.kubernetes.io/name": "prometheus"}
     observability = {"kubernetes.io/metadata.name": "observability"}

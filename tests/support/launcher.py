@@ -41,6 +41,7 @@ class Launcher:
         self.http, self.grpc, self.metrics, self.gateway, self.supervisor_metrics = ports or (
             free_port() for _ in range(5)
         )
+        self.wyoming = free_port()  # (not in ``ports``: a restart there takes a fresh one)
         self.repository = repository
         self.log_path = log_path
         self._log = open(log_path, "w")
@@ -51,6 +52,7 @@ class Launcher:
                 f"--cache-dir={ROOT / '.cache' / 'triton'}",
                 f"--http-port={self.http}", f"--grpc-port={self.grpc}",
                 f"--metrics-port={self.metrics}", f"--gateway-port={self.gateway}",
+                f"--wyoming-port={self.wyoming}",
                 f"--supervisor-metrics-port={self.supervisor_metrics}",
                 *(extra_args or []),
             ],

@@ -120,7 +120,7 @@ def test_a_second_launcher_names_the_first_not_the_port_it_happened_to_hit(tmp_p
         second = subprocess.run(
             [sys.executable, "-m", "tts_tools.server", f"--supervisor-metrics-port={port}",
              f"--http-port={free[0]}", f"--grpc-port={free[1]}", f"--metrics-port={free[2]}",
-             f"--gateway-port={free[3]}"],
+             f"--gateway-port={free[3]}", "--wyoming-port=0"],
             capture_output=True, text=True, cwd=ROOT, timeout=60,
         )  # fmt: skip
     finally:

@@ -1,0 +1,179 @@
+"""Home Assistant's voice protocol as Home Assistant speaks it: the ``wyoming`` library's async
+TCP client (what its integration uses) against the launcher as `make serve` runs it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx2 as httpx
+import numpy as np
+import pytest
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.error import Error
+from wyoming.event import Event
+from wyoming.info import Describe, Info
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeStopped,
+    SynthesizeVoice,
+)
+
+from tests.support.launcher import LIGHT_WARMUP, Launcher
+from tts_tools.sample_texts import PARAGRAPH, SENTENCES
+
+TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="module")
+def served(exported_repository, tmp_path_factory):
+    log = tmp_path_factory.mktemp("wyoming") / "launcher.log"
+    launcher = Launcher(exported_repository, log, warmup_requests=LIGHT_WARMUP)
+    try:
+        launcher.wait_ready()
+        yield launcher
+    finally:
+        launcher.close()
+
+
+async def exchange(port: int, *events: Event, until: str = "audio-stop") -> list[Event]:
+    """Send ``events``; the events received until one of type ``until`` (or an error)."""
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        for event in events:
+            await client.write_event(event)
+        return await receive(client, until)
+
+
+async def receive(client: AsyncTcpClient, until: str) -> list[Event]:
+    got = []
+    async with asyncio.timeout(TIMEOUT_S):
+        while True:
+            event = await client.read_event()
+            assert event is not None, f"closed after {[e.type for e in got]}"
+            got.append(event)
+            if event.type in (until, "error"):
+                return got
+
+
+def audio_of(events: list[Event]) -> np.ndarray:
+    chunks = [AudioChunk.from_event(e) for e in events if AudioChunk.is_type(e.type)]
+    return np.frombuffer(b"".join(c.audio for c in chunks), np.int16)
+
+
+def test_describe_lists_the_voices_and_streaming(served):
+    events = asyncio.run(exchange(served.wyoming, Describe().event(), until="info"))
+    info = Info.from_event(events[-1])
+    (program,) = info.tts
+    assert program.supports_synthesize_streaming
+    names = [v.name for v in program.voices]
+    assert names and names[0]  # the repository's voices, the default first
+    assert all(v.languages and v.installed for v in program.voices)
+
+
+def test_synthesize_answers_start_chunks_stop_at_the_voices_rate(served):
+    events = asyncio.run(exchange(served.wyoming, Synthesize(SENTENCES[3]).event()))
+    assert events[0].type == "audio-start" and events[-1].type == "audio-stop"
+    start = AudioStart.from_event(events[0])
+    assert (start.rate, start.width, start.channels) == (22050, 2, 1)
+    audio = audio_of(events)
+    assert audio.size / start.rate > 1.0  # seconds of speech
+    assert np.abs(audio).max() > 1000  # not silence
+
+
+def test_long_text_comes_in_chunks_as_they_are_made(served):
+    events = asyncio.run(exchange(served.wyoming, Synthesize(PARAGRAPH).event()))
+    chunks = [e for e in events if AudioChunk.is_type(e.type)]
+    assert len(chunks) >= 3, [e.type for e in events]  # tts_stream's chunks, not one buffer
+    assert AudioStop.is_type(events[-1].type)
+
+
+def test_streaming_speaks_each_sentence_once_it_is_complete(served):
+    async def run() -> tuple[list[Event], list[Event]]:
+        async with AsyncTcpClient("127.0.0.1", served.wyoming) as client:
+            await client.write_event(SynthesizeStart().event())
+            for token in ("Hello", " there", ", my", " friend.", " How"):
+                await client.write_event(SynthesizeChunk(token).event())
+            # The first sentence is complete: its audio comes before the text goes on.
+            first = await receive(client, "audio-stop")
+            for token in (" are", " you", " today?"):
+                await client.write_event(SynthesizeChunk(token).event())
+            # Home Assistant also sends the whole text for older servers: ignored here.
+            await client.write_event(Synthesize("Hello there, my friend. How are you?").event())
+            await client.write_event(SynthesizeStop().event())
+            return first, await receive(client, "synthesize-stopped")
+
+    first, rest = asyncio.run(run())
+    assert first[0].type == "audio-start" and audio_of(first).size > 0
+    assert SynthesizeStopped.is_type(rest[-1].type)
+    assert [e.type for e in rest].count("audio-start") >= 1
+    assert "error" not in [e.type for e in first + rest]
+
+
+def test_bad_input_gets_an_error_and_the_connection_goes_on(served):
+    async def run() -> list[list[Event]]:
+        answers = []
+        async with AsyncTcpClient("127.0.0.1", served.wyoming) as client:
+            for event in (
+                Event("transcribe", {"name": "x"}),
+                Synthesize("Hi.", voice=SynthesizeVoice(name="nobody")).event(),
+                SynthesizeChunk("stray").event(),
+                Synthesize("   ").event(),
+                Synthesize("x" * 5000).event(),
+            ):
+                await client.write_event(event)
+                answers.append(await receive(client, "error"))
+            await client.write_event(Synthesize("Still here.").event())
+            answers.append(await receive(client, "audio-stop"))
+        return answers
+
+    answers = asyncio.run(run())
+    errors = [Error.from_event(a[-1]) for a in answers[:-1]]
+    assert [e.code for e in errors] == [
+        "unknown_event",
+        "voice_not_found",
+        "no_stream",
+        "empty_text",
+        "string_above_max_length",
+    ], errors
+    assert "nobody" in errors[1].text and "voices:" in errors[1].text
+    assert answers[-1][-1].type == "audio-stop"  # the same connection still serves
+
+
+def test_a_header_announcing_a_huge_body_is_refused_and_closed(served):
+    with socket.create_connection(("127.0.0.1", served.wyoming), timeout=30) as raw:
+        header = {"type": "synthesize", "data_length": 10**10}
+        raw.sendall(json.dumps(header).encode() + b"\n" + b"{" * 1000)
+        received = b""
+        while chunk := raw.recv(65536):
+            received += chunk
+    line, _, rest = received.partition(b"\n")
+    assert json.loads(line)["type"] == "error"
+    assert b"at most" in rest
+    events = asyncio.run(exchange(served.wyoming, Synthesize("Next.").event()))
+    assert events[-1].type == "audio-stop"  # the server is unharmed
+
+
+def test_eight_satellites_at_once_are_batched(served):
+    stats = f"http://127.0.0.1:{served.http}/v2/models/acoustic/stats"
+
+    def counts() -> tuple[int, int]:
+        model = httpx.get(stats, timeout=30).json()["model_stats"][0]
+        return model["inference_count"], model["execution_count"]
+
+    before = counts()
+
+    def satellite(i: int) -> int:
+        events = asyncio.run(exchange(served.wyoming, Synthesize(SENTENCES[3 + i]).event()))
+        return audio_of(events).size
+
+    with ThreadPoolExecutor(8) as pool:
+        sizes = list(pool.map(satellite, range(8)))
+    assert all(size > 11025 for size in sizes), sizes
+    inferences, executions = (a - b for a, b in zip(counts(), before, strict=True))
+    assert inferences >= 8 and executions < inferences, (inferences, executions)

@@ -1,0 +1,71 @@
+"""The Wyoming server's pure parts: what ``info`` lists and which voice a request selects."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+from wyoming.tts import SynthesizeVoice
+
+from tts_gateway.errors import APIError
+from tts_gateway.settings import GatewaySettings
+from tts_gateway.wyoming import BoundedReader, Handler, TooLarge, info, voice_table
+
+SETTINGS = GatewaySettings(triton_voices="joe=en-us,libri:alice=en-gb,libri:bob=en-gb")
+
+
+def handler() -> Handler:
+    server = SimpleNamespace(settings=SETTINGS, voices=voice_table(SETTINGS), info=None)
+    return Handler(server, "203.0.113.5", asyncio.StreamReader(), None)
+
+
+def test_info_lists_each_voice_once_with_its_speakers():
+    (program,) = info(SETTINGS).tts
+    assert program.supports_synthesize_streaming
+    assert [(v.name, v.languages) for v in program.voices] == [
+        ("joe", ["en_US"]),
+        ("libri", ["en_GB"]),
+    ]
+    assert [s.name for s in program.voices[1].speakers] == ["alice", "bob"]
+    assert program.voices[0].speakers is None
+
+
+@pytest.mark.parametrize(
+    "wanted, chosen",
+    [
+        (None, "joe"),
+        (SynthesizeVoice(name="joe"), "joe"),
+        (SynthesizeVoice(name="libri"), "libri:alice"),  # a voice's first speaker
+        (SynthesizeVoice(name="libri", speaker="bob"), "libri:bob"),
+        (SynthesizeVoice(language="en_GB"), "libri:alice"),
+    ],
+)
+def test_a_request_selects_a_voice_by_name_speaker_or_language(wanted, chosen):
+    assert handler()._voice(wanted).id == chosen
+
+
+@pytest.mark.parametrize(
+    "wanted",
+    [
+        SynthesizeVoice(name="nobody"),
+        SynthesizeVoice(name="libri", speaker="carol"),
+        SynthesizeVoice(language="fr_FR"),
+    ],
+)
+def test_an_unknown_voice_speaker_or_language_is_refused_by_name(wanted):
+    with pytest.raises(APIError) as refused:
+        handler()._voice(wanted)
+    assert refused.value.code == "voice_not_found"
+
+
+def test_a_length_over_the_bounds_is_refused_before_it_is_read():
+    async def main():
+        reader = asyncio.StreamReader()
+        bounded = BoundedReader(reader)
+        with pytest.raises(TooLarge):
+            await bounded.readexactly(10**10)
+        reader.feed_data(b"abc")
+        assert await bounded.readexactly(3) == b"abc"
+
+    asyncio.run(main())

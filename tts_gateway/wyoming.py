@@ -1,0 +1,347 @@
+"""Home Assistant's voice protocol (Wyoming) on a port of the gateway's own (docs/wyoming.md).
+
+Built on the ``wyoming`` package (its events, its reader and writer, its handler class); what
+it cannot do is here: bounds on what a client may send (a header line, a ``data_length``, a
+``payload_length``), an idle timeout and connection caps. Each synthesis goes through the
+gateway's speech service, so it is admitted, deadlined and drained like an OpenAI request and
+batched in Triton with everyone else's.
+
+- ``describe`` -> ``info``: every voice of the gateway (speakers of multi-speaker voices),
+  streaming synthesis supported;
+- ``synthesize``: ``audio-start``, ``audio-chunk``s as they are made (16-bit mono PCM at the
+  voice's rate), ``audio-stop``;
+- ``synthesize-start``, ``synthesize-chunk``s, ``synthesize-stop``: each sentence spoken as soon
+  as it is complete (its own ``audio-start`` ... ``audio-stop``), then ``synthesize-stopped``;
+  the ``synthesize`` a client also sends during a stream (for older servers) is ignored.
+
+Bad input gets an ``error`` event and the connection goes on; a header over the bounds closes
+it after an ``error``. Word timestamps are not part of Wyoming.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+from collections import Counter
+
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.error import Error
+from wyoming.event import Event, async_read_event
+from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice, TtsVoiceSpeaker
+from wyoming.server import AsyncEventHandler
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeStopped,
+    SynthesizeVoice,
+)
+
+from tts_client.session import BufferRule, TextBuffer
+
+from .encoding import FORMATS
+from .errors import APIError
+from .service import SpeechJob, SpeechService
+from .settings import GatewaySettings, Voice
+
+log = logging.getLogger("tts_gateway.wyoming")
+
+VERSION = "0.5.0"
+# What a client may send: a header line, its JSON data, a binary payload (a TTS client sends
+# none; an ASR client's audio is not for this server).
+MAX_LINE = 64 * 1024
+MAX_DATA = 1024 * 1024
+MAX_PAYLOAD = 1024 * 1024
+PCM = dataclasses.replace(FORMATS["pcm"], sample_rate=None)  # the voice's own rate
+ATTRIBUTION = Attribution(name="tts-triton", url="https://github.com/triton-inference-server")
+
+
+class TooLarge(ValueError):
+    """A header announcing more than this server reads."""
+
+
+class BoundedReader:
+    """The stream reader ``wyoming.event.async_read_event`` reads from, refusing a length over
+    the bounds before reading it (the library reads whatever a header announces)."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self.reader = reader
+        self.refused: str | None = None
+
+    async def readline(self) -> bytes:
+        return await self.reader.readline()  # (the server's StreamReader limit: MAX_LINE)
+
+    async def readexactly(self, n: int) -> bytes:
+        if n > max(MAX_DATA, MAX_PAYLOAD):
+            self.refused = f"an event announced {n} bytes; this server reads at most {MAX_DATA}"
+            raise TooLarge(self.refused)
+        return await self.reader.readexactly(n)
+
+
+def voice_table(settings: GatewaySettings) -> dict[str, Voice]:
+    """The gateway's voices by Wyoming name: the voice id, or for a multi-speaker voice the
+    Triton voice's name (its speakers listed under it)."""
+    return {v.id: v for v in settings.voices}
+
+
+def info(settings: GatewaySettings) -> Info:
+    """``info``: one TTS program with every voice (and speaker) the gateway serves."""
+    grouped: dict[str, list[Voice]] = {}
+    for voice in settings.voices:
+        name = voice.model_voice or voice.id if voice.speaker else voice.id
+        grouped.setdefault(name, []).append(voice)
+    voices = []
+    for name, members in grouped.items():
+        speakers = [TtsVoiceSpeaker(v.speaker) for v in members if v.speaker]
+        voices.append(
+            TtsVoice(
+                name=name,
+                attribution=ATTRIBUTION,
+                installed=True,
+                description=members[0].description,
+                version=VERSION,
+                languages=[_language(members[0].language or "en-us")],
+                speakers=speakers or None,
+            )
+        )
+    program = TtsProgram(
+        name="tts-triton",
+        attribution=ATTRIBUTION,
+        installed=True,
+        description="Text to speech served by Triton Inference Server, batched across clients",
+        version=VERSION,
+        voices=voices,
+        supports_synthesize_streaming=True,
+    )
+    return Info(tts=[program])
+
+
+class Handler(AsyncEventHandler):
+    """One Wyoming connection."""
+
+    def __init__(
+        self,
+        server: WyomingServer,
+        client: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        super().__init__(reader, writer)
+        self.server, self.client = server, client
+        self.settings = server.settings
+        self.bounded = BoundedReader(reader)
+        self.stream_voice: SynthesizeVoice | None = None
+        self.streaming = False
+        self.buffer: TextBuffer | None = None
+        self.stream_chars = 0
+
+    async def run(self) -> None:
+        """Events until the client leaves, stays idle past ``wyoming_idle_s``, or sends a
+        header over the bounds (answered with an error first)."""
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.settings.wyoming_idle_s):
+                        event = await async_read_event(self.bounded)
+                except TimeoutError:
+                    return
+                if event is None:
+                    if self.bounded.refused:
+                        await self._error(self.bounded.refused, "too_large")
+                    return
+                if not await self.handle_event(event):
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self.writer.close()
+
+    async def _error(self, text: str, code: str) -> None:
+        try:
+            await self.write_event(Error(text=text, code=code).event())
+        except ConnectionError:
+            pass
+
+    async def handle_event(self, event: Event) -> bool:
+        try:
+            return await self._handle(event)
+        except APIError as e:
+            await self._error(e.message, e.code or e.type)
+        except (KeyError, TypeError, ValueError) as e:
+            await self._error(f"malformed {event.type!r} event: {e}", "invalid_event")
+        return True
+
+    async def _handle(self, event: Event) -> bool:
+        if Describe.is_type(event.type):
+            await self.write_event(self.server.info.event())
+        elif Synthesize.is_type(event.type):
+            if not self.streaming:  # (in a stream it is the copy sent for older servers)
+                request = Synthesize.from_event(event)
+                await self._speak(_text(request.text, request.text_format), request.voice)
+        elif SynthesizeStart.is_type(event.type):
+            start = SynthesizeStart.from_event(event)
+            self._voice(start.voice)  # an unknown voice: refused now, not at the first sentence
+            self.streaming, self.stream_voice, self.stream_chars = True, start.voice, 0
+            self.buffer = TextBuffer(BufferRule())  # the WebSocket sessions' rule
+        elif SynthesizeChunk.is_type(event.type):
+            if self.buffer is None:
+                raise APIError(400, "synthesize-chunk before synthesize-start", code="no_stream")
+            chunk = SynthesizeChunk.from_event(event).text
+            self.stream_chars += len(chunk)
+            if self.stream_chars > self.settings.session_max_chars:
+                raise APIError(
+                    400,
+                    f"the stream's text is over {self.settings.session_max_chars} characters",
+                    code="string_above_max_length",
+                )
+            for piece in self.buffer.add(chunk):
+                await self._speak(piece.text, self.stream_voice)
+        elif SynthesizeStop.is_type(event.type):
+            if self.buffer is None:
+                raise APIError(400, "synthesize-stop before synthesize-start", code="no_stream")
+            for piece in self.buffer.flush():
+                await self._speak(piece.text, self.stream_voice)
+            self.streaming, self.buffer = False, None
+            await self.write_event(SynthesizeStopped().event())
+        else:
+            raise APIError(
+                400,
+                f"unknown event type {event.type!r}; this server answers describe, synthesize, "
+                "synthesize-start, synthesize-chunk and synthesize-stop",
+                code="unknown_event",
+            )
+        return True
+
+    def _voice(self, wanted: SynthesizeVoice | None) -> Voice:
+        """The gateway voice a request's voice (name, speaker, language) selects."""
+        voices = self.server.voices
+        if wanted is None or (wanted.name is None and wanted.language is None):
+            return self.settings.voices[0]
+        if wanted.name is None:
+            for voice in voices.values():
+                if (voice.language or "").replace("-", "_").lower() == wanted.language.replace(
+                    "-", "_"
+                ).lower():
+                    return voice
+            raise APIError(400, f"no voice speaks {wanted.language!r}", code="voice_not_found")
+        for voice in voices.values():
+            speaker_voice = voice.model_voice or voice.id
+            if voice.speaker and speaker_voice == wanted.name:
+                if wanted.speaker in (None, voice.speaker):
+                    return voice
+            elif voice.id == wanted.name and wanted.speaker in (None, voice.speaker):
+                return voice
+        names = sorted({(v.model_voice or v.id) if v.speaker else v.id for v in voices.values()})
+        which = wanted.name + (f" speaker {wanted.speaker!r}" if wanted.speaker else "")
+        raise APIError(
+            400, f"unknown voice {which!r}; voices: {', '.join(names)}", code="voice_not_found"
+        )
+
+    async def _speak(self, text: str, wanted: SynthesizeVoice | None) -> None:
+        """One text as ``audio-start``, its chunks as they are made, ``audio-stop``."""
+        if not text.strip():
+            raise APIError(400, "the text is empty; send the text to speak", code="empty_text")
+        if len(text) > self.settings.max_input_chars:
+            raise APIError(
+                400,
+                f"the text is {len(text)} characters, over this server's limit of "
+                f"{self.settings.max_input_chars}",
+                code="string_above_max_length",
+            )
+        voice = self._voice(wanted)
+        try:
+            options = voice.options(1.0, caller=self.client or None)
+        except ValueError as e:
+            raise APIError(400, str(e), code="invalid_voice") from None
+        streamed = len(text) > self.settings.direct_max_chars
+        speech = await self.server.service.open(
+            SpeechJob(text, options, PCM, streamed, self.client)
+        )
+        try:
+            rate = speech.encoder.output_rate
+            await self.write_event(AudioStart(rate=rate, width=2, channels=1).event())
+            async for data in speech.body():
+                if data:
+                    chunk = AudioChunk(rate=rate, width=2, channels=1, audio=data)
+                    await self.write_event(chunk.event())
+            await self.write_event(AudioStop().event())
+        finally:
+            await speech.close()
+
+
+def _language(code: str) -> str:
+    """espeak-ng's "en-us" as Wyoming voices name languages ("en_US", as wyoming-piper)."""
+    language, _, region = code.replace("_", "-").partition("-")
+    return f"{language.lower()}_{region.upper()}" if region else language.lower()
+
+
+def _text(text: str, text_format) -> str:
+    """A ``synthesize`` text: SSML (text_format "ssml") is a document whatever its root."""
+    format_ = getattr(text_format, "value", text_format)
+    if format_ == "ssml" and not text.lstrip().startswith("<speak"):
+        return f"<speak>{text}</speak>"
+    return text
+
+
+class WyomingServer:
+    """The TCP server: connections capped in all and per address."""
+
+    def __init__(self, settings: GatewaySettings, service: SpeechService) -> None:
+        self.settings, self.service = settings, service
+        self.voices = voice_table(settings)
+        self.info = info(settings)
+        self.host = settings.wyoming_host or settings.host
+        self.by_client: Counter[str] = Counter()
+        self.handlers: set[asyncio.Task] = set()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        """Listen on ``wyoming_host``:``wyoming_port``; the port bound."""
+        self._server = await asyncio.start_server(
+            self._connected, self.host, self.settings.wyoming_port, limit=MAX_LINE
+        )
+        return self._server.sockets[0].getsockname()[1]
+
+    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        peer = writer.get_extra_info("peername")
+        client = peer[0] if isinstance(peer, tuple) else ""
+        s = self.settings
+        if len(self.handlers) >= s.wyoming_max_connections or (
+            self.by_client[client] >= s.wyoming_max_connections_per_client
+        ):
+            refusal = Error(
+                text="this server holds its limit of Wyoming connections; retry later",
+                code="too_many_connections",
+            )
+            writer.write(_wire(refusal.event()))
+            writer.close()
+            return
+        self.by_client[client] += 1
+        task = asyncio.current_task()
+        self.handlers.add(task)
+        try:
+            await Handler(self, client, reader, writer).run()
+        except Exception:
+            log.exception("wyoming connection failed")
+        finally:
+            self.handlers.discard(task)
+            self.by_client[client] -= 1
+            if self.by_client[client] <= 0:
+                del self.by_client[client]
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for task in list(self.handlers):
+                task.cancel()
+            await asyncio.gather(*self.handlers, return_exceptions=True)
+
+
+def _wire(event: Event) -> bytes:
+    """One event as bytes (a refusal written before any handler exists)."""
+    data = json.dumps(event.data).encode()
+    header = {"type": event.type, "data_length": len(data)}
+    return json.dumps(header).encode() + b"\n" + data
