@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 # Field numbers (grpc_service.proto).
 REQUEST_MODEL_NAME, REQUEST_ID, REQUEST_PARAMETERS, REQUEST_RAW_INPUT = 1, 3, 4, 7
-INT64_PARAM = 2  # InferParameter.int64_param
+BOOL_PARAM, INT64_PARAM = 1, 2  # InferParameter.bool_param, .int64_param
 STREAM_ERROR, STREAM_RESPONSE = 1, 2
 RESPONSE_MODEL_NAME, RESPONSE_ID, RESPONSE_PARAMETERS = 1, 3, 4
 FINAL_RESPONSE = b"triton_final_response"
@@ -79,17 +79,24 @@ class InferRequest:
     timeout_us: int = 0  # Triton's "timeout" request parameter (0: none)
 
 
-def _timeout(entry: memoryview) -> int | None:
-    """The value of a parameters map entry keyed "timeout" (an int64); None for others."""
+def _parameter(entry: memoryview, name: bytes, kind: int) -> int | None:
+    """The varint field ``kind`` of the InferParameter of a parameters map entry keyed
+    ``name``; None for another key, or none given."""
     key, value = b"", None
     for number, _, v in fields(entry):
         if number == 1 and isinstance(v, memoryview):
             key = bytes(v)
         elif number == 2 and isinstance(v, memoryview):
-            for inner, kind, x in fields(v):
-                if inner == INT64_PARAM and kind == 0 and isinstance(x, int):
-                    value = x if x < 1 << 63 else 0  # a negative int64: none
-    return value if key == b"timeout" else None
+            for inner, wire, x in fields(v):
+                if inner == kind and wire == 0 and isinstance(x, int):
+                    value = x
+    return value if key == name else None
+
+
+def _timeout(entry: memoryview) -> int | None:
+    """A "timeout" entry's microseconds (a negative int64: none, 0)."""
+    value = _parameter(entry, b"timeout", INT64_PARAM)
+    return None if value is None else (value if value < 1 << 63 else 0)
 
 
 def infer_request(message: bytes) -> InferRequest | None:
@@ -130,15 +137,8 @@ class StreamResponse:
 
 
 def _final(entry: memoryview) -> bool | None:
-    key, flag = b"", None
-    for number, _, value in fields(entry):
-        if number == 1 and isinstance(value, memoryview):
-            key = bytes(value)
-        elif number == 2 and isinstance(value, memoryview):
-            for inner, _, v in fields(value):
-                if inner == 1 and isinstance(v, int):  # InferParameter.bool_param
-                    flag = bool(v)
-    return flag if key == FINAL_RESPONSE else None
+    value = _parameter(entry, FINAL_RESPONSE, BOOL_PARAM)
+    return None if value is None else bool(value)
 
 
 def stream_response(message: bytes) -> StreamResponse | None:

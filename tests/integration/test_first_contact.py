@@ -95,9 +95,9 @@ def test_perf_analyzer_over_http_after_idling_has_no_errors(served):
 
 
 def test_a_burst_after_idling_is_all_served(served):
-    # 32 medium sentences take 4-5 s here, well inside the 10 s deadline on a busy machine too
-    # (64 take 9-10 s on these 2 cores: python -m bench.admission records them). Before, a
-    # server idle past its window admitted 8 and refused the rest.
+    # 32 medium sentences take 4-5 s here. Before, a server idle past its window admitted 8 and
+    # refused the rest; then one that counted on a rate measured on a busier machine refused
+    # 16 (CI). Now nothing is refused without a live rate that says it must be.
     time.sleep(WINDOW_S + 1)
     errors = burst(served.grpc, 32)
     assert errors == [], f"{len(errors)} of 32 refused: {errors[0]}"

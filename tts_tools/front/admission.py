@@ -241,7 +241,7 @@ class Admission:
     def _refusal(self, wait: float, deadline_s: float) -> str:
         return (
             f"server overloaded: {self.in_flight} requests in progress and {self._waiting} "
-            f"waiting; at the rate served now this one would finish in about {wait:.1f} s, "
+            f"waiting; at the rate served now this one would take about {wait:.1f} s in all, "
             f"past its {deadline_s:g} s deadline; retry later"
         )
 
@@ -279,7 +279,8 @@ class Admission:
         for waiter in self._ordered():
             finish = now + (ahead + waiter.cost) / rate
             if finish > waiter.deadline:
-                self._refuse(waiter, self._refusal(finish - now, waiter.deadline - waiter.arrived))
+                total, deadline_s = finish - waiter.arrived, waiter.deadline - waiter.arrived
+                self._refuse(waiter, self._refusal(total, deadline_s))
             else:
                 ahead += waiter.cost
 

@@ -293,3 +293,13 @@ def test_stream_responses_are_read_for_their_final_flag():
     refused = stream_response(stream_reply(error_message="unknown model"))
     assert refused.error == "unknown model" and refused.final is None
     assert stream_response(b"\x0a\xff") is None
+
+
+def test_tritons_timeout_parameter_is_read_as_a_deadline():
+    request = service_pb2.ModelInferRequest(model_name="tts", id="t")
+    request.parameters["priority"].int64_param = 1
+    request.parameters["timeout"].int64_param = 2_500_000
+    assert infer_request_info(request.SerializeToString()).timeout_us == 2_500_000
+    request.parameters["timeout"].int64_param = -5  # negative: none
+    assert infer_request_info(request.SerializeToString()).timeout_us == 0
+    assert infer_request_info(infer_request("tts")).timeout_us == 0
