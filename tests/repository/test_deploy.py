@@ -200,8 +200,8 @@ def check_the_gateway_pods(docs: dict, server: dict, gateway: dict) -> None:
 
 def check_the_network_policy_and_selectors(docs: dict) -> None:
     """1. A client pod labelled tts-client=true, as the docs say, reaches Triton and Wyoming;
-    an unlabelled one only the gateway; Prometheus' pods, wherever they run, the metrics. Every selector
-    finds the pods it is meant for."""
+    an unlabelled one only the gateway; Prometheus' pods, wherever they run, the metrics.
+    Every selector finds the pods it is meant for."""
     policy = docs["NetworkPolicy/tts"]
     ns = {"kubernetes.io/metadata.name": "tts"}
     assert admitted(policy, {"tts-client": "true"}, "tts", ns) == {8080, 8000, 8001, 10200}
