@@ -217,6 +217,7 @@ class GatewaySettings:
     wyoming_max_connections: int = 64
     wyoming_max_connections_per_client: int = 16
     wyoming_idle_s: float = 300.0
+    wyoming_write_timeout_s: float = 10.0  # a client that reads nothing this long is dropped
     voices: tuple[Voice, ...] = field(default=DEFAULT_VOICES)
 
     def __post_init__(self) -> None:
@@ -235,6 +236,7 @@ class GatewaySettings:
             "wyoming_max_connections",
             "wyoming_max_connections_per_client",
             "wyoming_idle_s",
+            "wyoming_write_timeout_s",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")

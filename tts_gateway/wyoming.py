@@ -156,13 +156,21 @@ class Handler(AsyncEventHandler):
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except TimeoutError:  # (a write: the client stopped reading)
+            log.warning("wyoming: %s stopped reading; connection closed", self.client)
         finally:
             self.writer.close()
+
+    async def write_event(self, event: Event) -> None:
+        """Send ``event``; a client that reads nothing for ``wyoming_write_timeout_s`` is
+        dropped (TimeoutError ends the connection) rather than hold its places for ever."""
+        async with asyncio.timeout(self.settings.wyoming_write_timeout_s):
+            await super().write_event(event)
 
     async def _error(self, text: str, code: str) -> None:
         try:
             await self.write_event(Error(text=text, code=code).event())
-        except ConnectionError:
+        except (ConnectionError, TimeoutError):
             pass
 
     async def handle_event(self, event: Event) -> bool:

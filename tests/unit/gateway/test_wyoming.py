@@ -6,6 +6,7 @@ import asyncio
 from types import SimpleNamespace
 
 import pytest
+from wyoming.event import Event
 from wyoming.tts import SynthesizeVoice
 
 from tts_gateway.errors import APIError
@@ -67,5 +68,28 @@ def test_a_length_over_the_bounds_is_refused_before_it_is_read():
             await bounded.readexactly(10**10)
         reader.feed_data(b"abc")
         assert await bounded.readexactly(3) == b"abc"
+
+    asyncio.run(main())
+
+
+def test_a_client_that_stops_reading_is_dropped_after_the_write_timeout():
+    async def main():
+        import dataclasses
+        import socket
+        import time
+
+        ours, theirs = socket.socketpair()
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader, writer = await asyncio.open_connection(sock=ours)
+        settings = dataclasses.replace(SETTINGS, wyoming_write_timeout_s=0.3)
+        server = SimpleNamespace(settings=settings, voices=voice_table(settings), info=None)
+        handler = Handler(server, "203.0.113.5", reader, writer)
+        start = time.monotonic()
+        with pytest.raises(TimeoutError):  # the peer reads nothing
+            await handler.write_event(Event("audio-chunk", {"rate": 22050}, b"\0" * 10**7))
+        assert time.monotonic() - start < 5
+        writer.close()
+        theirs.close()
 
     asyncio.run(main())
