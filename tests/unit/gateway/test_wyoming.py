@@ -18,7 +18,7 @@ SETTINGS = GatewaySettings(triton_voices="joe=en-us,libri:alice=en-gb,libri:bob=
 
 def handler() -> Handler:
     server = SimpleNamespace(settings=SETTINGS, voices=voice_table(SETTINGS), info=None)
-    return Handler(server, "203.0.113.5", asyncio.StreamReader(), None)
+    return Handler(server, "203.0.113.5", None, None)  # (no connection: selection only)
 
 
 def test_info_lists_each_voice_once_with_its_speakers():
