@@ -35,6 +35,9 @@ GATEWAY = "gateway:"
 # Completions (while the server was busy) the rate needs before it is counted on: fewer are
 # one partial batch, which says more about that batch than about the server.
 MIN_SAMPLES = 8
+# And the time they span, at least: a batch's completions come together, and a rate over
+# their milliseconds would be a batch over nothing.
+MIN_BUSY_S = 0.5
 
 
 def request_cost(model: str, input_bytes: int) -> float:
@@ -108,29 +111,39 @@ class Admission:
         self._finish: dict[str, float] = {}  # each client's last finish tag
         self._vtime = 0.0  # the tag of the request served last
         self._since = clock()  # start of the current accounting slice
+        self._flowing = False  # busy, and a completion came since it became so
         # (end time, saturated seconds, completions, cost completed) per slice, newest last.
         self._slices: deque[tuple[float, float, int, float]] = deque()
 
     # ----- the rate -----
 
     def _account(self, completions: int = 0, cost: float = 0.0) -> None:
+        """Count the time since the last event, and a completion ending now. Time counts from
+        the first completion of a busy spell on: before it the pipeline was filling (its first
+        batch's whole latency), which measured a burst's rate at a third of what it was and
+        shed requests that would have made their deadlines."""
         now = self.clock()
         saturated = self.in_flight >= self.busy_at  # since the last event
-        busy = (now - self._since) if saturated else 0.0
-        if busy or (saturated and completions):
-            self._slices.append((now, busy, completions, cost))
+        if not saturated:
+            self._flowing = False
+        elif self._flowing:
+            busy = now - self._since
+            if busy or completions:
+                self._slices.append((now, busy, completions, cost))
+        elif completions:
+            self._flowing = True  # the first completion: the measurement starts here
         self._since = now
         while self._slices and now - self._slices[0][0] > self.window_s:
             self._slices.popleft()
 
     def rate(self) -> float | None:
-        """Cost completed per second while ``busy_at`` or more were in flight, over the last
-        ``window_s``;
-        None when that window holds fewer than MIN_SAMPLES completions (idle, light load, or
-        the first moments of a burst)."""
+        """Cost completed per second while ``busy_at`` or more were in flight, from the first
+        completion of each such spell, over the last ``window_s``; None when that window holds
+        fewer than MIN_SAMPLES completions or MIN_BUSY_S (idle, light load, or the first
+        batch of a burst)."""
         busy = sum(s[1] for s in self._slices)
         done = sum(s[2] for s in self._slices)
-        if done < MIN_SAMPLES or busy <= 0:
+        if done < MIN_SAMPLES or busy < MIN_BUSY_S:
             return None
         return sum(s[3] for s in self._slices) / busy
 

@@ -137,6 +137,27 @@ def test_a_slower_server_is_followed_and_waiting_requests_past_their_deadline_sh
     run(main())
 
 
+def test_the_pipeline_filling_is_not_counted_as_slowness():
+    """A burst's first batch takes its whole latency to come back; counting that time measured
+    a third of the rate, and requests that would have made their deadlines were shed."""
+
+    async def main():
+        clock = Clock()
+        admission = Admission(slots=4, default_deadline_s=10, clock=clock)
+        tasks = await queued(admission, 4)
+        clock.now += 3.0  # the first batch: 3 s of filling, then one completion each 0.25 s
+        for _ in range(12):
+            admission.release(1.0)
+            await admission.acquire(1.0, "a")
+            clock.now += 0.25
+        admission.release(1.0)
+        assert admission.rate() == pytest.approx(4.0)  # not 12 / 6 s
+        for task in tasks:
+            task.cancel()
+
+    run(main())
+
+
 def test_idling_forgets_the_rate_and_nothing_measured_once_is_kept():
     async def main():
         clock = Clock()
@@ -202,9 +223,9 @@ def test_a_full_queue_refuses_at_once_in_all_and_per_client():
 def test_costly_requests_wait_as_much_as_their_cost():
     async def main():
         clock = Clock()
-        admission = Admission(slots=1, default_deadline_s=10, clock=clock)
+        admission = Admission(slots=2, default_deadline_s=10, clock=clock)
         await measure(admission, clock, per_second=1, seconds=10)  # 1 cost per second
-        long = await queued(admission, 1, "a", cost=12.0)  # 1 + 12 s > 10 s
+        long = await queued(admission, 1, "a", cost=12.0)  # 2 in flight + 12 s > 10 s
         short = await queued(admission, 1, "b", cost=2.0)
         assert (outcome(long[0]), outcome(short[0])) == ("refused", "waiting")
         short[0].cancel()
