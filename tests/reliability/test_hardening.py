@@ -52,10 +52,17 @@ def test_speed_must_be_a_number(gateway, speed):
     assert response.json()["error"]["param"] == "speed"
 
 
-@pytest.mark.parametrize("speed", ["1", "1.5"])
-def test_speed_as_a_json_number_is_served(gateway, speed):
-    raw = b'{"model": "tts-1", "voice": "alloy", "input": "Hi.", "speed": %s}' % speed.encode()
-    assert post(gateway, raw).status_code == 200
+def test_speed_as_a_json_number_is_served_and_honoured(gateway):
+    """1 and 1.5 as JSON numbers (integer and float) are served, and 1.5 speaks faster (the
+    check passed before with the speed ignored)."""
+    lengths = {}
+    for speed in ("1", "1.5"):
+        raw = (b'{"model": "tts-1", "voice": "alloy", "input": "Hello there, this is a test of '
+               b'speed.", "response_format": "pcm", "speed": %s}' % speed.encode())  # fmt: skip
+        response = post(gateway, raw)
+        assert response.status_code == 200, response.text
+        lengths[speed] = len(response.content)
+    assert 0.55 < lengths["1.5"] / lengths["1"] < 0.8, lengths
 
 
 def test_a_taken_port_is_one_clear_line(exported_repository):

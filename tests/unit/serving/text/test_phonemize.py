@@ -67,9 +67,17 @@ def test_bad_noise_is_rejected(value):
 
 
 def test_ids_have_bos_eos_and_padding(phonemizer):
-    ids = phonemizer.ids("Hello world.")
-    assert ids[0] == 1 and ids[-1] == 2  # ^ ... $
-    assert ids[1::2][:-1] == [0] * len(ids[1::2][:-1])  # pad after every phoneme
+    """Piper's layout exactly: ^, pad, then each phoneme's id and a pad, then $. (It passed
+    before with every phoneme lost: only the pads and the ends were checked.)"""
+    phonemes = phonemizer.phonemes("Hello world.")
+    assert len(phonemes) == 14  # h ə l ˈ o ʊ, a space, w ˈ ɜ ː l d .
+    id_map = phonemizer.config.phoneme_id_map
+    expected = [*id_map["^"], *id_map["_"]]
+    for phoneme in phonemes:
+        expected += [*id_map[phoneme], *id_map["_"]]
+    expected += id_map["$"]
+    assert phonemizer.ids("Hello world.") == expected
+    assert expected[:2] == [1, 0] and expected[-1] == 2
 
 
 def test_sentences_are_joined_into_one_sequence(phonemizer):
