@@ -124,8 +124,7 @@ def test_the_manifests_do_what_the_issue_asks(rendered):
         inside = {p["port"] for r in rules if "from" in r for p in r["ports"]}
         assert inside == {8000, 8001, 8002, 8003, 10200}
         assert docs["Service/tts-gateway"]["spec"]["ports"][0]["targetPort"] == "gateway"
-        if overlay != "gpu":  # (the gpu overlay's gateway pods do not serve Wyoming yet)
-            assert docs["Service/tts-wyoming"]["spec"]["ports"][0]["targetPort"] == "wyoming"
+        assert docs["Service/tts-wyoming"]["spec"]["ports"][0]["targetPort"] == "wyoming"
 
 
 def admitted(policy: dict, labels: dict, namespace: str, namespace_labels: dict) -> set[int]:
@@ -162,6 +161,10 @@ def check_the_gateway_pods(docs: dict, server: dict, gateway: dict) -> None:
     ns = {"kubernetes.io/metadata.name": "tts"}
     assert admitted(docs["NetworkPolicy/tts"], pod["metadata"]["labels"], "tts", ns) >= {8001}
     assert "--triton-url=grpc://tts-triton:8001" in container["args"]
+    assert "--wyoming-port=10200" in container["args"]
+    client = {"tts-client": "true"}
+    assert admitted(docs["NetworkPolicy/tts-gateway"], client, "tts", ns) == {8080, 10200}
+    assert admitted(docs["NetworkPolicy/tts-gateway"], {"app": "other"}, "tts", ns) == {8080}
     assert any(p["port"] == 8001 for p in docs["Service/tts-triton"]["spec"]["ports"])
 
     def secret(spec: dict, c: dict, variable: str) -> tuple[str, str]:
@@ -254,6 +257,11 @@ def test_the_manifests_hold_on_a_real_cluster(rendered):
         gateway = docs.get("Deployment/tts-gateway", deployment)
         gateway_labels = gateway["spec"]["template"]["metadata"]["labels"]
         assert docs["Service/tts-gateway"]["spec"]["selector"].items() <= gateway_labels.items()
+        # Wyoming is the gateway's: its Service finds the pods that serve it, on the port named.
+        wyoming = docs["Service/tts-wyoming"]["spec"]
+        assert wyoming["selector"].items() <= gateway_labels.items()
+        (gateway_container,) = gateway["spec"]["template"]["spec"]["containers"]
+        assert "wyoming" in {p["name"] for p in gateway_container["ports"]}
         if overlay == "gpu":
             check_the_gateway_pods(docs, container, gateway)
         else:
