@@ -21,14 +21,14 @@ it after an ``error``. Word timestamps are not part of Wyoming.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-import json
 import logging
 from collections import Counter
 
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
-from wyoming.event import Event, async_read_event
+from wyoming.event import Event, async_read_event, async_write_event
 from wyoming.info import Attribution, Describe, Info, TtsProgram, TtsVoice, TtsVoiceSpeaker
 from wyoming.server import AsyncEventHandler
 from wyoming.tts import (
@@ -81,18 +81,17 @@ class BoundedReader:
         return await self.reader.readexactly(n)
 
 
-def voice_table(settings: GatewaySettings) -> dict[str, Voice]:
-    """The gateway's voices by Wyoming name: the voice id, or for a multi-speaker voice the
-    Triton voice's name (its speakers listed under it)."""
-    return {v.id: v for v in settings.voices}
+def wyoming_name(voice: Voice) -> str:
+    """A gateway voice's name in Wyoming: its id, or for a speaker of a multi-speaker voice the
+    Triton voice's name (the speakers are listed under it)."""
+    return (voice.model_voice or voice.id) if voice.speaker else voice.id
 
 
 def info(settings: GatewaySettings) -> Info:
     """``info``: one TTS program with every voice (and speaker) the gateway serves."""
     grouped: dict[str, list[Voice]] = {}
     for voice in settings.voices:
-        name = voice.model_voice or voice.id if voice.speaker else voice.id
-        grouped.setdefault(name, []).append(voice)
+        grouped.setdefault(wyoming_name(voice), []).append(voice)
     voices = []
     for name, members in grouped.items():
         speakers = [TtsVoiceSpeaker(v.speaker) for v in members if v.speaker]
@@ -225,24 +224,18 @@ class Handler(AsyncEventHandler):
 
     def _voice(self, wanted: SynthesizeVoice | None) -> Voice:
         """The gateway voice a request's voice (name, speaker, language) selects."""
-        voices = self.server.voices
+        voices = self.settings.voices
         if wanted is None or (wanted.name is None and wanted.language is None):
-            return self.settings.voices[0]
+            return voices[0]
         if wanted.name is None:
-            for voice in voices.values():
-                if (voice.language or "").replace("-", "_").lower() == wanted.language.replace(
-                    "-", "_"
-                ).lower():
+            for voice in voices:
+                if _language(voice.language or "") == _language(wanted.language):
                     return voice
             raise APIError(400, f"no voice speaks {wanted.language!r}", code="voice_not_found")
-        for voice in voices.values():
-            speaker_voice = voice.model_voice or voice.id
-            if voice.speaker and speaker_voice == wanted.name:
-                if wanted.speaker in (None, voice.speaker):
-                    return voice
-            elif voice.id == wanted.name and wanted.speaker in (None, voice.speaker):
+        for voice in voices:
+            if wyoming_name(voice) == wanted.name and wanted.speaker in (None, voice.speaker):
                 return voice
-        names = sorted({(v.model_voice or v.id) if v.speaker else v.id for v in voices.values()})
+        names = sorted({wyoming_name(v) for v in voices})
         which = wanted.name + (f" speaker {wanted.speaker!r}" if wanted.speaker else "")
         raise APIError(
             400, f"unknown voice {which!r}; voices: {', '.join(names)}", code="voice_not_found"
@@ -299,7 +292,6 @@ class WyomingServer:
 
     def __init__(self, settings: GatewaySettings, service: SpeechService) -> None:
         self.settings, self.service = settings, service
-        self.voices = voice_table(settings)
         self.info = info(settings)
         self.host = settings.wyoming_host or settings.host
         self.by_client: Counter[str] = Counter()
@@ -324,7 +316,8 @@ class WyomingServer:
                 text="this server holds its limit of Wyoming connections; retry later",
                 code="too_many_connections",
             )
-            writer.write(_wire(refusal.event()))
+            with contextlib.suppress(ConnectionError):
+                await async_write_event(refusal.event(), writer)
             writer.close()
             return
         self.by_client[client] += 1
@@ -346,10 +339,3 @@ class WyomingServer:
             for task in list(self.handlers):
                 task.cancel()
             await asyncio.gather(*self.handlers, return_exceptions=True)
-
-
-def _wire(event: Event) -> bytes:
-    """One event as bytes (a refusal written before any handler exists)."""
-    data = json.dumps(event.data).encode()
-    header = {"type": event.type, "data_length": len(data)}
-    return json.dumps(header).encode() + b"\n" + data

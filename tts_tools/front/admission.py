@@ -104,7 +104,7 @@ class Admission:
         self.busy_at = max(1, slots // 2)
         self.in_flight = 0  # requests holding a slot
         self.work = 0.0  # their cost
-        self.admitted = self.refused = self.late = 0
+        self.refused = 0
         self._queues: dict[str, deque[_Waiter]] = {}  # per client, oldest first
         self._waiting = 0
         self._queued_cost = 0.0
@@ -215,13 +215,12 @@ class Admission:
             if not waiter.future.done() or waiter.future.cancelled():
                 self._remove(waiter)
             elif waiter.future.exception() is None:  # a slot was given to it after all
-                self.release(cost, served=False, measured=measured, seconds=0.0)
+                self.release(cost, served=False, measured=measured)
             raise
 
     def _take(self, cost: float) -> None:
         self.in_flight += 1
         self.work += cost
-        self.admitted += 1
 
     def _remove(self, waiter: _Waiter) -> None:
         queue = self._queues.get(waiter.client)
@@ -258,17 +257,13 @@ class Admission:
             f"past its {deadline_s:g} s deadline; retry later"
         )
 
-    def release(
-        self, cost: float, served: bool = True, measured: bool = True, seconds: float = 0.0
-    ) -> None:
+    def release(self, cost: float, served: bool = True, measured: bool = True) -> None:
         """A request holding a slot ended (served, or failed: a failure completes no work
         the rate may count on); the slot goes to the next in fair order."""
         credited = measured and served
         self._account(completions=int(credited), cost=cost if credited else 0.0)
         self.in_flight -= 1
         self.work = max(0.0, self.work - cost)
-        if seconds > self.default_deadline_s:
-            self.late += 1
         self._dispatch()
         self._shed()
 

@@ -149,7 +149,7 @@ class Front(GrpcProxy, HttpProxy):
             return
         seconds = time.monotonic() - ticket.start
         if ticket.queued:
-            self.admission.release(ticket.cost, outcome == "served", ticket.measured, seconds)
+            self.admission.release(ticket.cost, outcome == "served", ticket.measured)
         else:
             self._streams[ticket.client] -= 1
             if self._streams[ticket.client] <= 0:

@@ -11,13 +11,13 @@ from wyoming.tts import SynthesizeVoice
 
 from tts_gateway.errors import APIError
 from tts_gateway.settings import GatewaySettings
-from tts_gateway.wyoming import BoundedReader, Handler, TooLarge, info, voice_table
+from tts_gateway.wyoming import BoundedReader, Handler, TooLarge, info
 
 SETTINGS = GatewaySettings(triton_voices="joe=en-us,libri:alice=en-gb,libri:bob=en-gb")
 
 
 def handler() -> Handler:
-    server = SimpleNamespace(settings=SETTINGS, voices=voice_table(SETTINGS), info=None)
+    server = SimpleNamespace(settings=SETTINGS, info=None)
     return Handler(server, "203.0.113.5", None, None)  # (no connection: selection only)
 
 
@@ -83,7 +83,7 @@ def test_a_client_that_stops_reading_is_dropped_after_the_write_timeout():
         theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         reader, writer = await asyncio.open_connection(sock=ours)
         settings = dataclasses.replace(SETTINGS, wyoming_write_timeout_s=0.3)
-        server = SimpleNamespace(settings=settings, voices=voice_table(settings), info=None)
+        server = SimpleNamespace(settings=settings, info=None)
         handler = Handler(server, "203.0.113.5", reader, writer)
         start = time.monotonic()
         with pytest.raises(TimeoutError):  # the peer reads nothing
