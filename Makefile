@@ -12,6 +12,8 @@ GATEWAY_PORT ?= 8080
 WYOMING_PORT ?= 10200
 # The supervisor's Prometheus metrics (outages, restarts); 0: none.
 SUPERVISOR_METRICS_PORT ?= 8003
+# nginx on the public ports in front of the front door and the gateway; EDGE=0: without it.
+EDGE ?= 1
 # Loopback by default; BIND=0.0.0.0 opens HTTP, gRPC and metrics to the network.
 BIND ?= 127.0.0.1
 PYTEST_ARGS ?=
@@ -21,7 +23,7 @@ PYTEST_ARGS ?=
   soak flops profiles gpu-bundle deploy-venv lock image-cpu image-gpu simulate
 
 help:  # the default goal: what each target does
-	@echo "make system-deps     install the system packages (sudo apt-get: libb64-0d gcc libc6-dev)"
+	@echo "make system-deps     install the system packages (sudo apt-get: libb64-0d gcc libc6-dev nginx)"
 	@echo "make serve           set up the lean venv, export the voice, serve on CPU (ports: README)"
 	@echo "                     PROFILE=gpu|torch-cpu(-dlpack) adds torch; VOICES=voices.json more voices"
 	@echo "make test            set up everything (system packages too) and run every test"
@@ -42,11 +44,13 @@ help:  # the default goal: what each target does
 	@echo "make simulate        the autoscaler simulation and its plots (docs/scaling.md)"
 	@echo "make clean           remove the exported voice and caches"
 
-# System packages: libb64 for perf_analyzer (the rest ships in the Python wheels); a C compiler
+# System packages: libb64 for perf_analyzer (the rest ships in the Python wheels); nginx, the edge
+# on make serve's public ports (tts_tools/launcher/edge.py; Debian's package also enables the
+# system's own nginx on port 80: `systemctl disable --now nginx` if you do not want it); a C compiler
 # for tts_tools/launcher/server_shim.c (keeps the admin key out of tritonserver's command line); the
 # tests also drive the gateway's web page in Debian's headless Chromium; pesq (bench.cpu_variants)
 # builds against python3-dev.
-SYSTEM_PACKAGES := libb64-0d gcc libc6-dev
+SYSTEM_PACKAGES := libb64-0d gcc libc6-dev nginx
 TEST_SYSTEM_PACKAGES := chromium chromium-driver curl python3-dev
 system-deps:
 	@$(MAKE) --no-print-directory apt-install PACKAGES="$(SYSTEM_PACKAGES)"
@@ -91,6 +95,9 @@ check-system-deps:
 	@command -v $${CC:-cc} >/dev/null || { echo "make serve: no C compiler (cc) to build \
 	tts_tools/launcher/server_shim.c: run 'make system-deps' (sudo apt-get install gcc \
 	libc6-dev) or install one"; exit 2; }
+	@test "$(EDGE)" = 0 || command -v nginx >/dev/null || test -x /usr/sbin/nginx || { echo \
+	"make serve: no nginx (the edge on the public ports): run 'make system-deps' (sudo \
+	apt-get install nginx), or serve without it: make serve EDGE=0"; exit 2; }
 
 TORCH_PROFILES := gpu torch-cpu gpu-dlpack torch-cpu-dlpack
 serve-setup: check-system-deps $(VENV)/.installed-serve $(if $(filter $(TORCH_PROFILES),$(PROFILE)),$(VENV)/.installed-torch)
@@ -107,6 +114,7 @@ serve: serve-setup export
 	exec $(PY) -m tts_tools.server --model-repository model_repository \
 	  --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) \
 	  --gateway-port $(GATEWAY_PORT) --wyoming-port $(WYOMING_PORT) --supervisor-metrics-port $(SUPERVISOR_METRICS_PORT) --bind $(BIND) $(if $(PROFILE),--model-config-name=$(PROFILE)) \
+	  $(if $(filter 0,$(EDGE)),--no-edge) \
 	  $(if $(FRONT_ARGS),--front-args "$(FRONT_ARGS)")
 
 # Regenerate model_repository/*/configs/<profile>.pbtxt from config.pbtxt (tts_tools/profiles.py).

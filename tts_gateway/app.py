@@ -27,7 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tts_wire import MAX_SPEED, MIN_SPEED
+from tts_wire import MAX_SPEED, MIN_SPEED, edge_client
 
 from . import sessions
 from .admission import CUT, cut_message
@@ -319,7 +319,7 @@ def _speech_route(app: FastAPI, settings: GatewaySettings, service: SpeechServic
     voice_names = settings.voice_names()
 
     def caller(http: Request) -> str:
-        return http.client.host if http.client else ""
+        return edge_client(http.headers, http.client.host if http.client else "", settings.edge_key)
 
     def job_for(request: SpeechRequest, word_timestamps: bool, client: str = "") -> SpeechJob:
         try:

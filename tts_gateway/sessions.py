@@ -35,7 +35,7 @@ from starlette.websockets import WebSocketState
 
 from tts_client.errors import ServerOverloaded, ServerUnavailable, TTSError
 from tts_client.session import BufferRule, SpeechSession
-from tts_wire import MAX_SPEED, MIN_SPEED, SynthesisOptions
+from tts_wire import MAX_SPEED, MIN_SPEED, SynthesisOptions, edge_client
 
 from .bodies import word_json
 from .encoding import encode_all, served_formats
@@ -164,7 +164,8 @@ class Sessions:
 
     async def serve(self, websocket: WebSocket) -> None:
         await websocket.accept()
-        client = websocket.client.host if websocket.client else ""
+        peer = websocket.client.host if websocket.client else ""
+        client = edge_client(websocket.headers, peer, self.settings.edge_key)
         refused = self.refusal(client)
         connection = Connection(self, websocket, client)
         if refused is not None:

@@ -204,6 +204,10 @@ class GatewaySettings:
     # Addresses of proxies whose X-Forwarded-For names the caller (comma-separated, or "*");
     # empty: none, the caller is the address that connected.
     forwarded_allow_ips: str = ""
+    # The edge's key (the launcher's nginx sets it, per launch): a request carrying it names
+    # its caller's address in x-real-ip (tts_wire.edge_client); without it, the address that
+    # connected is the caller.
+    edge_key: str = ""
     session_max_message_chars: int = 65_536
     session_max_chars: int = 100_000
     session_max_s: float = 3600.0

@@ -7,6 +7,7 @@ let a request prefixed with another ``model_name`` pass admission as that model)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 REQUEST_MODEL_NAME, REQUEST_ID, REQUEST_PARAMETERS, REQUEST_RAW_INPUT = 1, 3, 4, 7
 BOOL_PARAM, INT64_PARAM = 1, 2  # InferParameter.bool_param, .int64_param
 STREAM_ERROR, STREAM_RESPONSE = 1, 2
-RESPONSE_MODEL_NAME, RESPONSE_ID, RESPONSE_PARAMETERS = 1, 3, 4
+RESPONSE_MODEL_NAME, RESPONSE_ID, RESPONSE_PARAMETERS, RESPONSE_OUTPUTS = 1, 3, 4, 5
+OUTPUT_NAME, OUTPUT_SHAPE = 1, 3  # InferOutputTensor
 FINAL_RESPONSE = b"triton_final_response"
 
 
@@ -161,3 +163,41 @@ def stream_response(message: bytes) -> StreamResponse | None:
     except Malformed:
         return None
     return StreamResponse(error, model, rid, final)
+
+
+def _packed(view: memoryview) -> list[int]:
+    """The values of a packed repeated varint field (``shape``)."""
+    values, value, shift = [], 0, 0
+    for byte in view:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            values.append(value)
+            value, shift = 0, 0
+        elif shift >= 64:
+            raise Malformed("a varint runs past 64 bits")
+    if shift:
+        raise Malformed("truncated varint")
+    return values
+
+
+def output_elements(message: bytes, name: str) -> int | None:
+    """How many elements the output ``name`` of a serialized ModelInferResponse holds (the
+    product of its shape: the audio's samples); None when absent or malformed. The tensor's
+    contents are not read."""
+    wanted, found = name.encode(), None
+    try:
+        for number, _, value in fields(message):
+            if number != RESPONSE_OUTPUTS or not isinstance(value, memoryview):
+                continue
+            tensor, shape = b"", []
+            for inner, _, v in fields(value):
+                if inner == OUTPUT_NAME and isinstance(v, memoryview):
+                    tensor = bytes(v)
+                elif inner == OUTPUT_SHAPE:
+                    shape += _packed(v) if isinstance(v, memoryview) else [v]
+            if tensor == wanted:
+                found = math.prod(shape) if shape else 0
+    except Malformed:
+        return None
+    return found

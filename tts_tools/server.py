@@ -12,8 +12,10 @@ import argparse
 import os
 import secrets
 import shlex
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from export.serving import servers, serving
 
+from .front.settings import parse_args as front_settings
 from .launcher.children import supervise
 from .launcher.commands import (
     FRONT_LIVE_PATH,
@@ -34,6 +37,7 @@ from .launcher.commands import (
     server_command,
     taken_port,
 )
+from .launcher.edge import EdgePorts, edge_command, write_config
 from .launcher.environment import has_gpu, quiet_grpc, server_env
 from .launcher.liveness import LIVE_PATH, Heartbeat, serve as serve_metrics
 from .launcher.repository import gateway_voices
@@ -42,6 +46,8 @@ from .launcher.security import (
     ADMIN_KEY_ENV,
     ADMIN_KEY_FILE_ENV,
     DEFAULT_BIND,
+    EDGE_KEY_ENV,
+    GATEWAY_EDGE_KEY_ENV,
     INNER_KEY_ENV,
     RESTRICTED,
     admin_headers,
@@ -101,6 +107,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         action="store_true",
         help="serve tritonserver's HTTP and gRPC on the public ports directly, without the "
         "front door's size limits, admission and stream watch (tts_tools/front/)",
+    )
+    parser.add_argument(
+        "--no-edge",
+        action="store_true",
+        help="serve the front door and the gateway on the public ports themselves, without "
+        "the nginx edge in front (its connection limits are then the front door's own)",
     )
     parser.add_argument(
         "--front-args",
@@ -230,7 +242,11 @@ def refuse_to_start(args: argparse.Namespace, extra: list[str]) -> None:
 
 
 def front_door(
-    args: argparse.Namespace, triton_grpc: int, triton_http: int, shm_prefix: str
+    args: argparse.Namespace,
+    triton_grpc: int,
+    triton_http: int,
+    shm_prefix: str,
+    edge: EdgePorts | None,
 ) -> list[str]:
     """The front door's command line (and the token the gateway shows it, in the environment)."""
     # The gateway shows the front door this token (the children inherit it; a process's
@@ -244,27 +260,30 @@ def front_door(
     return front_command(
         triton_grpc,
         triton_http,
-        args.bind,
-        args.grpc_port,
-        args.http_port,
+        "127.0.0.1" if edge else args.bind,
+        edge.front_grpc if edge else args.grpc_port,
+        edge.front_http if edge else args.http_port,
         shm_prefix,
         ["--notify-parent", *shlex.split(args.front_args)],
     )
 
 
-def gateway_child(args: argparse.Namespace) -> list[str]:
-    """The gateway's command line."""
+def gateway_child(args: argparse.Namespace, edge: EdgePorts | None) -> list[str]:
+    """The gateway's command line (behind the edge: on a loopback port, straight to the
+    front door's; its Wyoming port is still its own, on --bind)."""
     local = local_host(args.bind)
+    front_grpc = f"127.0.0.1:{edge.front_grpc}" if edge else f"{local}:{args.grpc_port}"
     # The repository's voices (voices.json), each under its own name: a voice added with
     # `make serve VOICES=...` reaches the page and /v1/audio/voices. A voices file or
     # $TTS_GATEWAY_VOICES_FILE (the gateway's own settings: README, Settings) wins.
     command = gateway_command(
-        f"grpc://{local}:{args.grpc_port}",
-        args.bind,
-        args.gateway_port,
+        f"grpc://{front_grpc}",
+        "127.0.0.1" if edge else args.bind,
+        edge.gateway_inner if edge else args.gateway_port,
         [
             f"--triton-voices={gateway_voices(args.model_repository)}",
             f"--wyoming-port={args.wyoming_port}",
+            f"--wyoming-host={args.bind}",
         ],
     )
     print(
@@ -272,6 +291,39 @@ def gateway_child(args: argparse.Namespace) -> list[str]:
         flush=True,
     )
     return command
+
+
+def edge_ports(args: argparse.Namespace) -> EdgePorts | None:
+    """Where the edge listens and where it sends each port (None: no edge)."""
+    if args.no_front or args.no_edge:
+        return None
+    return EdgePorts(
+        bind=args.bind,
+        http=args.http_port,
+        grpc=args.grpc_port,
+        gateway=args.gateway_port,
+        front_http=free_port(),
+        front_grpc=free_port(),
+        gateway_inner=free_port() if args.gateway_port else 0,
+    )
+
+
+def edge_child(args: argparse.Namespace, ports: EdgePorts, folder: Path) -> list[str]:
+    """nginx's command line on this launch's configuration, rendered from the front door's
+    settings (FRONT_ARGS); the key it shows the front door and the gateway, in the
+    environment the children inherit."""
+    key = secrets.token_urlsafe(32)
+    os.environ[EDGE_KEY_ENV] = os.environ[GATEWAY_EDGE_KEY_ENV] = key
+    settings = front_settings(shlex.split(args.front_args))
+    config = write_config(settings, ports, key, folder)
+    print(
+        f"edge: nginx on {args.bind}:{ports.http} (HTTP), :{ports.grpc} (gRPC)"
+        + (f", :{ports.gateway} (gateway)" if ports.gateway else "")
+        + f"; {settings.max_connections} connections, {settings.max_connections_per_client} "
+        f"per address, {settings.header_timeout_s:g} s for a request head (FRONT_ARGS sets them)",
+        flush=True,
+    )
+    return edge_command(config)
 
 
 def supervisor_metrics(args: argparse.Namespace) -> tuple[SupervisorMetrics, Heartbeat]:
@@ -336,7 +388,14 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         if configured
         else f"are refused (set ${ADMIN_KEY_ENV} or ${ADMIN_KEY_FILE_ENV} to use them)"
     )
-    front = None if args.no_front else front_door(args, triton_grpc, triton_http, shm_prefix)
+    edge = edge_ports(args)
+    folder = Path(tempfile.mkdtemp(prefix="tts-edge-")) if edge else None
+    try:
+        edge_cmd = edge_child(args, edge, folder) if edge and folder else None
+    except FileNotFoundError as e:  # no nginx: say how to get it
+        print(f"launcher: {e}", file=sys.stderr, flush=True)
+        return 2
+    front = None if args.no_front else front_door(args, triton_grpc, triton_http, shm_prefix, edge)
     print(
         f"tritonserver: HTTP on {args.bind}:{args.http_port}, gRPC on {args.bind}:{args.grpc_port}"
         f"{'' if args.no_front else ' (through the front door)'}, metrics on "
@@ -344,7 +403,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         f"admin APIs ({args.restricted_apis}) {admin}",
         flush=True,
     )
-    gateway = gateway_child(args) if args.gateway_port else None
+    gateway = gateway_child(args, edge) if args.gateway_port else None
     # Behind the front door Triton's ports refuse inference without this launch's inner key,
     # which only the front door (from its environment) and the supervisor's canaries hold.
     inner = "" if args.no_front else secrets.token_urlsafe(32)
@@ -354,21 +413,35 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     metrics, heartbeat = supervisor_metrics(args)
     env = server_env(key=key, cache_dir=args.cache_dir, inner_key=inner)
     announce_when_ready(args, gpu=has_gpu())
-    return supervise(
-        cmd,
-        triton_http,
-        args.model_repository,
-        headers,
-        gateway,
-        metrics=metrics,
-        env=env,
-        restricted=args.restricted_apis,
-        shm_prefix=shm_prefix,
-        front_cmd=front,
-        front_ready=(lambda: port_open(args.bind, args.grpc_port)) if args.grpc_port else None,
-        front_live=(lambda: front_live(args.bind, args.http_port)) if args.http_port else None,
-        heartbeat=heartbeat,
+    # The front door's probes go to its own ports (behind the edge: the inner ones, so the
+    # launcher's liveness probe never queues behind the public connections).
+    host, grpc_port, http_port = (
+        ("127.0.0.1", edge.front_grpc, edge.front_http)
+        if edge
+        else (args.bind, args.grpc_port, args.http_port)
     )
+    front_ready = (lambda: port_open(host, grpc_port)) if grpc_port else None
+    live = (lambda: front_live(host, http_port)) if http_port else None
+    try:
+        return supervise(
+            cmd,
+            triton_http,
+            args.model_repository,
+            headers,
+            gateway,
+            metrics=metrics,
+            env=env,
+            restricted=args.restricted_apis,
+            shm_prefix=shm_prefix,
+            front_cmd=front,
+            front_ready=front_ready,
+            front_live=live,
+            heartbeat=heartbeat,
+            edge_cmd=edge_cmd,
+        )
+    finally:
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,8 @@ def test_a_hung_front_door_is_restarted_and_triton_keeps_serving(exported_reposi
         launcher.wait_ready()
         assert served_by(f"grpc://127.0.0.1:{launcher.grpc}") > 0.3
         assert launcher.triton_pid() == triton and front_pid(launcher) != hung
+        # The new one served at once: no second warm-up (Triton's engines were warm).
+        assert launcher.log().count("front: warm-up: off") == 1, launcher.log()[-3000:]
         hung_total = launcher.supervisor_metric("tts_supervisor_child_restarts_total")
         assert hung_total >= 1
         launcher.process.send_signal(signal.SIGTERM)

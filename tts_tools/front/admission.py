@@ -27,6 +27,10 @@ REQUEST_BASE_COST = 64
 # public: phoneme ids are int64 (about one per character), a latent frame is 192 float32
 # (about six frames per character at 22,050 Hz).
 COST_SCALE = {"acoustic": 8.0, "vocoder": 4608.0}
+# Audio samples per byte of ordinary English text at speed 1 (the bundled voice, 22,050 Hz,
+# speaks about 15 characters a second; bench.admission's sentences: see docs/admission.md):
+# converts the audio a request produced back into the units its cost was estimated in.
+SAMPLES_PER_BYTE = 1470.0
 # The JSON around an HTTP request's text ({"inputs":[{"name":"text","shape":[1,1],...}]}).
 JSON_OVERHEAD = 80
 # The prefix of the queues of the gateway's callers (its requests carry the launcher's token and
@@ -43,6 +47,14 @@ MIN_BUSY_S = 0.5
 def request_cost(model: str, input_bytes: int) -> float:
     """The cost a request to ``model`` is queued by (units: bytes of text)."""
     return REQUEST_BASE_COST + input_bytes / COST_SCALE.get(model, 1.0)
+
+
+def work_done(samples: int) -> float:
+    """The work a served `tts` request took, in the units of ``request_cost``, from the audio
+    it produced: the vocoder's and the acoustic model's compute grow with the samples, not
+    with the bytes of text (padding spaces cost nothing to speak; digits read slowly cost
+    eleven times their bytes)."""
+    return REQUEST_BASE_COST + samples / SAMPLES_PER_BYTE
 
 
 class Refused(Exception):
@@ -257,11 +269,27 @@ class Admission:
             f"past its {deadline_s:g} s deadline; retry later"
         )
 
-    def release(self, cost: float, served: bool = True, measured: bool = True) -> None:
+    def release(
+        self,
+        cost: float,
+        served: bool = True,
+        measured: bool = True,
+        work: float | None = None,
+        client: str | None = None,
+    ) -> None:
         """A request holding a slot ended (served, or failed: a failure completes no work
-        the rate may count on); the slot goes to the next in fair order."""
+        the rate may count on); the slot goes to the next in fair order. ``work``: what it
+        really took (``work_done``; None: its estimated ``cost``): the rate counts it, and
+        ``client``'s later turns move by what it took beyond (or short of) its estimate, so
+        shares are fair by real work, not by bytes of text."""
         credited = measured and served
-        self._account(completions=int(credited), cost=cost if credited else 0.0)
+        done = cost if work is None else work
+        self._account(completions=int(credited), cost=done if credited else 0.0)
+        if client is not None and work is not None and client in self._finish:
+            extra = work - cost  # the client's waiting requests and later ones move by it
+            for waiter in self._queues.get(client, ()):
+                waiter.tag = max(self._vtime, waiter.tag + extra)
+            self._finish[client] = max(self._vtime, self._finish[client] + extra)
         self.in_flight -= 1
         self.work = max(0.0, self.work - cost)
         self._dispatch()

@@ -21,6 +21,7 @@ from tts_tools.connections import ConnectionGuard, ConnectionLimits, GuardedSite
 from tts_tools.launcher.commands import FRONT_TOKEN_ENV
 from tts_tools.launcher.security import (
     ADMIN_HEADER,
+    EDGE_KEY_ENV,
     GRPC_HEADER_PREFIX,
     INNER_KEY_ENV,
     admin_key,
@@ -29,7 +30,7 @@ from tts_tools.launcher.security import (
 from tts_tools.launcher.stub_healing import is_ready
 from tts_tools.protowire import infer_request
 from tts_tools.sample_texts import SENTENCES
-from tts_wire import CALLER_HEADER, FRONT_TOKEN_HEADER
+from tts_wire import CALLER_HEADER, FRONT_TOKEN_HEADER, edge_client
 
 from .admission import (
     FREE,
@@ -40,6 +41,7 @@ from .admission import (
     Refused,
     TooMany,
     request_cost,
+    work_done,
 )
 from .grpc_proxy import GrpcProxy
 from .http_proxy import HttpProxy
@@ -80,12 +82,16 @@ class Front(GrpcProxy, HttpProxy):
         # The launch's inner key: Triton's ports refuse inference without it (every request
         # passed on carries it; what a client sent under its name is dropped).
         self.inner = inner_headers(os.environ.get(INNER_KEY_ENV, ""))
+        # The edge's key (the launcher's nginx, launcher/edge.py): with it a request names the
+        # address that connected to the edge. Behind the edge every connection is the edge's,
+        # so the per-address connection cap is the edge's to keep (it counts the real ones).
+        self._edge_key = os.environ.get(EDGE_KEY_ENV, "")
         self._streams: Tally[str] = Tally()  # streams in progress per client
         self._grpc_streams: Tally[str] = Tally()  # ModelStreamInfer calls per client
         self._guard = ConnectionGuard(
             ConnectionLimits(
                 settings.max_connections,
-                settings.max_connections_per_client,
+                settings.max_connections if self._edge_key else settings.max_connections_per_client,
                 settings.header_timeout_s,
                 settings.idle_timeout_s,
             ),
@@ -144,12 +150,16 @@ class Front(GrpcProxy, HttpProxy):
         self.metrics.in_flight.labels(model).inc()
         return AdmissionTicket(model, time.monotonic(), cost, measured, rid, client, queued=True)
 
-    def leave(self, ticket: AdmissionTicket, outcome: str) -> None:
+    def leave(self, ticket: AdmissionTicket, outcome: str, samples: int | None = None) -> None:
+        """A request ended; ``samples``: the audio it produced, when read (its real work)."""
         if ticket.model is None:
             return
         seconds = time.monotonic() - ticket.start
         if ticket.queued:
-            self.admission.release(ticket.cost, outcome == "served", ticket.measured)
+            work = work_done(samples) if samples is not None and ticket.measured else None
+            self.admission.release(
+                ticket.cost, outcome == "served", ticket.measured, work, ticket.client
+            )
         else:
             self._streams[ticket.client] -= 1
             if self._streams[ticket.client] <= 0:
@@ -249,12 +259,13 @@ class Front(GrpcProxy, HttpProxy):
             return None, (grpc.StatusCode.UNAVAILABLE, str(e))
 
     def client(self, headers: dict[str, str], peer: str) -> str:
-        """The queue a request waits in: its address; for the gateway's (they carry the
-        launcher's token), the caller the gateway names, each a client like any other."""
+        """The queue a request waits in: its address (as the edge saw it, behind one); for the
+        gateway's (they carry the launcher's token), the caller the gateway names, each a
+        client like any other."""
         token = headers.get(FRONT_TOKEN_HEADER, "")
         if token and self._token and hmac.compare_digest(token.encode(), self._token.encode()):
             return f"{GATEWAY}{headers.get(CALLER_HEADER, '')[:256]}"
-        return peer
+        return edge_client(headers, peer, self._edge_key)
 
     # ----- life cycle -----
 

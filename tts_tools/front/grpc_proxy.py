@@ -10,8 +10,14 @@ import grpc
 import tritonclient.grpc as grpc_types
 
 from tts_tools.launcher.security import GRPC_HEADER_PREFIX
-from tts_tools.protowire import StreamResponse, infer_request, model_name, stream_response
-from tts_wire import FINAL_RESPONSE, stream_error_message
+from tts_tools.protowire import (
+    StreamResponse,
+    infer_request,
+    model_name,
+    output_elements,
+    stream_response,
+)
+from tts_wire import AUDIO, EDGE_KEY_HEADER, FINAL_RESPONSE, stream_error_message
 
 from .admission import FREE, GATEWAY, AdmissionTicket
 
@@ -26,7 +32,7 @@ def _metadata(
     """The client's metadata to pass on, with the inner key (``inner``) in place of any it
     sent under that name."""
     # grpc-* and pseudo headers are the transport's own; the deadline travels as timeout=.
-    drop = ("user-agent", "te", "content-type", *inner)
+    drop = ("user-agent", "te", "content-type", EDGE_KEY_HEADER, *inner)
     passed = [
         (k, v)
         for k, v in (context.invocation_metadata() or ())
@@ -50,7 +56,7 @@ class GrpcProxy:
             )
             if refused:
                 await context.abort(*refused)
-        outcome = "error"
+        outcome, samples = "error", None
         try:
             call = self._calls.get(method) or self._calls.setdefault(
                 method, self._channel.unary_unary(method)
@@ -59,11 +65,13 @@ class GrpcProxy:
                 request, metadata=_metadata(context, self.inner), timeout=context.time_remaining()
             )
             outcome = "served"
+            if ticket.measured:
+                samples = output_elements(response, AUDIO)
             return response
         except grpc.aio.AioRpcError as e:
             await context.abort(e.code(), e.details() or "")
         finally:
-            self.leave(ticket, outcome)
+            self.leave(ticket, outcome, samples)
 
     async def _stream(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext

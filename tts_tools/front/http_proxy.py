@@ -15,6 +15,7 @@ from prometheus_client import generate_latest
 
 from tts_tools.launcher.commands import FRONT_LIVE_PATH
 from tts_tools.launcher.security import GRPC_HEADER_PREFIX
+from tts_wire import EDGE_KEY_HEADER
 
 from .admission import JSON_OVERHEAD, Closed, Refused, TooMany, request_cost
 from .settings import MIB
@@ -31,9 +32,15 @@ _HTTP_DROP = {
     "host",
     "content-length",
     "content-encoding",  # bodies are forwarded inflated
+    EDGE_KEY_HEADER,  # the edge's secret stays here
 }
 _RESPONSE_DROP = _HTTP_DROP - {"content-encoding"}
 _ENCODINGS = {"identity", "gzip", "deflate", "br"}  # one of them; aiohttp inflates it
+# The audio output's entry in Triton's JSON reply (or in the JSON header of a binary one):
+# its shape is the samples produced, the request's real work. Looked for in the first
+# _HEAD_BYTES (the outputs before it are small); a compressed reply is not read.
+_AUDIO_SHAPE = re.compile(rb'"name":"audio","datatype":"[A-Z0-9]+","shape":\[([0-9,]+)\]')
+_HEAD_BYTES = 64 * 1024
 _INFER_PATH = re.compile(
     r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/(?:infer|generate|generate_stream)$"
 )
@@ -88,7 +95,7 @@ class HttpProxy:
             )
         except (TooMany, Refused) as e:
             return _http_error(429, str(e), {"Retry-After": "1"})
-        outcome = "error"
+        outcome, samples = "error", None
         try:
             forwarded = {
                 k: v
@@ -109,7 +116,11 @@ class HttpProxy:
                     },
                 )
                 await response.prepare(request)
+                head = bytearray()  # the start of the reply, where the audio's shape is
                 async for chunk in upstream.content.iter_any():
+                    if ticket.measured and samples is None and len(head) < _HEAD_BYTES:
+                        head += chunk[: _HEAD_BYTES - len(head)]
+                        samples = _audio_samples(head)
                     await response.write(chunk)
                 await response.write_eof()
                 outcome = "served" if upstream.status < 400 else "error"
@@ -117,7 +128,7 @@ class HttpProxy:
         except aiohttp.ClientError as e:
             return _http_error(503, f"cannot reach tritonserver: {e}")
         finally:
-            self.leave(ticket, outcome)
+            self.leave(ticket, outcome, samples)
 
     async def _read_body(self, request: web.Request) -> tuple[bytearray, web.Response | None]:
         """The body, inflated, within the size, time and total-buffer limits; or a refusal."""
@@ -211,3 +222,15 @@ def _timeout_s(headers: dict[str, str], body: bytearray) -> float | None:
 def _http_error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
     # Triton's own HTTP error body, so tritonclient shows the message.
     return web.json_response({"error": message}, status=status, headers=headers)
+
+
+def _audio_samples(head: bytes | bytearray) -> int | None:
+    """The samples of the audio output named in the start of a Triton HTTP reply; None when
+    not (yet) there."""
+    found = _AUDIO_SHAPE.search(head)
+    if found is None:
+        return None
+    samples = 1
+    for dim in found.group(1).split(b","):
+        samples *= int(dim)
+    return samples

@@ -4,6 +4,7 @@ supervisor beside them, restarts with backoff, and the drain on SIGTERM.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -47,9 +48,11 @@ def supervise(
     front_ready: Callable[[], bool] | None = None,
     front_live: Callable[[], bool] | None = None,
     heartbeat: Heartbeat | None = None,
+    edge_cmd: list[str] | None = None,
+    gateway_ready: Callable[[], bool] | None = None,
 ) -> int:
-    """Run tritonserver (and the front door and the gateway) as children with the supervisor
-    beside them, until a stop; the exit code. How: :class:`_Launch`."""
+    """Run tritonserver (and the front door, the edge and the gateway) as children with the
+    supervisor beside them, until a stop; the exit code. How: :class:`_Launch`."""
     launch = _Launch(
         http_port,
         repository,
@@ -63,7 +66,7 @@ def supervise(
     launch.listen_for_signals()
     # Stubs of a tritonserver that died are reparented here (not to init) and ended below.
     become_subreaper()
-    launch.plan(front_cmd, front_live, gateway_cmd, gateway_restarts)
+    launch.plan(front_cmd, front_live, gateway_cmd, gateway_restarts, edge_cmd)
     while True:
         process = _start_server(
             cmd, env, http_port, headers, restricted, launch.stopping, launch.say, launch.beat
@@ -73,18 +76,16 @@ def supervise(
         launch.server = process
         supervisor = None
         if process.poll() is None and not launch.stopping.is_set():
-            supervisor = launch.serve(process, front_ready)
+            supervisor = launch.serve(process, front_ready, gateway_ready)
         launch.watch(process)
         if launch.stopping.is_set():
             break
         code = launch.after_death(process, supervisor)
         if code is not None:
             return code
-    code = _stop_in_order(
-        process, supervisor, launch.front, launch.gateway, launch.drained, drain_s, launch.say
-    )
+    code = _stop_in_order(process, supervisor, launch, drain_s)
     remove_regions(shm_prefix, set(), launch.say)  # what stubs that died along the way left
-    return 1 if any(k and k.gave_up for k in (launch.gateway, launch.front)) else code
+    return 1 if any(k and k.gave_up for k in launch.kept) else code
 
 
 class _Launch:
@@ -92,18 +93,20 @@ class _Launch:
     kept by their own RestartedChild), the signals, the restart policy (``supervise``'s
     arguments).
 
-    SIGTERM/SIGINT stop the gateway first, which stops accepting and lets its requests finish
-    (up to ``drain_s``) while Triton still serves them; then the front door the same way (its
-    connections to Triton closed, so none holds Triton's exit); then tritonserver. A gateway
-    or front door that dies is started again; so is a tritonserver that dies on its own (a
-    crash, an OOM kill), with backoff, until ``restarts`` says it keeps dying; then the
-    launcher exits with its code. ``front_ready``: whether the front door listens yet (it
-    measures a warm-up first); the gateway starts after it, so its start-up does not share
-    the cores with that measurement. ``front_live``: the front door's own liveness probe; one
-    that stops answering is killed and started again. The front door is never given up on: a
-    proxy that keeps crashing is retried every 30 s while tritonserver keeps running (stopping
-    a healthy server for its proxy took the whole service down). ``heartbeat``: beaten at least
-    every second while the launcher's loop runs (its ``/live``, liveness.py).
+    SIGTERM/SIGINT close the edge's public ports first (nginx's graceful stop: what it carries
+    finishes), then stop the gateway, which stops accepting and lets its requests finish (up to
+    ``drain_s``) while Triton still serves them; then the front door the same way (its
+    connections to Triton closed, so none holds Triton's exit); then tritonserver. A gateway or
+    front door that dies is started again; so is a tritonserver that dies on its own (a crash,
+    an OOM kill), with backoff, until ``restarts`` says it keeps dying; then the launcher exits
+    with its code. ``front_ready``: whether the front door listens yet (it measures a warm-up
+    first); the gateway and then the edge (nginx, on the public ports) start after it, so the
+    public ports open once there is something to serve. ``front_live``: the front door's own
+    liveness probe; one that stops answering is killed and started again. The front door is
+    never given up on: a proxy that keeps crashing is retried every 30 s while tritonserver
+    keeps running (stopping a healthy server for its proxy took the whole service down).
+    ``heartbeat``: beaten at least every second while the launcher's loop runs (its ``/live``,
+    liveness.py).
     """
 
     def __init__(
@@ -124,8 +127,10 @@ class _Launch:
         self.drained = threading.Event()  # the front door has drained, but waits for Triton
         self.say = functools.partial(print, flush=True)
         self.front: RestartedChild | None = None
+        self.edge: RestartedChild | None = None
         self.gateway: RestartedChild | None = None
         self.start_front: Callable[[], RestartedChild] | None = None
+        self.start_edge: Callable[[], RestartedChild] | None = None
         self.start_gateway: Callable[[], RestartedChild] | None = None
         self.server: subprocess.Popen | None = None  # the tritonserver running now
 
@@ -148,7 +153,11 @@ class _Launch:
 
     def stop_now(self) -> None:
         """Every child killed, the stubs they leave too, their shared memory removed."""
-        children = [k.process for k in (self.gateway, self.front) if k and k.process]
+        children = [k.process for k in self.kept if k.process]
+        for process in children:  # each leads its own group: nginx's workers die with it
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
         for process in [*children, self.server]:
             if process is not None and process.poll() is None:
                 process.kill()
@@ -158,29 +167,41 @@ class _Launch:
         end_orphans(keep=set())
         remove_regions(self.shm_prefix, set(), self.say)
 
-    def child(self, name: str, command: list[str], policy: RestartPolicy, **keep) -> Callable:
-        """A function that starts ``command`` as a RestartedChild (called once it is due)."""
+    def child(
+        self,
+        name: str,
+        command: list[str],
+        policy: RestartPolicy,
+        again: list[str] | None = None,
+        **keep,
+    ) -> Callable:
+        """A function that starts ``command`` as a RestartedChild (called once it is due);
+        ``again``: flags added when it is started again (not the first time)."""
 
         def start() -> RestartedChild:
-            return RestartedChild(
-                name,
-                lambda: subprocess.Popen(
-                    command, start_new_session=True, preexec_fn=die_with_parent
-                ),
-                policy,
-                self.say,
-                **keep,
-            )
+            starts = 0
+
+            def popen() -> subprocess.Popen:
+                nonlocal starts
+                starts += 1
+                argv = command if starts == 1 else [*command, *(again or [])]
+                return subprocess.Popen(argv, start_new_session=True, preexec_fn=die_with_parent)
+
+            return RestartedChild(name, popen, policy, self.say, **keep)
 
         return start
 
-    def plan(self, front_cmd, front_live, gateway_cmd, gateway_restarts) -> None:
+    def plan(self, front_cmd, front_live, gateway_cmd, gateway_restarts, edge_cmd=None) -> None:
         """What serve() starts once tritonserver first answers (None: not that child)."""
         self.start_front = (
             self.child(
                 "the front door",
                 front_cmd,
                 RestartPolicy(),
+                # Started again (it crashed or hung), it serves at once: Triton's engines are
+                # warm already and admission measures the live rate, not a warm-up's (a
+                # replaced front door reran its warm-up: 37 s without service).
+                again=["--warmup-requests=0"],
                 live=front_live,
                 give_up=False,
                 restarts=self.metrics.child_restarts.labels("front", "exited"),
@@ -194,10 +215,17 @@ class _Launch:
             if gateway_cmd
             else None
         )
+        # Like the front door, never given up on: tritonserver and the proxy behind it are fine.
+        self.start_edge = (
+            self.child("the edge (nginx)", edge_cmd, RestartPolicy(), give_up=False)
+            if edge_cmd
+            else None
+        )
 
-    def serve(self, process, front_ready) -> Supervisor:
+    def serve(self, process, front_ready, gateway_ready=None) -> Supervisor:
         """tritonserver is up: its supervisor, then the front door (waited for: it measures a
-        warm-up first), then the gateway, each started once."""
+        warm-up first), then the gateway (waited for until it listens), then the edge, each
+        started once: the public ports open when what is behind them answers."""
         supervisor = Supervisor(
             process.pid,
             self.http_port,
@@ -215,11 +243,15 @@ class _Launch:
             self.metrics.serving_since.set_to_current_time()
         if self.start_gateway and self.gateway is None:
             self.gateway = self.start_gateway()
+            if gateway_ready:
+                _wait_for(gateway_ready, self.gateway, self.stopping, self.beat, timeout_s=60.0)
+        if self.start_edge and self.edge is None:
+            self.edge = self.start_edge()
         return supervisor
 
     @property
     def kept(self) -> list[RestartedChild]:
-        return [k for k in (self.front, self.gateway) if k]
+        return [k for k in (self.front, self.edge, self.gateway) if k]
 
     def watch(self, process) -> None:
         """Keep the children while tritonserver runs, until a stop (or a child gave up)."""
@@ -325,15 +357,16 @@ def _start_server(
 
 
 def _stop_in_order(
-    process: subprocess.Popen,
-    supervisor: Supervisor | None,
-    front: RestartedChild | None,
-    gateway: RestartedChild | None,
-    drained: threading.Event,
-    drain_s: float,
-    say: Callable[[str], None],
+    process: subprocess.Popen, supervisor: Supervisor | None, launch: _Launch, drain_s: float
 ) -> int:
-    """Stop the gateway, the front door and tritonserver in that order; tritonserver's code."""
+    """Stop the edge's ports, the gateway, the front door and tritonserver in that order;
+    tritonserver's code."""
+    front, gateway, edge = launch.front, launch.gateway, launch.edge
+    drained, say = launch.drained, launch.say
+    # nginx's graceful stop (SIGQUIT): its ports close at once, what it carries finishes
+    # (its worker_shutdown_timeout is the drain), and it exits by itself.
+    if edge and edge.process and edge.process.poll() is None:
+        edge.process.send_signal(signal.SIGQUIT)
     # The gateway drains into the front door, the front door into Triton: in that order. A
     # front door that holds streams of dead stubs exits only once Triton has (see front/door.py).
     if gateway:
@@ -358,11 +391,13 @@ def _stop_in_order(
             "(Triton 2.51 never ends them); everything else had finished"
         )
         code = 0
-    orphans = end_orphans(keep={p for k in (front, gateway) if k for p in k.pids()})
+    orphans = end_orphans(keep={p for k in launch.kept for p in k.pids()})
     if orphans:
         say(f"launcher: ended {len(orphans)} stub(s) tritonserver left behind")
     if front:
         front.stop(10.0)
+    if edge:
+        edge.stop(2.0)  # SIGQUIT at the start: by now it has finished what it carried
     if supervisor:
         supervisor.stop()
     return code

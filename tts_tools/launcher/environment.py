@@ -17,7 +17,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-from .security import INNER_KEY_ENV
+from .security import EDGE_KEY_ENV, GATEWAY_EDGE_KEY_ENV, INNER_KEY_ENV
 
 PY_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -144,7 +144,8 @@ def server_env(
     """tritonserver's environment; with ``key`` (and ``inner_key``), the shim that hands it
     the keys (server_shim.c)."""
     env = dict(os.environ if base is None else base)
-    env.pop(INNER_KEY_ENV, None)  # the front door's copy: not for Triton's stubs
+    for secret in (INNER_KEY_ENV, EDGE_KEY_ENV, GATEWAY_EDGE_KEY_ENV):  # not for Triton's stubs
+        env.pop(secret, None)
     if key is not None:
         env[KEY_ENV] = key
         if inner_key:

@@ -19,6 +19,10 @@ ADMIN_KEY_ENV = "TTS_ADMIN_KEY"
 # of its environment) and the supervisor: nothing reaches the models around admission.
 INNER_HEADER = "tts-inner-key"
 INNER_KEY_ENV = "TTS_FRONT_INNER_KEY"
+# The edge's key (launcher/edge.py, tts_wire.EDGE_KEY_HEADER), generated per launch: the
+# front door's environment and the gateway's (its setting edge_key).
+EDGE_KEY_ENV = "TTS_FRONT_EDGE_KEY"
+GATEWAY_EDGE_KEY_ENV = "TTS_GATEWAY_EDGE_KEY"
 ADMIN_KEY_FILE_ENV = "TTS_ADMIN_KEY_FILE"
 DEFAULT_BIND = "127.0.0.1"
 

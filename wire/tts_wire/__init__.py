@@ -7,8 +7,10 @@ gateway all import it, and it imports none of them (``make lint`` checks the lay
 
 from __future__ import annotations
 
+import hmac
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 # Tensor names, identical in tts, tts_stream and every stage.
@@ -80,6 +82,23 @@ FRONT_TOKEN_HEADER = "tts-front-token"
 # Whom the gateway sends a request for (its caller's address): the front door queues it as that
 # caller's, when the request also carries the launcher's token (FRONT_TOKEN_HEADER).
 CALLER_HEADER = "tts-caller"
+
+# The edge (nginx in front of the public ports, tts_tools/edge.py) names the address that
+# connected in EDGE_ADDRESS_HEADER and proves it is the edge with EDGE_KEY_HEADER, a secret of
+# one launch. Behind it every connection comes from the edge, so the front door and the gateway
+# take the address from the header, and only with the key: anyone else could write it.
+EDGE_KEY_HEADER = "tts-edge-key"
+EDGE_ADDRESS_HEADER = "x-real-ip"
+
+
+def edge_client(headers: Mapping[str, str], peer: str, key: str) -> str:
+    """The caller's address: the edge's word for it when the request carries the edge's
+    ``key`` (``headers``: lower-case names, or a case-insensitive mapping), else ``peer``."""
+    sent = headers.get(EDGE_KEY_HEADER, "")
+    if key and sent and hmac.compare_digest(sent.encode(), key.encode()):
+        return headers.get(EDGE_ADDRESS_HEADER, "")[:64] or peer
+    return peer
+
 
 # A gRPC stream carries an error's message but not its code: tts_stream writes the code in
 # front, "[INVALID_ARGUMENT] text is empty ...", and parse_stream_error reads it back.

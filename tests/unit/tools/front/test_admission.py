@@ -9,7 +9,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2
 
-from tts_tools.front.admission import REQUEST_BASE_COST, Admission, request_cost
+from tts_tools.front.admission import (
+    REQUEST_BASE_COST,
+    SAMPLES_PER_BYTE,
+    Admission,
+    request_cost,
+    work_done,
+)
 from tts_tools.front.settings import FrontSettings
 from tts_tools.protowire import infer_request as infer_request_info, model_name, stream_response
 
@@ -189,6 +195,57 @@ def test_failed_and_unmeasured_requests_count_towards_no_rate():
         assert admission.rate() is None
 
     run(main())
+
+
+def test_the_rate_counts_the_work_done_not_the_bytes_sent():
+    """Finding C: text padded with spaces is charged many bytes but speaks little; counted by
+    its bytes it inflated the measured capacity (then 3x load was admitted in full)."""
+
+    async def main():
+        clock = Clock()
+        admission = Admission(slots=4, default_deadline_s=10, clock=clock)
+        while admission.in_flight < admission.slots:
+            await admission.acquire(50.0, "padded")
+        for _ in range(12):  # charged 50 each, each took the work of 1
+            clock.now += 0.25
+            admission.release(50.0, work=1.0)
+            await admission.acquire(50.0, "padded")
+        assert admission.rate() == pytest.approx(4.0)  # not 200
+
+    run(main())
+
+
+def test_shares_are_fair_by_the_work_each_client_caused():
+    """Finding D: a text that costs few bytes but much audio (digits read slowly) was charged
+    by its bytes; its client's later turns now move by the work it really took."""
+
+    async def main():
+        admission = Admission(slots=1, default_deadline_s=60, clock=Clock())
+        await admission.acquire(1.0, "slow")
+        slow = await queued(admission, 3, "slow")
+        fair = await queued(admission, 3, "fair")
+        admission.release(1.0, work=1.0, client="slow")
+        await settle()
+        assert outcome(slow[0]) == "admitted"  # its turn (tag 1), then it takes 10x its bytes
+        admission.release(1.0, work=10.0, client="slow")  # the slot goes to fair[0]
+        for _ in range(2):  # fair[1], fair[2]: every one of fair's before slow's next
+            await settle()
+            admission.release(1.0, work=1.0, client="fair")
+        await settle()
+        assert [outcome(t) for t in fair] == ["admitted"] * 3
+        assert [outcome(t) for t in slow[1:]] == ["waiting"] * 2  # behind all of fair's
+        for task in slow:
+            task.cancel()
+        await settle()
+
+    run(main())
+
+
+def test_work_done_is_the_audio_produced_in_the_units_of_the_estimate():
+    assert work_done(0) == REQUEST_BASE_COST
+    # Ordinary text: its estimate and the work its audio took agree.
+    text = 60
+    assert work_done(int(text * SAMPLES_PER_BYTE)) == pytest.approx(request_cost("tts", text))
 
 
 def test_a_waiting_request_is_refused_when_its_deadline_passes():
