@@ -27,10 +27,11 @@ REQUEST_BASE_COST = 64
 # public: phoneme ids are int64 (about one per character), a latent frame is 192 float32
 # (about six frames per character at 22,050 Hz).
 COST_SCALE = {"acoustic": 8.0, "vocoder": 4608.0}
-# Audio samples per byte of ordinary English text at speed 1 (the bundled voice, 22,050 Hz,
-# speaks about 15 characters a second; bench.admission's sentences: see docs/admission.md):
-# converts the audio a request produced back into the units its cost was estimated in.
-SAMPLES_PER_BYTE = 1470.0
+# Audio samples per byte of ordinary English text at speed 1: the median over
+# tts_tools.sample_texts.SENTENCES with the bundled voice (22,050 Hz; 1,038 to 1,557, about
+# 18 characters a second; docs/admission.md). It turns the audio a request produced back into
+# the units its cost was estimated in.
+SAMPLES_PER_BYTE = 1230.0
 # The JSON around an HTTP request's text ({"inputs":[{"name":"text","shape":[1,1],...}]}).
 JSON_OVERHEAD = 80
 # The prefix of the queues of the gateway's callers (its requests carry the launcher's token and
