@@ -1,4 +1,4 @@
-"""Cheaper arithmetic on a CPU, side by side with float32, with quality gates (issue 28):
+"""Cheaper arithmetic on a CPU, side by side with float32, with quality gates:
 ``python -m bench.cpu_variants``
 
 In-process, no server, 2 threads per stage as served. Every variant speaks the evaluation

@@ -1,4 +1,4 @@
-"""Word times from the voice's own durations against Whisper's word timestamps (issue 16).
+"""Word times from the voice's own durations against Whisper's word timestamps.
 
     python -m bench.word_alignment
 

@@ -1,4 +1,4 @@
-"""What asking for word timestamps costs (issue 16): tts with and without them, side by side.
+"""What asking for word timestamps costs: tts with and without them, side by side.
 
     python -m bench.word_cost [--requests 40]
 

@@ -1,4 +1,4 @@
-"""The host path's own ceiling: perf_analyzer against the null engine (issue 18).
+"""The host path's own ceiling: perf_analyzer against the null engine.
 
     python -m perf_analyzer_configs.host_ceiling                       # this machine, ~4 min
     python -m perf_analyzer_configs.host_ceiling --profiles gpu-host-ceiling --concurrency 16 64 256

@@ -1,4 +1,4 @@
-"""Instances and threads per stage for a CPU of ``cores`` cores (issue 28, item 3):
+"""Instances and threads per stage for a CPU of ``cores`` cores:
 
     python -m tts_tools.cpu_scaling 16
 

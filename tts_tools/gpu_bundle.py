@@ -134,7 +134,7 @@ def install(bundle: Path, wheels: list[Path] | None = None, no_deps: bool = Fals
 
 
 def bench_steps(project: Path, out: Path, py: str = sys.executable) -> dict[str, list[str]]:
-    """Every GPU measurement of issue 18, by name, in the order to run them; each one fits
+    """Every GPU measurement docs/gpu.md lists, by name, in the order to run them; each one fits
     the device's 10 minutes per call. Figures and logs land in ``out``."""
     repo = str(project / "model_repository")
     perf = ["--models", "tts", "--protocols", "grpc", "--request-count", "1000",

@@ -1,4 +1,4 @@
-"""The ``cpu-int8`` profile (issue 28) through model.py as Triton loads it, held to the quality
+"""The ``cpu-int8`` profile through model.py as Triton loads it, held to the quality
 gates of ``bench.cpu_variants`` against the float32 default."""
 
 from __future__ import annotations

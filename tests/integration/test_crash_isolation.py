@@ -1,6 +1,6 @@
 """Texts that crash espeak-ng, sent through every interface with normal traffic beside them:
 no stub dies (the supervisor heals nothing), each crasher is spoken or refused with a 4xx,
-and every normal request is served (issue 19). The worker pool's own tests are in
+and every normal request is served. The worker pool's own tests are in
 tests/unit/serving/text/test_espeak_pool.py."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from tts_client import InvalidInput, TTSClient
 from tts_tools.launcher.stub_healing import stubs_by_model
 
-# Shapes that killed the phonemizer's stub before issue 19 (each crashes espeak-ng unshaped).
+# Shapes that killed the phonemizer's stub before the worker pool (each crashes espeak-ng unshaped).
 CRASHERS = [
     "é . " * 60,
     "a . " * 100,

@@ -1,4 +1,4 @@
-"""Inline phonemes ``[[ ... ]]`` through the real server (issue 29, pronunciation): ``tts``,
+"""Inline phonemes ``[[ ... ]]`` through the real server (pronunciation): ``tts``,
 ``tts_stream`` and the gateway speak them as written, time their words, and refuse a symbol
 the voice lacks with a message naming it, while the requests beside it are served."""
 

@@ -1,4 +1,4 @@
-"""SSML through the real server (issue 29, item 1): ``tts``, ``tts_stream`` and the gateway.
+"""SSML through the real server: ``tts``, ``tts_stream`` and the gateway.
 
 A document's segments are spoken as plain requests are (its ids, its voice, its speed) and
 joined with pauses exact in samples, so each document here is compared with the plain

@@ -1,6 +1,6 @@
 """Several voices in one repository: the bundled voice exported three times, as `joe`, as
 `joe_slow` (length_scale 1.5, no noise) and as `joe_de` (its config with espeak-ng's German: a
-second language, issue 29), and `trio`, a multi-speaker voice in Piper's format made from it
+second language), and `trio`, a multi-speaker voice in Piper's format made from it
 (tests/support/multispeaker.py), served by one tritonserver. Each name gets its own defaults,
 they batch together (one network), unknown names are INVALID_ARG listing the voices, and the
 gateway maps its voice ids onto them and lists each one's language and speakers."""
@@ -290,7 +290,7 @@ def test_a_second_language_is_read_by_its_own_espeak_voice(two_voices):
 
 
 def test_an_ssml_document_is_spoken_by_several_voices(two_voices):
-    """<voice> and <lang> (issue 29, SSML): each span by its voice, batched with the others,
+    """<voice> and <lang> (SSML): each span by its voice, batched with the others,
     equal to the plain requests that speak the parts (within batch padding's rounding)."""
     parts = [("Hello there.", "joe"), ("Slowly now.", "joe_slow"), ("Es ist 3 Uhr.", "joe_de")]
     doc = (

@@ -184,7 +184,7 @@ def test_word_times_agree_with_whisper(server, whisper, tmp_path):
     ],
 )
 def test_word_spans_are_in_the_text_as_sent(server, text, words):
-    """The security review's probe (issue 34, item 10): decomposed accents (as macOS and iOS
+    """The security review's probe: decomposed accents (as macOS and iOS
     paste them) and control characters moved every later word's span by a character (' a',
     ' lait', ' Re\u0301su', ...)."""
     with TTSClient(server.grpc_url) as client:

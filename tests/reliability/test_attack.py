@@ -1,4 +1,4 @@
-"""The front door under attack (issue 34): each probe of the security review, bounded and on
+"""The front door under attack: each probe of the security review, bounded and on
 loopback, against a front door with short limits (so the figures come in seconds, not
 minutes). Each shows the defect straight to Triton, or failed on the front door before.
 

@@ -1,4 +1,4 @@
-"""The security review's probes of the launcher's supervision (issue 34, items 8 and 9; the
+"""The security review's probes of the launcher's supervision (the
 front door's own are in test_attack.py): a hung front door is killed and started again while
 Triton keeps serving; a process named like a stub, not a child of tritonserver, is not one."""
 

@@ -3,7 +3,7 @@ nothing left behind (no stub process, no /dev/shm region).
 
 This is what Triton 2.51 gives, not yet a drain: after SIGTERM each stage refuses new requests,
 so a `tts` request between two stages is refused at the next one, and a stream's next chunk
-too (issue 8 keeps a drain in front of Triton as open work).
+too.
 """
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ def test_a_second_sigint_stops_make_serve_at_once(exported_repository, tmp_path)
 
 
 def test_a_stream_cut_at_the_drain_limit_ends_with_an_error_event(server, tmp_path_factory):
-    """Issue 20, item 6: an SSE stream still running when the gateway's drain time ran out got
+    """An SSE stream still running when the gateway's drain time ran out got
     neither a done nor an error event. Now it ends with an error event, and the gateway exits."""
     import json
 

@@ -201,8 +201,8 @@ def test_a_stream_whose_stub_dies_ends_with_an_error(exported_repository, tmp_pa
         assert outcome.get("killed")
         assert not thread.is_alive(), "the stream hung after its stub died"
         # Triton 2.51 itself sometimes aborts when a stub dies holding one of its IPC locks
-        # (boost::interprocess::lock_exception; about 1 run in 8, before and after issue 16's
-        # changes): no code of ours runs in between. Then the stream still ends with an error,
+        # (boost::interprocess::lock_exception; about 1 run in 8): no code of ours runs in
+        # between. Then the stream still ends with an error,
         # never hangs, and the launcher starts tritonserver again instead of the supervisor
         # reloading one model.
         aborted = "lock_exception" in launcher.log()

@@ -1,4 +1,4 @@
-"""The long fuzz run of `make test-reliability` (issue 19): 10 minutes of grammar texts and
+"""The long fuzz run of `make test-reliability`: 10 minutes of grammar texts and
 mutations of the known crashers through the server's own worker code, not one crasher."""
 
 import pytest

@@ -179,7 +179,7 @@ def test_a_killed_launcher_takes_its_children_with_it(exported_repository, tmp_p
 
 
 def test_a_crash_loop_leaves_no_shared_memory_behind(exported_repository, tmp_path):
-    # Issue 20, item 3: a stub that died again before the supervisor's 1 s scan saw it was
+    # A stub that died again before the supervisor's 1 s scan saw it was
     # never recorded, and its region stayed (10 of 12 deaths leaked), even past SIGTERM.
     server = ServerProcess(
         exported_repository, tmp_path / "triton.log", cache_dir=ROOT / ".cache" / "triton",
@@ -229,7 +229,7 @@ def regions_of(server: ServerProcess) -> set[str]:
 
 
 def test_a_front_door_that_keeps_dying_is_retried_every_30_s_never_given_up():
-    """Issue 34, item 8: six crashes of the proxy in 35 s made the launcher stop a healthy
+    """Six crashes of the proxy in 35 s made the launcher stop a healthy
     tritonserver and exit 1."""
     said, starts = [], []
 

@@ -74,7 +74,7 @@ def test_a_killed_tritonserver_is_started_again(exported_repository, tmp_path):
             assert time.monotonic() - killed < 60, launcher.log()[-3000:]
             time.sleep(0.1)
         # By the time the launcher restarts it, the dead server's stubs are ended, not left to
-        # init (they were seen alive for minutes; issue 20, item 5).
+        # init (they were seen alive for minutes).
         left = [pid for pid in regions if alive(pid)]
         statuses = probe_until_served(launcher, killed, triton_live, launcher_live)
         back = time.monotonic() - killed

@@ -137,7 +137,7 @@ def test_without_a_configured_key_nobody_has_it(monkeypatch, tmp_path):
 
 @as_another_user
 def test_another_local_user_cannot_get_the_key_or_load_code(server):
-    # Issue 20, item 1: as nobody, the key was read from /proc/PID/cmdline and a model loaded
+    # As nobody, the key was read from /proc/PID/cmdline and a model loaded
     # with a file override ran code as root.
     pid = server.process.pid
     seen = as_nobody("cat", f"/proc/{pid}/cmdline")

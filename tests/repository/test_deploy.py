@@ -151,7 +151,7 @@ def admitted(policy: dict, labels: dict, namespace: str, namespace_labels: dict)
 
 
 def check_the_gateway_pods(docs: dict, server: dict, gateway: dict) -> None:
-    """Issue 27, item 6: the gpu overlay's gateway Deployment, sized from the measured cost."""
+    """The gpu overlay's gateway Deployment, sized from the measured cost."""
     from bench.gateway_cost import SIZED
 
     assert "--gateway-port=0" in server["args"]  # none in the GPU pods
@@ -221,7 +221,7 @@ def check_the_network_policy_and_selectors(docs: dict) -> None:
 
 
 def test_the_manifests_hold_on_a_real_cluster(rendered):
-    """Issue 27: what a real cluster would have hit, read from the rendered manifests."""
+    """What a real cluster would have hit, read from the rendered manifests."""
     rule_file = ROOT / "deploy/monitoring/prometheus-adapter-rules.yaml"
     query = yaml.safe_load(rule_file.read_text())["rules"]["custom"][0]["metricsQuery"]
     monitor = yaml.safe_load((ROOT / "deploy/monitoring/servicemonitor.yaml").read_text())

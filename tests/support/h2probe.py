@@ -1,4 +1,4 @@
-"""A raw HTTP/2 client for the abuse probes of issue 34, item 6 (no h2 library is pinned).
+"""A raw HTTP/2 client for the abuse probes of HTTP/2's limits (no h2 library is pinned).
 
 It writes just enough of RFC 9113 and RFC 7541 (literal headers, no Huffman coding) to open
 gRPC streams and reset them, the way a rapid-reset attacker does, and reads what the server

@@ -16,7 +16,8 @@ NORMALIZATION = (
     "The store is on Main St. and opens on the 2nd of May.",
     "Send it to help@example.com by Friday.",
     "We walked 5 km and it was 20°C outside.",
-    # Classes fixed in issue 7; Whisper writes digits, which words() reads the same way.
+    # Classes the normalizer reads (numbers, units, times); Whisper writes digits, which
+    # words() reads the same way.
     "We met at 10:05 am. The company's office was closed.",
     "Music from the 1990s is popular again.",
     "Call 555-123-4567 for help.",

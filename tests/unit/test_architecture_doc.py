@@ -1,5 +1,5 @@
 """docs/architecture.md's layout of tts_serving names the files the package has, and only
-those (issue 31: the docs had drifted from the code)."""
+those (the docs had drifted from the code once)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The null engine: BENCHMARK ONLY. No network runs; every output has the real shape and length.
 
 It stands in for ONNX Runtime or torch when ``perf_analyzer_configs.host_ceiling`` measures what
-Triton, the Python stubs, the ensemble and the phonemizer can carry at all (issue 18): the
+Triton, the Python stubs, the ensemble and the phonemizer can carry at all: the
 acoustic half gives each item ``FRAMES_PER_ID`` latent frames per phoneme id (scaled by the
 item's length scale, as the real duration predictor is), the vocoder ``hop_length`` samples per
 frame. The latents and the audio are zeros: what it serves is silence, so only the profiles named

@@ -1,6 +1,6 @@
 """Words of the text the client sent, located in the phoneme ids the voice speaks.
 
-Groundwork for word timestamps (issue 16): the acoustic model knows how many frames each
+Groundwork for word timestamps: the acoustic model knows how many frames each
 phoneme id gets; this module says which ids belong to which word of the original text, so a
 word's time is the frames before its first id and up to its last.
 

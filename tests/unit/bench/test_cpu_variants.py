@@ -1,4 +1,4 @@
-"""bench.cpu_variants' fidelity measures and gates (issue 28): they must tell a copy from a
+"""bench.cpu_variants' fidelity measures and gates: they must tell a copy from a
 noisy copy, and a gate must fail what it is there to catch."""
 
 from __future__ import annotations

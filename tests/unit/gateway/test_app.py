@@ -57,7 +57,7 @@ class _StreamError(Exception):
         (InvalidInput("text is too long"), 400, "invalid_input", None),
         (ServerOverloaded("queue full"), 503, "overloaded", "1"),
         (ServerUnavailable("connection refused"), 502, "upstream_unavailable", "1"),
-        # Issue 34, item 11: a model reloading answered 500 (a stream's refusal had no code).
+        # A model reloading answered 500 (a stream's refusal had no code).
         (
             map_exception(
                 _StreamError("Request for unknown model: 'tts_stream' has no available versions")
@@ -124,7 +124,7 @@ def test_admission_limit_gives_429_with_retry_after():
 
 
 def test_long_text_is_capped_per_caller():
-    """Issue 34, item 5: one caller with 16 long texts held every tts_stream slot."""
+    """One caller with 16 long texts held every tts_stream slot."""
     backend = FakeBackend(delay=0.5)
     app = create_app(GatewaySettings(max_streams_per_client=2), lambda _s: backend)
     long = "A sentence that keeps going. " * 10  # over direct_max_chars: streamed

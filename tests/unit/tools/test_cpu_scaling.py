@@ -1,4 +1,4 @@
-"""The CPU scaling rule (issue 28, item 3): at 2 cores it is the served default; beyond, it
+"""The CPU scaling rule: at 2 cores it is the served default; beyond, it
 splits the instances by the stages' work and keeps two threads per core."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Inline phonemes ``[[ ... ]]`` (issue 29, pronunciation): parsed, checked against the voice,
+"""Inline phonemes ``[[ ... ]]`` (pronunciation): parsed, checked against the voice,
 kept out of the normalizer and espeak-ng, and timed as words of the text as sent."""
 
 from __future__ import annotations

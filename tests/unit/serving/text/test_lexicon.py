@@ -1,4 +1,4 @@
-"""Pronunciation lexicons (issue 29): whole words, per voice over every voice, checked against
+"""Pronunciation lexicons: whole words, per voice over every voice, checked against
 each voice's phonemes, reloaded when the file changes, the last good one kept on a bad edit."""
 
 from __future__ import annotations

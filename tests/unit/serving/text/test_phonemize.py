@@ -125,8 +125,8 @@ def test_text_with_latin_letters_digits_or_lone_greek_letters_is_read(phonemizer
     assert len(phonemizer.ids(text)) > 3
 
 
-# Texts that crashed espeak-ng (a segfault) given to it unshaped: the reports, the shapes of
-# issue 19, and every crasher bench.fuzz_phonemizer --save ever found. Keep them fixed.
+# Texts that crashed espeak-ng (a segfault) given to it unshaped: the reports, the shapes
+# found then, and every crasher bench.fuzz_phonemizer --save ever found. Keep them fixed.
 CRASHERS = json.loads(
     (ROOT / "tests/unit/serving/text/espeak_crashers.json").read_text(encoding="utf-8")
 )
@@ -199,7 +199,7 @@ def test_short_acronyms_are_left_to_espeak():
 
 
 def test_clean_text_maps_back_to_the_text_as_sent():
-    """Issue 34, item 10: NFC, control characters and whitespace runs moved word spans."""
+    """NFC, control characters and whitespace runs moved word spans."""
     sent = "  Cafe\u0301\x07 au\n\n lait "
     clean = clean_text(sent)
     assert clean.text == "Caf\u00e9 au lait"

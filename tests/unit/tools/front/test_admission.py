@@ -313,7 +313,7 @@ def test_model_name_is_read_from_the_wire_format():
 
 
 def test_a_duplicate_model_name_is_read_as_protobuf_reads_it():
-    """Issue 34, item 3: "zz" prepended as a second model_name passed admission as "zz" while
+    """ "zz" prepended as a second model_name passed admission as "zz" while
     Triton served the last one, `tts` (150 concurrent all admitted)."""
     trick = b"\x0a\x02zz" + infer_request("tts")
     assert service_pb2.ModelInferRequest.FromString(trick).model_name == "tts"
