@@ -19,7 +19,7 @@ BIND ?= 127.0.0.1
 PYTEST_ARGS ?=
 
 .PHONY: help setup serve-setup check-system-deps client-venv system-deps test-system-deps \
-  apt-install export serve test test-setup test-reliability unit lint format clean perf perf-smoke bench \
+  apt-install export serve check test test-setup test-reliability unit lint format clean perf perf-smoke bench \
   soak flops profiles gpu-bundle deploy-venv lock image-cpu image-gpu simulate
 
 help:  # the default goal: what each target does
@@ -27,6 +27,7 @@ help:  # the default goal: what each target does
 	@echo "make serve           set up the lean venv, export the voice, serve on CPU (ports: README)"
 	@echo "                     PROFILE=gpu|torch-cpu(-dlpack) adds torch; VOICES=voices.json more voices"
 	@echo "make test            set up everything (system packages too) and run every test"
+	@echo "make check           the edit loop: lint, unit, adapter and repository tests (no server)"
 	@echo "make unit | lint     the fast unit tests | ruff and the import layers"
 	@echo "make test-reliability  the reliability tier with its long tests (--long)"
 	@echo "make export          export the voice into model_repository (VOICES=voices.json: more)"
@@ -137,6 +138,12 @@ format: $(VENV)/.installed
 
 unit: $(VENV)/.installed
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+
+# The edit loop: lint, then the tiers that start no server (unit, model.py adapters with a
+# fake pb_utils, the repository's files), on both cores. `make test` runs everything.
+check: $(VENV)/.installed export lint
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/unit tests/adapter \
+	  tests/repository $(PYTEST_ARGS)
 
 # --durations: the slowest tests in every run, to keep the suite's time in view. Two workers,
 # one test file each at a time (a file's servers are its own; most of a test's time is a

@@ -438,6 +438,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             front_live=live,
             heartbeat=heartbeat,
             edge_cmd=edge_cmd,
+            gateway_ready=(lambda: port_open("127.0.0.1", edge.gateway_inner))
+            if edge and edge.gateway_inner
+            else None,
         )
     finally:
         if folder:

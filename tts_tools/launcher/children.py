@@ -141,11 +141,13 @@ class _Launch:
                 self.say(f"launcher: {name} again: stopping now, without waiting for anything")
                 self.stop_now()
                 os._exit(128 + signum)
+            # Set before printing: a second signal landing inside this handler's print (two
+            # arrived together once: both printed, and the stop never finished) is "again".
+            self.stopping.set()
             self.say(
                 f"launcher: {name}, stopping: requests and streams in flight get up to "
                 f"{self.drain_s:g} s to finish, then Triton stops ({name} again: stop now)"
             )
-            self.stopping.set()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
