@@ -18,6 +18,7 @@ import asyncio
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -34,19 +35,29 @@ NO_RETRY = RetryPolicy(retries=0)
 
 
 def cost(direct: str, front: str, requests: int, concurrency: int = 16) -> dict[str, float]:
+    """c=1 medians (requests alternate) and throughput at ``concurrency`` (runs in the order
+    direct, front, front, direct), one client per thread and URL (tritonclient's HTTP client
+    is not shared between threads)."""
+    local = threading.local()
+
+    def synthesize(url: str, text: str) -> float:
+        clients = local.__dict__.setdefault("clients", {})
+        if url not in clients:
+            clients[url] = TTSClient(url)
+        return clients[url].synthesize(text).duration
+
     times: dict[str, list[float]] = {direct: [], front: []}
-    with TTSClient(direct) as a, TTSClient(front) as b:
-        for i in range(requests):
-            for url, client in ((direct, a), (front, b)):
-                start = time.perf_counter()
-                client.synthesize(SENTENCES[i % len(SENTENCES)])
-                times[url].append(time.perf_counter() - start)
-        rates: dict[str, list[float]] = {direct: [], front: []}
-        texts = [SENTENCES[i % len(SENTENCES)] for i in range(max(requests, 3 * concurrency))]
-        for url, client in ((direct, a), (front, b), (front, b), (direct, a)):
+    for i in range(requests):
+        for url in (direct, front):
             start = time.perf_counter()
-            with ThreadPoolExecutor(concurrency) as pool:
-                audio_s = sum(x.duration for x in pool.map(client.synthesize, texts))
+            synthesize(url, SENTENCES[i % len(SENTENCES)])
+            times[url].append(time.perf_counter() - start)
+    rates: dict[str, list[float]] = {direct: [], front: []}
+    texts = [SENTENCES[i % len(SENTENCES)] for i in range(max(requests, 3 * concurrency))]
+    with ThreadPoolExecutor(concurrency) as pool:
+        for url in (direct, front, front, direct):
+            start = time.perf_counter()
+            audio_s = sum(pool.map(lambda t, u=url: synthesize(u, t), texts))
             rates[url].append(audio_s / (time.perf_counter() - start))
     return {
         "direct_p50_ms": 1e3 * statistics.median(times[direct]),

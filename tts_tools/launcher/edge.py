@@ -102,7 +102,9 @@ def _errors(kind: str, refusals: dict[int, str]) -> str:
             )
             continue
         if kind == "openai":
-            kind_of = "rate_limit_error" if status == 429 else "server_error"
+            kind_of = {429: "rate_limit_error", 413: "invalid_request_error"}.get(
+                status, "server_error"
+            )
             body = f'{{"error":{{"message":"{why}","type":"{kind_of}","param":null,"code":null}}}}'
         else:
             body = f'{{"error":"{why}"}}'
@@ -112,6 +114,42 @@ def _errors(kind: str, refusals: dict[int, str]) -> str:
             f"return {status} '{body}'; }}"
         )
     return "\n".join(lines)
+
+
+def _upstream(name: str, port: int, keepalive_s: int) -> str:
+    """A loopback upstream whose idle connections the edge closes after ``keepalive_s``
+    (before the server behind closes them under a request being sent)."""
+    return f"""
+  upstream {name} {{
+    server 127.0.0.1:{port};
+    keepalive 64;
+    keepalive_timeout {keepalive_s}s;
+  }}"""
+
+
+def _http_server(
+    listen: str, zone: str, per_client: int, errors: str, upstream: str, key: str, upgrade: bool
+) -> str:
+    """A public HTTP port proxied to ``upstream`` (``upgrade``: WebSocket sessions too)."""
+    # Other requests keep the connection to the upstream open for the next one.
+    connection = "$connection_upgrade" if upgrade else '""'
+    websocket = "\n      proxy_set_header Upgrade $http_upgrade;" if upgrade else ""
+    return f"""
+  server {{
+    {listen}
+    limit_conn {zone} {per_client};
+{errors}
+    location / {{
+      proxy_pass http://{upstream}/;
+      proxy_http_version 1.1;
+      proxy_set_header Host $http_host;  # with its port: origins are checked by it{websocket}
+      proxy_set_header Connection {connection};
+{_forwarding("proxy_set_header", key)}
+      proxy_buffering off;  # audio and events stream as they are made
+      proxy_read_timeout {UPSTREAM_READ_S}s;
+      proxy_send_timeout {UPSTREAM_READ_S}s;
+    }}
+  }}"""
 
 
 def render(settings: FrontSettings, ports: EdgePorts, key: str, folder: Path) -> str:
@@ -124,36 +162,20 @@ def render(settings: FrontSettings, ports: EdgePorts, key: str, folder: Path) ->
     # On the gRPC port a connection carries many calls and limit_conn counts calls: as many
     # per address as admission would queue and serve for one client, no fewer.
     grpc_per_client = max(s.max_connections_per_client, s.max_waiting_per_client + s.slots)
-    # Upstream connections kept open: closed by the edge before the front door's idle timeout
-    # (and uvicorn's 5 s keep-alive) closes them under a request being sent.
+    per_client = s.max_connections_per_client
+    refusals = _refusals(s, per_client)
     front_keepalive = max(1, int(s.idle_timeout_s / 2))
     gateway = ""
-    if ports.gateway:
-        gateway = f"""
-  upstream gateway {{
-    server 127.0.0.1:{ports.gateway_inner};
-    keepalive 64;
-    keepalive_timeout 4s;
-  }}
-  server {{
-    {_listen(ports.bind, ports.gateway)}
-    limit_conn gateway {s.max_connections_per_client};
-{_errors("openai", _refusals(s, s.max_connections_per_client))}
-    location / {{
-      proxy_pass http://gateway/;
-      proxy_http_version 1.1;
-      proxy_set_header Host $http_host;  # with its port: the gateway checks origins by it
-      # WebSocket sessions (/v1/audio/speech/stream) upgrade; other requests keep the
-      # connection to the gateway open for the next one.
-      proxy_set_header Upgrade $http_upgrade;
-      proxy_set_header Connection $connection_upgrade;
-{_forwarding("proxy_set_header", key)}
-      proxy_buffering off;  # audio and events stream as they are made
-      proxy_read_timeout {UPSTREAM_READ_S}s;
-      proxy_send_timeout {UPSTREAM_READ_S}s;
-    }}
-  }}
-"""
+    if ports.gateway:  # uvicorn closes idle connections after 5 s
+        gateway = _upstream("gateway", ports.gateway_inner, 4) + _http_server(
+            _listen(ports.bind, ports.gateway), "gateway", per_client,
+            _errors("openai", refusals), "gateway", key, upgrade=True,
+        )  # fmt: skip
+    http = _http_server(
+        _listen(ports.bind, ports.http), "http", per_client,
+        _errors("triton", refusals), "front_http", key, upgrade=False,
+    )  # fmt: skip
+    grpc_refusals = {k: v for k, v in _refusals(s, grpc_per_client).items() if k != 413}
     return f"""# Rendered by tts_tools/launcher/edge.py for one launch; edit the front door's
 # settings (FRONT_ARGS), not this file.
 daemon off;
@@ -201,33 +223,9 @@ http {{
     default upgrade;
     '' '';
   }}
-
-  upstream front_http {{
-    server 127.0.0.1:{ports.front_http};
-    keepalive 64;
-    keepalive_timeout {front_keepalive}s;
-  }}
-  upstream front_grpc {{
-    server 127.0.0.1:{ports.front_grpc};
-    keepalive 64;
-    keepalive_timeout {front_keepalive}s;
-  }}
-
-  server {{
-    {_listen(ports.bind, ports.http)}
-    limit_conn http {s.max_connections_per_client};
-{_errors("triton", _refusals(s, s.max_connections_per_client))}
-    location / {{
-      proxy_pass http://front_http/;
-      proxy_http_version 1.1;
-      proxy_set_header Host $http_host;  # with its port: the gateway checks origins by it
-      proxy_set_header Connection "";
-{_forwarding("proxy_set_header", key)}
-      proxy_buffering off;  # generate_stream's events as they are made
-      proxy_read_timeout {UPSTREAM_READ_S}s;
-      proxy_send_timeout {UPSTREAM_READ_S}s;
-    }}
-  }}
+{_upstream("front_http", ports.front_http, front_keepalive)}
+{_upstream("front_grpc", ports.front_grpc, front_keepalive)}
+{http}
 
   server {{
     {_listen(ports.bind, ports.grpc, http2=True)}
@@ -237,7 +235,7 @@ http {{
     # not by a body timeout.
     client_body_timeout {UPSTREAM_READ_S}s;
     client_max_body_size 0;  # a stream's messages add up; the front door caps each one
-{_errors("grpc", {k: v for k, v in _refusals(s, grpc_per_client).items() if k != 413})}
+{_errors("grpc", grpc_refusals)}
     location / {{
       grpc_pass grpc://front_grpc;
 {_forwarding("grpc_set_header", key)}
@@ -245,7 +243,8 @@ http {{
       grpc_send_timeout {UPSTREAM_READ_S}s;
     }}
   }}
-{gateway}}}
+{gateway}
+}}
 """
 
 
