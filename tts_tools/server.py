@@ -31,7 +31,7 @@ from .launcher.commands import (
     FRONT_TOKEN_FILE_ENV,
     FRONTED_EXIT_TIMEOUT_S,
     GATEWAY_FRONT_TOKEN_ENV,
-    free_port,
+    free_ports,
     front_command,
     gateway_command,
     server_command,
@@ -293,7 +293,16 @@ def gateway_child(args: argparse.Namespace, edge: EdgePorts | None) -> list[str]
     return command
 
 
-def edge_ports(args: argparse.Namespace) -> EdgePorts | None:
+def inner_ports(args: argparse.Namespace) -> list[int]:
+    """The loopback ports behind the public ones, distinct from each other and from every
+    port the command line names: tritonserver's HTTP and gRPC, then the front door's and the
+    gateway's behind the edge."""
+    public = (args.http_port, args.grpc_port, args.metrics_port, args.gateway_port,
+              args.wyoming_port, args.supervisor_metrics_port)  # fmt: skip
+    return free_ports(5, avoid=public)
+
+
+def edge_ports(args: argparse.Namespace, inner: list[int]) -> EdgePorts | None:
     """Where the edge listens and where it sends each port (None: no edge)."""
     if args.no_front or args.no_edge:
         return None
@@ -302,9 +311,9 @@ def edge_ports(args: argparse.Namespace) -> EdgePorts | None:
         http=args.http_port,
         grpc=args.grpc_port,
         gateway=args.gateway_port,
-        front_http=free_port(),
-        front_grpc=free_port(),
-        gateway_inner=free_port() if args.gateway_port else 0,
+        front_http=inner[2],
+        front_grpc=inner[3],
+        gateway_inner=inner[4] if args.gateway_port else 0,
     )
 
 
@@ -341,14 +350,13 @@ def supervisor_metrics(args: argparse.Namespace) -> tuple[SupervisorMetrics, Hea
 
 
 def triton_command(
-    args: argparse.Namespace, extra: list[str], shm_prefix: str
+    args: argparse.Namespace, extra: list[str], shm_prefix: str, inner: list[int]
 ) -> tuple[list[str], int, int]:
-    """tritonserver's command line and its HTTP and gRPC ports."""
+    """tritonserver's command line and its HTTP and gRPC ports (behind the front door: the
+    first two of ``inner``)."""
     # Behind the front door tritonserver listens on private loopback ports; only the front
     # (and the launcher's own probes) reach it.
-    triton_http, triton_grpc = (
-        (args.http_port, args.grpc_port) if args.no_front else (free_port(), free_port())
-    )
+    triton_http, triton_grpc = (args.http_port, args.grpc_port) if args.no_front else inner[:2]
     if not args.no_front:
         # Nothing is in flight once the front door has drained, but a stream of a stub that
         # died stays in flight in Triton 2.51 for ever: do not wait 30 s for it at exit.
@@ -382,13 +390,14 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     refuse_to_start(args, extra)
     shm_prefix = new_shm_prefix()
     key, configured = admin_key()
-    cmd, triton_http, triton_grpc = triton_command(args, extra, shm_prefix)
+    inner_port = inner_ports(args)
+    cmd, triton_http, triton_grpc = triton_command(args, extra, shm_prefix, inner_port)
     admin = (
         f"need the {ADMIN_HEADER} header (key from ${ADMIN_KEY_ENV} / ${ADMIN_KEY_FILE_ENV})"
         if configured
         else f"are refused (set ${ADMIN_KEY_ENV} or ${ADMIN_KEY_FILE_ENV} to use them)"
     )
-    edge = edge_ports(args)
+    edge = edge_ports(args, inner_port)
     folder = Path(tempfile.mkdtemp(prefix="tts-edge-")) if edge else None
     try:
         edge_cmd = edge_child(args, edge, folder) if edge and folder else None

@@ -11,7 +11,7 @@ import httpx2 as httpx
 
 from tests.support.metrics import sample
 from tests.support.paths import ROOT
-from tts_tools.launcher.commands import free_port
+from tts_tools.launcher.commands import free_ports
 
 # The front door's admission warm-up for tests that are not about admission: 4 sentences at a
 # time, 12 in all, instead of `make serve`'s 16 and 48 (about 14 CPU-seconds less per start on
@@ -38,10 +38,13 @@ class Launcher:
             # One --front-args reaches the front door (argparse keeps the last).
             assert not any(a.startswith("--front-args") for a in extra_args or []), extra_args
             extra_args = [*(extra_args or []), f"--front-args=--warmup-requests {warmup_requests}"]
-        self.http, self.grpc, self.metrics, self.gateway, self.supervisor_metrics = ports or (
-            free_port() for _ in range(5)
+        # Distinct (one at a time, the kernel can hand out the same port twice); Wyoming's is
+        # not in ``ports``: a restart there takes a fresh one.
+        fresh = free_ports(6, avoid=ports or ())
+        self.http, self.grpc, self.metrics, self.gateway, self.supervisor_metrics = (
+            ports or fresh[:5]
         )
-        self.wyoming = free_port()  # (not in ``ports``: a restart there takes a fresh one)
+        self.wyoming = fresh[5]
         self.repository = repository
         self.log_path = log_path
         self._log = open(log_path, "w")

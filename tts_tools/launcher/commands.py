@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from .environment import (
@@ -95,6 +96,25 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def free_ports(n: int, avoid: Iterable[int] = ()) -> list[int]:
+    """``n`` distinct free loopback ports, none of ``avoid``: held open together while they
+    are chosen (one at a time the kernel handed the same port out twice: the gateway's inner
+    port was the front door's, and a port given for Wyoming went to the front door)."""
+    avoid, held, ports = set(avoid), [], []
+    try:
+        while len(ports) < n:
+            s = socket.socket()
+            held.append(s)
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            if port not in avoid:
+                ports.append(port)
+    finally:
+        for s in held:
+            s.close()
+    return ports
 
 
 def taken_port(bind: str, ports: list[tuple[int, str]]) -> str | None:

@@ -267,3 +267,10 @@ def test_an_idle_connection_closed_by_the_server_is_not_logged_by_the_children()
     chosen = {"GRPC_VERBOSITY": "DEBUG"}
     environment.quiet_grpc(chosen)
     assert chosen == {"GRPC_VERBOSITY": "DEBUG"}  # a level the user chose stays
+
+
+def test_free_ports_are_distinct_and_avoid_the_ports_named():
+    first = commands.free_ports(8)
+    assert len(set(first)) == 8
+    again = commands.free_ports(8, avoid=first)
+    assert len(set(again)) == 8 and not set(again) & set(first)
