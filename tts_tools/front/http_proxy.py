@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 
 from tts_tools.launcher.commands import FRONT_LIVE_PATH
 from tts_tools.launcher.security import GRPC_HEADER_PREFIX
-from tts_wire import EDGE_KEY_HEADER
+from tts_wire import AUDIO, EDGE_KEY_HEADER
 
 from .admission import JSON_OVERHEAD, Closed, Refused, TooMany, request_cost
 from .settings import MIB
@@ -39,7 +39,9 @@ _ENCODINGS = {"identity", "gzip", "deflate", "br"}  # one of them; aiohttp infla
 # The audio output's entry in Triton's JSON reply (or in the JSON header of a binary one):
 # its shape is the samples produced, the request's real work. Looked for in the first
 # _HEAD_BYTES (the outputs before it are small); a compressed reply is not read.
-_AUDIO_SHAPE = re.compile(rb'"name":"audio","datatype":"[A-Z0-9]+","shape":\[([0-9,]+)\]')
+_AUDIO_SHAPE = re.compile(
+    rb'"name":"' + AUDIO.encode() + rb'","datatype":"[A-Z0-9]+","shape":\[([0-9,]+)\]'
+)
 _HEAD_BYTES = 64 * 1024
 _INFER_PATH = re.compile(
     r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/(?:infer|generate|generate_stream)$"

@@ -381,3 +381,19 @@ def test_tritons_timeout_parameter_is_read_as_a_deadline():
     request.parameters["timeout"].int64_param = -5  # negative: none
     assert infer_request_info(request.SerializeToString()).timeout_us == 0
     assert infer_request_info(infer_request("tts")).timeout_us == 0
+
+
+def test_the_audio_a_reply_carries_is_read_without_its_samples():
+    from tts_tools.front.http_proxy import _audio_samples
+    from tts_tools.protowire import output_elements
+
+    reply = service_pb2.ModelInferResponse(model_name="tts")
+    for name, shape in (("marks", [1, 0]), ("audio", [1, 110250])):
+        tensor = reply.outputs.add(name=name, datatype="FP32")
+        tensor.shape.extend(shape)
+    wire = reply.SerializeToString()
+    assert output_elements(wire, "audio") == 110250 and output_elements(wire, "marks") == 0
+    assert output_elements(wire, "words") is None and output_elements(b"\xff", "audio") is None
+    head = b'{"model_name":"tts","outputs":[{"name":"audio","datatype":"FP32","shape":[1,2205],'
+    assert _audio_samples(head + b'"data":[0.0') == 2205
+    assert _audio_samples(head[:40]) is None  # not there yet: read on
