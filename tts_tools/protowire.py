@@ -24,6 +24,20 @@ class Malformed(ValueError):
     """Not a protobuf message."""
 
 
+def _varint(view: memoryview, i: int) -> tuple[int, int]:
+    """The varint starting at ``view[i]`` and the index after it. Raises Malformed."""
+    value = shift = 0
+    n = len(view)
+    while i < n and shift < 64:
+        byte = view[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, i
+        shift += 7
+    raise Malformed("truncated varint")
+
+
 def fields(message: bytes | memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
     """(field number, wire type, value) of each field in order: an int for varints and fixed
     widths, a memoryview (no copy) for length-delimited ones. Raises Malformed."""
@@ -31,15 +45,8 @@ def fields(message: bytes | memoryview) -> Iterator[tuple[int, int, int | memory
 
     def varint() -> int:
         nonlocal i
-        value = shift = 0
-        while i < n and shift < 64:
-            byte = view[i]
-            i += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-        raise Malformed("truncated varint")
+        value, i = _varint(view, i)
+        return value
 
     while i < n:
         key = varint()
@@ -167,17 +174,10 @@ def stream_response(message: bytes) -> StreamResponse | None:
 
 def _packed(view: memoryview) -> list[int]:
     """The values of a packed repeated varint field (``shape``)."""
-    values, value, shift = [], 0, 0
-    for byte in view:
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            values.append(value)
-            value, shift = 0, 0
-        elif shift >= 64:
-            raise Malformed("a varint runs past 64 bits")
-    if shift:
-        raise Malformed("truncated varint")
+    values, i = [], 0
+    while i < len(view):
+        value, i = _varint(view, i)
+        values.append(value)
     return values
 
 
