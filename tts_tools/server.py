@@ -241,6 +241,14 @@ def refuse_to_start(args: argparse.Namespace, extra: list[str]) -> None:
         sys.exit(2)
 
 
+def front_listens(args: argparse.Namespace, edge: EdgePorts | None) -> tuple[str, int, int]:
+    """Where the front door listens, (host, gRPC port, HTTP port): behind the edge its
+    loopback ports, else the public ones."""
+    if edge:
+        return "127.0.0.1", edge.front_grpc, edge.front_http
+    return args.bind, args.grpc_port, args.http_port
+
+
 def front_door(
     args: argparse.Namespace,
     triton_grpc: int,
@@ -260,9 +268,7 @@ def front_door(
     return front_command(
         triton_grpc,
         triton_http,
-        "127.0.0.1" if edge else args.bind,
-        edge.front_grpc if edge else args.grpc_port,
-        edge.front_http if edge else args.http_port,
+        *front_listens(args, edge),
         shm_prefix,
         ["--notify-parent", *shlex.split(args.front_args)],
     )
@@ -271,13 +277,12 @@ def front_door(
 def gateway_child(args: argparse.Namespace, edge: EdgePorts | None) -> list[str]:
     """The gateway's command line (behind the edge: on a loopback port, straight to the
     front door's; its Wyoming port is still its own, on --bind)."""
-    local = local_host(args.bind)
-    front_grpc = f"127.0.0.1:{edge.front_grpc}" if edge else f"{local}:{args.grpc_port}"
+    host, grpc_port, _ = front_listens(args, edge)
     # The repository's voices (voices.json), each under its own name: a voice added with
     # `make serve VOICES=...` reaches the page and /v1/audio/voices. A voices file or
     # $TTS_GATEWAY_VOICES_FILE (the gateway's own settings: README, Settings) wins.
     command = gateway_command(
-        f"grpc://{front_grpc}",
+        f"grpc://{local_host(host)}:{grpc_port}",
         "127.0.0.1" if edge else args.bind,
         edge.gateway_inner if edge else args.gateway_port,
         [
@@ -424,11 +429,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     announce_when_ready(args, gpu=has_gpu())
     # The front door's probes go to its own ports (behind the edge: the inner ones, so the
     # launcher's liveness probe never queues behind the public connections).
-    host, grpc_port, http_port = (
-        ("127.0.0.1", edge.front_grpc, edge.front_http)
-        if edge
-        else (args.bind, args.grpc_port, args.http_port)
-    )
+    host, grpc_port, http_port = front_listens(args, edge)
     front_ready = (lambda: port_open(host, grpc_port)) if grpc_port else None
     live = (lambda: front_live(host, http_port)) if http_port else None
     try:

@@ -160,9 +160,8 @@ class _Launch:
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
-        for process in [*children, self.server]:
-            if process is not None and process.poll() is None:
-                process.kill()
+        if self.server is not None and self.server.poll() is None:
+            self.server.kill()
         for process in [*children, self.server]:
             if process is not None:
                 process.wait(10)
