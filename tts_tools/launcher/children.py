@@ -164,7 +164,7 @@ class _Launch:
             self.server.kill()
         for process in [*children, self.server]:
             if process is not None:
-                process.wait(10)
+                _reap(process, 10.0)
         end_orphans(keep=set())
         remove_regions(self.shm_prefix, set(), self.say)
 
@@ -292,6 +292,21 @@ class _Launch:
                 keeper.stop(self.drain_s)
             return 0  # stopped on request while the server was down: nothing left to stop
         return None
+
+
+def _reap(process: subprocess.Popen, timeout_s: float) -> None:
+    """Wait up to ``timeout_s`` for a killed child to end. With os.waitpid, not Popen.wait:
+    this runs in a signal handler, which may have interrupted a Popen.wait on the same child
+    whose lock it then cannot take (a second Ctrl-C during the stop raised TimeoutExpired
+    with a traceback after 10 s)."""
+    until = time.monotonic() + timeout_s
+    while time.monotonic() < until:
+        try:
+            if os.waitpid(process.pid, os.WNOHANG)[0]:
+                return
+        except ChildProcessError:  # reaped already
+            return
+        time.sleep(0.05)
 
 
 def _pause(seconds: float, stopping: threading.Event, beat: Callable[..., None]) -> bool:
