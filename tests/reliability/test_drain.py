@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 
-from tests.support.launcher import LIGHT_WARMUP, Launcher
+from tests.support.launcher import LIGHT_WARMUP, Launcher, alive
 from tests.support.metrics import sample
 from tests.support.paths import ROOT
 from tts_client import ServerUnavailable
@@ -194,6 +194,50 @@ def test_sigterm_to_make_serve_drains_the_gateway(exported_repository, tmp_path)
     # The stop says what it waits for and how long; the drain logs no traceback.
     assert "SIGTERM, stopping: requests and streams in flight get up to 40 s" in log, log[-3000:]
     assert "Traceback" not in log and "unexpected error" not in log, log[-3000:]
+
+
+def test_a_slow_reader_gets_its_whole_stream_after_everything_behind_the_edge_stopped(
+    exported_repository, tmp_path
+):
+    """A client that reads slowly is still being sent what the gateway finished writing
+    after the gateway, the front door and Triton have stopped: the edge (nginx) stops last,
+    by itself, once it has sent it (a SIGTERM 2 s after Triton cut the stream: CI's client
+    read more slowly than the servers stopped)."""
+    import json
+
+    import httpx2 as httpx
+
+    launcher = Launcher(
+        exported_repository, tmp_path / "launcher.log", warmup_requests=LIGHT_WARMUP
+    )
+    body = {"model": "tts-1", "voice": "alloy", "input": " ".join(SENTENCES[6:13])}
+    body |= {"response_format": "pcm", "stream_format": "sse"}
+    rate = 128_000  # bytes a second: slower than the audio is made (its events are base64)
+    try:
+        launcher.wait_ready()
+        triton_pid = launcher.triton_pid()
+        received, read_when_triton_stopped = bytearray(), None
+        with httpx.stream(
+            "POST", f"{launcher.url}/v1/audio/speech", json=body, timeout=120
+        ) as response:
+            for chunk in response.iter_bytes():
+                if not received:
+                    launcher.process.send_signal(signal.SIGTERM)
+                received += chunk
+                time.sleep(len(chunk) / rate)
+                if read_when_triton_stopped is None and not alive(triton_pid):
+                    read_when_triton_stopped = len(received)
+        code = launcher.process.wait(60)
+    finally:
+        launcher.close()
+    log = launcher.log()
+    # Everything behind the edge had stopped with most of the stream still to be read.
+    assert read_when_triton_stopped is not None
+    assert read_when_triton_stopped < len(received) / 2, (read_when_triton_stopped, len(received))
+    events = [line for line in received.decode().splitlines() if line]
+    assert json.loads(events[-1][6:])["type"] == "speech.audio.done", events[-1][:200]
+    assert code == 0, log[-3000:]
+    assert "the edge is still sending to clients" in log, log[-3000:]
 
 
 def test_a_second_sigint_stops_make_serve_at_once(exported_repository, tmp_path):

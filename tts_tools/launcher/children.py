@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .commands import GATEWAY_DRAIN_S
+from .commands import EDGE_STOP_S, GATEWAY_DRAIN_S
 from .environment import server_env
 from .liveness import Heartbeat
 from .restarts import RestartedChild, RestartPolicy
@@ -294,6 +294,25 @@ class _Launch:
         return None
 
 
+def _finish_edge(process: subprocess.Popen, until: float, say: Callable[[str], None]) -> None:
+    """Wait for nginx to exit by itself (SIGQUIT at the start of the stop): a client reading
+    slowly may still be getting what the gateway finished writing, and a SIGTERM here cut its
+    stream. Killed, with its workers, at ``until``."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=min(1.0, max(0.0, until - time.monotonic())))
+    if process.poll() is None:
+        say(
+            f"launcher: the edge is still sending to clients what they were served; up to "
+            f"{max(0.0, until - time.monotonic()):.0f} s more (Ctrl-C again: stop now)"
+        )
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, until - time.monotonic()))
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 def _reap(process: subprocess.Popen, timeout_s: float) -> None:
     """Wait up to ``timeout_s`` for a killed child to end. With os.waitpid, not Popen.wait:
     this runs in a signal handler, which may have interrupted a Popen.wait on the same child
@@ -380,7 +399,8 @@ def _stop_in_order(
     front, gateway, edge = launch.front, launch.gateway, launch.edge
     drained, say = launch.drained, launch.say
     # nginx's graceful stop (SIGQUIT): its ports close at once, what it carries finishes
-    # (its worker_shutdown_timeout is the drain), and it exits by itself.
+    # (its worker_shutdown_timeout bounds it), and it exits by itself.
+    edge_until = time.monotonic() + EDGE_STOP_S
     if edge and edge.process and edge.process.poll() is None:
         edge.process.send_signal(signal.SIGQUIT)
     # The gateway drains into the front door, the front door into Triton: in that order. A
@@ -412,8 +432,8 @@ def _stop_in_order(
         say(f"launcher: ended {len(orphans)} stub(s) tritonserver left behind")
     if front:
         front.stop(10.0)
-    if edge:
-        edge.stop(2.0)  # SIGQUIT at the start: by now it has finished what it carried
+    if edge and edge.process:
+        _finish_edge(edge.process, edge_until, say)
     if supervisor:
         supervisor.stop()
     return code

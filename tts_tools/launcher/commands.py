@@ -29,6 +29,9 @@ FRONTED_EXIT_TIMEOUT_S = 5
 # then a front door still holding streams of dead stubs gets 10 s. An orchestrator's grace
 # period must cover it (deploy/base/deployment.yaml, docker-compose.yml; tested).
 STOP_BUDGET_S = 2 * GATEWAY_DRAIN_S + FRONTED_EXIT_TIMEOUT_S + 10.0
+# The edge (nginx) closes its ports first and stops last: what it still sends to a slow
+# client after everything behind it has stopped gets the rest of the budget.
+EDGE_STOP_S = STOP_BUDGET_S - 3.0
 
 
 def server_command(

@@ -21,6 +21,8 @@ from pathlib import Path
 from tts_tools.front.settings import MIB, FrontSettings
 from tts_wire import EDGE_ADDRESS_HEADER, EDGE_KEY_HEADER
 
+from .commands import EDGE_STOP_S
+
 # The longest a request or a stream may wait between two reads from the front door or the
 # gateway: the front door's own deadlines (a client's may be up to FrontSettings' 3600 s) and
 # the gateway's session limits end work sooner; this only keeps a wedged upstream from holding
@@ -184,8 +186,9 @@ worker_processes 1;
 worker_rlimit_nofile {2 * worker_connections + 256};
 pid {folder}/nginx.pid;
 error_log stderr warn;
-# A stop lets requests in flight finish, streams too, up to the drain.
-worker_shutdown_timeout {int(s.drain_s)}s;
+# A stop lets what is in flight finish: the gateway's and the front door's drains end their
+# requests cleanly first; this only bounds what is still on its way to a slow client.
+worker_shutdown_timeout {int(EDGE_STOP_S)}s;
 
 events {{
   worker_connections {worker_connections};

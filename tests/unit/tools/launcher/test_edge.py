@@ -11,6 +11,7 @@ import pytest
 
 from tts_tools.front.settings import FrontSettings
 from tts_tools.launcher import edge
+from tts_tools.launcher.commands import FRONTED_EXIT_TIMEOUT_S, GATEWAY_DRAIN_S, STOP_BUDGET_S
 from tts_tools.launcher.edge import EdgePorts, edge_command, render, write_config
 from tts_tools.server import main
 from tts_wire import EDGE_ADDRESS_HEADER, EDGE_KEY_HEADER
@@ -51,6 +52,14 @@ def test_every_limit_comes_from_the_front_doors_settings(tmp_path):
     assert http_limit == gateway_limit == "7"
     # gRPC calls per address: never fewer than admission queues and serves for one client.
     assert int(grpc_limit) >= settings.max_waiting_per_client + settings.slots
+
+
+def test_the_edge_outlasts_the_drains_behind_it(tmp_path):
+    """A stop closes the edge's ports first and ends it last: the gateway's and then the front
+    door's drains end their requests cleanly (an error event, a status) before nginx's own
+    limit would cut the connection; the launcher kills it only after that."""
+    (limit,) = directive(render(FrontSettings(), PORTS, "k", tmp_path), "worker_shutdown_timeout")
+    assert 2 * GATEWAY_DRAIN_S + FRONTED_EXIT_TIMEOUT_S < int(limit.rstrip("s")) <= STOP_BUDGET_S
 
 
 def test_the_edge_alone_writes_the_forwarding_headers_and_the_normalized_path(tmp_path):
