@@ -6,7 +6,7 @@ backends). Also the shim that hands tritonserver the admin key.
 
 from __future__ import annotations
 
-import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -70,21 +70,24 @@ def prepare_backends(cache_dir: Path) -> Path:
 
     if current():
         return backends
-    # Made aside and renamed into place: several servers start at once (make test's workers,
-    # a benchmark beside make serve), and one must never see, or delete, another's half copy.
+    # Made aside and renamed into place under a lock: several servers start at once (make
+    # test's workers, a benchmark beside make serve). Without the lock one set aside, as
+    # stale, the copy another had just put in place, and a third found none.
     backends.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{backends.name}-", dir=backends.parent))
-    shutil.copytree(src / "backends" / "python", staging / "python")
-    shutil.copy2(stub, staging / "python" / "triton_python_backend_stub")
-    if not current():
-        if backends.exists():  # another pytriton's stub: set aside, then removed
-            stale = staging.with_name(staging.name + "-stale")
-            with contextlib.suppress(OSError):
-                backends.rename(stale)
-            shutil.rmtree(stale, ignore_errors=True)
-        with contextlib.suppress(OSError):  # lost the race: the winner's copy is the same
-            staging.rename(backends)
-    shutil.rmtree(staging, ignore_errors=True)
+    with open(backends.parent / f".{backends.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not current():
+            staging = Path(tempfile.mkdtemp(prefix=f".{backends.name}-", dir=backends.parent))
+            try:
+                shutil.copytree(src / "backends" / "python", staging / "python")
+                shutil.copy2(stub, staging / "python" / "triton_python_backend_stub")
+                if backends.exists():  # another pytriton's stub: set aside, then removed
+                    stale = staging.with_name(staging.name + "-stale")
+                    backends.rename(stale)
+                    shutil.rmtree(stale, ignore_errors=True)
+                staging.rename(backends)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
     if not current():
         raise RuntimeError(f"could not lay out the Python backend in {backends}")
     return backends
