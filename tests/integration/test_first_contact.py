@@ -117,6 +117,42 @@ def test_on_half_the_cores_after_the_warm_up_normal_load_is_still_served(served)
         assert errors == [], f"{len(errors)} of 48 refused: {errors[0]}"
 
 
+def test_on_half_the_cores_overload_is_refused_and_what_is_served_makes_its_deadline(served):
+    """Open-loop arrivals far past what half the cores serve (about 1.5-3 sentences a second
+    here; 8 a second sent), each with a 10 s deadline of its own, raw tritonclient without
+    retries: every request is served in time or refused with UNAVAILABLE; none runs into its
+    deadline. Before, 32 in flight took 10 s on 2 busy cores, and requests that took the last
+    free slots, or a slot at the start of a busy spell, missed their deadlines (DEADLINE_EXCEEDED:
+    computed for nothing, and the client waited all of it)."""
+    rate, seconds, deadline_s = 8.0, 12.0, 10.0
+
+    def one(i: int) -> tuple[str, float]:
+        client = grpcclient.InferenceServerClient(f"localhost:{served.grpc}")
+        text = grpcclient.InferInput("text", [1, 1], "BYTES")
+        text.set_data_from_numpy(np.array([[SENTENCES[3 + i % 12].encode()]], dtype=object))
+        start = time.monotonic()
+        try:
+            client.infer("tts", [text], client_timeout=deadline_s)
+            return "served", time.monotonic() - start
+        except grpcclient.InferenceServerException as e:
+            return str(e.status()), time.monotonic() - start
+        finally:
+            client.close()
+
+    time.sleep(WINDOW_S + 1)
+    with halved(served.triton_pid()), ThreadPoolExecutor(int(rate * seconds)) as pool:
+        start, futures = time.monotonic(), []
+        for i in range(int(rate * seconds)):
+            time.sleep(max(0.0, start + i / rate - time.monotonic()))
+            futures.append(pool.submit(one, i))
+        results = [f.result() for f in futures]
+    outcomes = [o for o, _ in results]
+    refused = sorted(s for o, s in results if o == "StatusCode.UNAVAILABLE")
+    assert set(outcomes) <= {"served", "StatusCode.UNAVAILABLE"}, outcomes
+    assert outcomes.count("served") >= 8 and refused, outcomes
+    assert refused[len(refused) // 2] < deadline_s / 2, refused  # refused well before
+
+
 def test_tritons_own_ports_refuse_inference_around_the_front_door(served):
     """Triton's ports (on its command line, which every local user reads) served inference to
     any local process around admission: three vocoder clients there starved every client of

@@ -158,7 +158,7 @@ class Front(GrpcProxy, HttpProxy):
         if ticket.queued:
             work = work_done(samples) if samples is not None and ticket.measured else None
             self.admission.release(
-                ticket.cost, outcome == "served", ticket.measured, work, ticket.client
+                ticket.cost, outcome == "served", ticket.measured, work, ticket.client, seconds
             )
         else:
             self._streams[ticket.client] -= 1
