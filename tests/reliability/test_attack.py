@@ -347,7 +347,7 @@ def test_every_message_of_a_stream_is_admitted(server, front):
     refused = [r for r in responses if r.error_message]
     assert refused, "a stream's messages bypassed admission"
     assert all(r.error_message.startswith("[UNAVAILABLE] server overloaded") for r in refused)
-    assert len(refused) <= n - 32  # the 32 that found a free slot were served
+    assert len(refused) <= n - 16  # the full batch that found free slots was served
     served = metric(front, "tts_front_requests_total", model="tts", outcome="served")
     assert served - served_before == n - len(refused)
     assert metric(front, "tts_front_in_flight", model="tts") == 0  # every ticket released
