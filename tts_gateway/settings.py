@@ -222,6 +222,10 @@ class GatewaySettings:
     wyoming_max_connections_per_client: int = 16
     wyoming_idle_s: float = 300.0
     wyoming_write_timeout_s: float = 10.0  # a client that reads nothing this long is dropped
+    # A name to advertise the Wyoming port under over mDNS (`_wyoming._tcp`, as wyoming-piper's
+    # --zeroconf does), for Home Assistant to discover it; empty: not advertised. It says the
+    # address the port is bound to (on 0.0.0.0: this machine's address on its default route).
+    wyoming_zeroconf: str = ""
     voices: tuple[Voice, ...] = field(default=DEFAULT_VOICES)
 
     def __post_init__(self) -> None:

@@ -23,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import ipaddress
 import logging
+import socket
 from collections import Counter
 
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
@@ -39,6 +41,8 @@ from wyoming.tts import (
     SynthesizeStopped,
     SynthesizeVoice,
 )
+from zeroconf import Error as ZeroconfError
+from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
 from tts_client.session import BufferRule, TextBuffer
 
@@ -287,6 +291,36 @@ def _text(text: str, text_format) -> str:
     return text
 
 
+SERVICE_TYPE = "_wyoming._tcp.local."
+
+
+async def advertise(name: str, host: str, port: int) -> AsyncZeroconf:
+    """Announce ``name`` (``<name>._wyoming._tcp.local.``) at ``host``:``port`` over mDNS, as
+    wyoming-piper does (wyoming's own helper cannot withdraw it at a stop); closing the
+    returned object withdraws it."""
+    address = socket.gethostbyname(host)
+    if ipaddress.ip_address(address).is_unspecified:  # all interfaces: the default route's
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("224.0.0.251", 5353))  # (no packet is sent)
+            address = probe.getsockname()[0]
+    if ipaddress.ip_address(address).is_loopback:
+        log.warning(
+            "gateway: advertising Wyoming at %s over mDNS: only this machine can reach it "
+            "(bind it where Home Assistant can: --wyoming-host / WYOMING_HOST)",
+            address,
+        )
+    zeroconf = AsyncZeroconf()
+    info = AsyncServiceInfo(
+        SERVICE_TYPE,
+        f"{name}.{SERVICE_TYPE}",
+        addresses=[socket.inet_aton(address)],
+        port=port,
+    )
+    await zeroconf.async_register_service(info)
+    log.info("gateway: Wyoming advertised over mDNS as %s at %s:%d", name, address, port)
+    return zeroconf
+
+
 class WyomingServer:
     """The TCP server: connections capped in all and per address."""
 
@@ -297,13 +331,25 @@ class WyomingServer:
         self.by_client: Counter[str] = Counter()
         self.handlers: set[asyncio.Task] = set()
         self._server: asyncio.Server | None = None
+        self._advertised: AsyncZeroconf | None = None
 
     async def start(self) -> int:
-        """Listen on ``wyoming_host``:``wyoming_port``; the port bound."""
+        """Listen on ``wyoming_host``:``wyoming_port`` (advertised over mDNS when asked); the
+        port bound."""
         self._server = await asyncio.start_server(
             self._connected, self.host, self.settings.wyoming_port, limit=MAX_LINE
         )
-        return self._server.sockets[0].getsockname()[1]
+        port = self._server.sockets[0].getsockname()[1]
+        if self.settings.wyoming_zeroconf:
+            try:
+                self._advertised = await advertise(self.settings.wyoming_zeroconf, self.host, port)
+            except (OSError, ValueError, ZeroconfError) as e:  # the port serves all the same
+                log.error(
+                    "gateway: could not advertise Wyoming over mDNS (%s: %s); it serves on "
+                    "port %d, and Home Assistant must be given its address",
+                    type(e).__name__, e, port,
+                )  # fmt: skip
+        return port
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         peer = writer.get_extra_info("peername")
@@ -334,6 +380,8 @@ class WyomingServer:
                 del self.by_client[client]
 
     async def close(self) -> None:
+        if self._advertised is not None:  # goodbye packets: discovery forgets it at once
+            await self._advertised.async_close()
         if self._server is not None:
             self._server.close()
             for task in list(self.handlers):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
@@ -31,10 +32,19 @@ from tts_tools.sample_texts import PARAGRAPH, SENTENCES
 TIMEOUT_S = 120
 
 
+# The name the gateway advertises the port under over mDNS (as wyoming-piper's --zeroconf),
+# one of its own per run: CI jobs beside this one may advertise too.
+ZEROCONF_NAME = f"tts-test-{os.getpid()}"
+
+
 @pytest.fixture(scope="module")
 def served(exported_repository, tmp_path_factory):
     log = tmp_path_factory.mktemp("wyoming") / "launcher.log"
-    launcher = Launcher(exported_repository, log, warmup_requests=LIGHT_WARMUP)
+    os.environ["TTS_GATEWAY_WYOMING_ZEROCONF"] = ZEROCONF_NAME  # the gateway reads it
+    try:
+        launcher = Launcher(exported_repository, log, warmup_requests=LIGHT_WARMUP)
+    finally:
+        del os.environ["TTS_GATEWAY_WYOMING_ZEROCONF"]
     try:
         launcher.wait_ready()
         yield launcher
@@ -74,6 +84,33 @@ def test_describe_lists_the_voices_and_streaming(served):
     names = [v.name for v in program.voices]
     assert names and names[0]  # the repository's voices, the default first
     assert all(v.languages and v.installed for v in program.voices)
+
+
+def test_home_assistant_discovers_the_port_over_mdns_and_hears_it(served):
+    """Home Assistant finds Wyoming servers by their `_wyoming._tcp` mDNS advertisement (as
+    wyoming-piper's --zeroconf makes it): the port is found under its name, at an address
+    that answers (on loopback here: the launcher binds 127.0.0.1 unless told otherwise)."""
+    from zeroconf.asyncio import AsyncZeroconf
+
+    async def discover():
+        zeroconf = AsyncZeroconf()
+        try:
+            for _ in range(3):  # (multicast: a query or its answer may be lost)
+                info = await zeroconf.async_get_service_info(
+                    "_wyoming._tcp.local.", f"{ZEROCONF_NAME}._wyoming._tcp.local.", 10_000
+                )
+                if info is not None:
+                    return info
+            return None
+        finally:
+            await zeroconf.async_close()
+
+    found = asyncio.run(discover())
+    assert found is not None, served.log()[-3000:]
+    assert found.port == served.wyoming and found.parsed_addresses() == ["127.0.0.1"]
+    events = asyncio.run(exchange(found.port, Describe().event(), until="info"))
+    assert Info.from_event(events[-1]).tts
+    assert "only this machine can reach it" in served.log()  # loopback: said so
 
 
 def test_synthesize_answers_start_chunks_stop_at_the_voices_rate(served):

@@ -93,3 +93,29 @@ def test_a_client_that_stops_reading_is_dropped_after_the_write_timeout():
         theirs.close()
 
     asyncio.run(main())
+
+
+def test_an_advertisement_that_fails_is_logged_and_the_port_serves(monkeypatch, caplog):
+    """mDNS is optional: where it cannot be sent (no multicast, a name taken), the error says
+    so and the Wyoming port serves all the same."""
+    import dataclasses
+
+    from tts_gateway import wyoming
+
+    async def no_multicast(name: str, host: str, port: int):
+        raise OSError("no multicast route")
+
+    async def main():
+        monkeypatch.setattr(wyoming, "advertise", no_multicast)
+        settings = dataclasses.replace(
+            SETTINGS, wyoming_port=0, wyoming_host="127.0.0.1", wyoming_zeroconf="kitchen"
+        )
+        server = wyoming.WyomingServer(settings, service=None)
+        port = await server.start()
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.close()
+        await server.close()
+        return port
+
+    assert asyncio.run(main()) > 0
+    assert "could not advertise Wyoming over mDNS (OSError: no multicast route)" in caplog.text
