@@ -306,7 +306,7 @@ async def advertise(name: str, host: str, port: int) -> AsyncZeroconf:
     if ipaddress.ip_address(address).is_loopback:
         log.warning(
             "gateway: advertising Wyoming at %s over mDNS: only this machine can reach it "
-            "(bind it where Home Assistant can: --wyoming-host / WYOMING_HOST)",
+            "(bind it where Home Assistant can: make serve BIND=0.0.0.0, or --wyoming-host)",
             address,
         )
     zeroconf = AsyncZeroconf()
