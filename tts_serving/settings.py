@@ -199,11 +199,24 @@ class PhonemizerSettings:
 @dataclass(frozen=True)
 class AcousticSettings(EngineSettings):
     max_phoneme_ids: int = _max_phoneme_ids()
+    cuda_graph_phonemes: str = field(
+        default="",
+        metadata=doc(
+            "torch on CUDA: phoneme-id counts to capture the encoder and duration predictor "
+            "as CUDA graphs for, with cuda_graph_batches (`64,128,400`); empty: they run eagerly"
+        ),
+    )
+
+    @property
+    def graph_phonemes(self) -> tuple[int, ...]:
+        return int_list(self.cuda_graph_phonemes, "cuda_graph_phonemes")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.max_phoneme_ids < 3:
             raise ValueError("max_phoneme_ids must be >= 3")
+        if self.graph_phonemes and not self.graph_batches:
+            raise ValueError("cuda_graph_phonemes needs cuda_graph_batches")
         if self.dtype == "int8":
             # It gained 1-5% and moved the latents (docs/performance.md): not exported.
             raise ValueError("dtype int8 is exported for the vocoder only")

@@ -233,3 +233,48 @@ def test_device_tensors_and_cpu_only_inputs_are_set_together(
         load_model(exported_repository, "vocoder", params)
     with pytest.raises(ModelConfigError, match="device_tensors applies to engine torch only"):
         load_model(exported_repository, "acoustic", {"device_tensors": "true"})
+
+
+@pytest.mark.parametrize("speed_in", ["length_scale", "speed_column"])
+def test_durations_from_bucket_sized_batches_equal_the_batch_alone(engines, ids, speed_in):
+    """What the acoustic's CUDA graphs do on a GPU (DurationGraphs), run eagerly: a batch padded
+    up to a captured (batch, phoneme ids) bucket and cut back gives every item the frames and
+    the latent it gets without the bucket's padding."""
+    from tts_serving.engines.torch_engine import DurationGraphs
+
+    acoustic = engines["torch"][0]
+    net = acoustic.net
+    if speed_in == "length_scale":
+        scales = np.array([[0.0, 1 / s, 0.0] for s in SPEEDS], np.float32)
+    else:
+        scales = np.array([[0.0, 1.0, 0.0, s] for s in SPEEDS], np.float32)
+    longest = max(len(x) for x in ids)
+    plain = acoustic.run(ids, scales)
+    buckets = DurationGraphs(
+        net.module, (1, 4, 16), (longest, longest + 37, 400), net.device, capture=False
+    )
+    # The bucket the whole batch replays is 16 x (longest); one item alone: 1 x (longest).
+    assert buckets.cells and max(buckets.cells) == (16, 400)
+    net.duration_graphs = buckets
+    try:
+        bucketed = acoustic.run(ids, scales)
+        alone = acoustic.run(ids[:1], scales[:1])
+    finally:
+        net.duration_graphs = None
+    for p, b in zip(plain, bucketed):
+        assert np.array_equal(p.durations, b.durations)
+    assert max_diff([b.latent for b in bucketed], [p.latent for p in plain]) < 1e-4
+    assert np.array_equal(alone[0].durations, plain[0].durations)
+
+
+def test_batches_outside_every_bucket_run_eagerly(engines, ids):
+    from tts_serving.engines.torch_engine import DurationGraphs
+
+    net = engines["torch"][0].net
+    buckets = DurationGraphs(net.module, (1, 2), (8,), net.device, capture=False)
+    x = torch.from_numpy(np.stack([ids[0][:8]] * 3))
+    scales = torch.tensor([[0.0, 1.0, 0.0, 1.0]] * 3)
+    assert buckets(x, torch.full((3,), 8), scales) is None  # 3 items > 2
+    assert buckets(x[:1, :8].repeat(1, 2), torch.full((1,), 16), scales[:1]) is None  # 16 > 8
+    m_p, logs_p, w = buckets(x[:2], torch.full((2,), 8), scales[:2])
+    assert m_p.shape == logs_p.shape == (2, 192, 8) and w.shape == (2, 8)

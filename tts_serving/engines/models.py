@@ -53,6 +53,7 @@ def torch_options(options: EngineSettings, device_id: int = 0, graph_budget: int
         threads=options.intra_op_threads,
         graph_batches=options.graph_batches,
         graph_frames=options.graph_frames,
+        graph_phonemes=getattr(options, "graph_phonemes", ()),
         graph_budget=graph_budget,
     )
 
@@ -62,7 +63,9 @@ def load_acoustic(path: str | Path, options: EngineSettings, device_id: int = 0)
     if options.engine == "torch":
         from tts_serving.engines.torch_engine import TorchAcousticNet
 
-        return AcousticModel(TorchAcousticNet(path, torch_options(options, device_id)), options)
+        # The encoder's lengths are phoneme ids, its graphs' phonemes axis.
+        net = TorchAcousticNet(path, torch_options(options, device_id, options.max_padded_length))
+        return AcousticModel(net, options)
     if options.engine == "null":
         return AcousticModel(NullAcousticNet(), options)
     return AcousticModel(OrtAcousticNet(create_session(path, options)), options)

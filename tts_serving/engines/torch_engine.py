@@ -35,6 +35,7 @@ class TorchOptions:
     threads: int = 0  # CPU threads (0 = torch's default)
     graph_batches: tuple[int, ...] = ()
     graph_frames: tuple[int, ...] = ()
+    graph_phonemes: tuple[int, ...] = ()  # the acoustic's encoder graphs (DurationGraphs)
     # The padded-call budget (items x longest frames; 0 = none) of a net whose lengths are
     # its graphs' frames (the vocoder): graphs no call within it can use are not captured.
     graph_budget: int = 0
@@ -175,6 +176,93 @@ class GraphBuckets:
         return out[:batch, ..., : frames * self.scale].clone()
 
 
+# What the padding rows of a duration graph's batch hold: one id, no noise, length and speed 1
+# (finite everywhere; they are cut off before anything reads them).
+_NEUTRAL_SCALES = (0.0, 1.0, 0.0, 1.0)
+
+
+def pad_durations_inputs(
+    ids: torch.Tensor, lengths: torch.Tensor, scales: torch.Tensor, batch: int, phonemes: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``Acoustic.durations``' inputs padded to a (batch, phonemes) bucket: ids with zeros (the
+    mask hides them, as in any padded batch), extra rows one id long, scales [b, 4] (a missing
+    speed is 1, which leaves ceil()'d durations as they are)."""
+    b, n = ids.shape
+    if scales.shape[1] == 3:
+        scales = torch.cat([scales, torch.ones_like(scales[:, :1])], dim=1)
+    out_ids = ids.new_zeros((batch, phonemes))
+    out_ids[:b, :n] = ids
+    out_lengths = lengths.new_ones((batch,))
+    out_lengths[:b] = lengths
+    out_scales = scales.new_tensor(_NEUTRAL_SCALES).repeat(batch, 1)
+    out_scales[:b] = scales
+    return out_ids, out_lengths, out_scales
+
+
+class DurationGraphs:
+    """The encoder and the duration predictor (``Acoustic.durations``) as CUDA graphs at fixed
+    (batch, phoneme ids) shapes: eager, they are hundreds of small launches (20 of the 31 ms of
+    a lone request on an H100 went there). float32 without TF32 and without cuDNN's benchmark
+    mode, as eager: frame counts are ceil() of these durations.
+
+    ``capture=False`` pads and cuts the same way but runs eagerly (no CUDA needed): how the
+    tests check the buckets on a CPU."""
+
+    def __init__(
+        self,
+        module,
+        batches: Sequence[int],
+        phonemes: Sequence[int],
+        device: torch.device,
+        budget: int = 0,
+        capture: bool = True,
+    ) -> None:
+        self.module = module
+        self.batches, self.phonemes = sorted(batches), sorted(phonemes)
+        self.cells = graph_cells(batches, phonemes, budget)
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, tuple, tuple]] = {}
+        if not capture:
+            return
+        pool = torch.cuda.graph_pool_handle()
+        one = (
+            torch.zeros((1, 1), dtype=torch.int64, device=device),
+            torch.ones((1,), dtype=torch.int64, device=device),
+            torch.tensor([_NEUTRAL_SCALES], device=device),
+        )
+        with _no_tf32():
+            for b, n in self.cells:  # largest first, as GraphBuckets
+                static = pad_durations_inputs(*one, b, n)
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    module.durations(*static)  # warm-up outside capture
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    m_p, logs_p, w, _ = module.durations(*static)
+                self.graphs[(b, n)] = (graph, static, (m_p, logs_p, w))
+
+    def __call__(
+        self, ids: torch.Tensor, lengths: torch.Tensor, scales: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """(m_p, logs_p, w) of the batch from its bucket, cut to its own shape; None: no
+        bucket holds it (the caller runs it eagerly)."""
+        b, n = ids.shape
+        key = pick_bucket(self.cells, b, n)
+        if key is None:
+            return None
+        padded = pad_durations_inputs(ids, lengths, scales, *key)
+        if key in self.graphs:
+            graph, static, outputs = self.graphs[key]
+            for dst, src in zip(static, padded):
+                dst.copy_(src)
+            graph.replay()
+        else:
+            outputs = self.module.durations(*padded)[:3]
+        m_p, logs_p, w = outputs
+        return m_p[:b, :, :n].clone(), logs_p[:b, :, :n].clone(), w[:b, :n].clone()
+
+
 class _TorchNet:
     def __init__(self, module: torch.nn.Module, options: TorchOptions) -> None:
         if options.threads > 0:
@@ -242,6 +330,40 @@ class TorchAcousticNet(_TorchNet):
         self.module.flow.to(self.dtype)  # the encoder and durations stay float32
         channels = self.module.flow.flows["0"].half * 2
         self._capture(self.module.decode, [(channels,), (1,)], [self.dtype, self.dtype])
+        self.duration_graphs: DurationGraphs | None = None
+        self.durations_note = ""
+        o = options
+        if self.device.type == "cuda" and o.graph_batches and o.graph_phonemes:
+            start = time.perf_counter()
+            try:
+                with torch.inference_mode():
+                    self.duration_graphs = DurationGraphs(
+                        self.module, o.graph_batches, o.graph_phonemes, self.device, o.graph_budget
+                    )
+            except torch.OutOfMemoryError:
+                raise ModelConfigError(
+                    f"the encoder's CUDA graphs up to batch {max(o.graph_batches)} x "
+                    f"{max(o.graph_phonemes)} phoneme ids do not fit: lower cuda_graph_batches "
+                    "/ cuda_graph_phonemes or the instance count"
+                ) from None
+            except RuntimeError as e:
+                # Served eagerly (correct, slower), and said in the ready line.
+                self.durations_note = (
+                    f"; WARNING: encoder and durations run eagerly, their CUDA graph capture "
+                    f"failed: {str(e).splitlines()[0][:300]}"
+                )
+                torch.cuda.synchronize(self.device)
+            else:
+                cells = self.duration_graphs.cells
+                self.durations_note = (
+                    f"; encoder and durations: {len(cells)} CUDA graphs for batches "
+                    f"{list(o.graph_batches)} x phoneme ids {list(o.graph_phonemes)} captured "
+                    f"in {time.perf_counter() - start:.1f} s"
+                )
+
+    @property
+    def description(self) -> str:
+        return super().description + self.durations_note
 
     @torch.inference_mode()
     def __call__(
@@ -250,12 +372,16 @@ class TorchAcousticNet(_TorchNet):
         """``on_device``: the latent stays a float32 tensor on the engine's device (for the
         DLPack hand-off to the vocoder); frames and durations come to the host either way."""
         d = self.device
+        inputs = (
+            torch.from_numpy(ids).to(d),
+            torch.from_numpy(np.asarray(lengths, np.int64)).to(d),
+            torch.from_numpy(np.asarray(scales, np.float32)).to(d),
+        )
         with _no_tf32():
-            z_p, y_mask, frames, durations = self.module.expand(
-                torch.from_numpy(ids).to(d),
-                torch.from_numpy(np.asarray(lengths, np.int64)).to(d),
-                torch.from_numpy(np.asarray(scales, np.float32)).to(d),
-            )
+            found = self.duration_graphs(*inputs) if self.duration_graphs else None
+            if found is None:
+                found = self.module.durations(*inputs)[:3]
+            z_p, y_mask, frames, durations = self.module.regulate(*found, inputs[2])
         z_p, y_mask = z_p.to(self.dtype), y_mask.to(self.dtype)
         z = self.graphs(z_p, y_mask) if self.graphs else None
         if z is None:

@@ -415,6 +415,14 @@ class Acoustic(nn.Module):
         the float32 voice's.
         """
         m_p, logs_p, w, _ = self.durations(ids, lengths, scales)
+        return self.regulate(m_p, logs_p, w, scales)
+
+    def regulate(
+        self, m_p: Tensor, logs_p: Tensor, w: Tensor, scales: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Length regulation of ``durations``' output: each phoneme's mean and log-scale
+        repeated for its frames, and the noise added: (z_p, y_mask, frames, frames per id).
+        Its shapes follow the durations (a host sync for T), so it stays outside CUDA graphs."""
         frames = torch.clamp_min(w.sum(dim=1), 1).long()
         t = int(frames.max())
         y_mask = sequence_mask(frames, t).unsqueeze(1).to(m_p.dtype)
