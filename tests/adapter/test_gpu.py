@@ -34,14 +34,20 @@ def test_cuda_models_equal_cpu_models(exported_repository):
         assert np.max(np.abs(cpu - cuda)) < 1e-3
 
 
-@pytest.mark.parametrize("dtype, tolerance", [("float32", 1e-3), ("float16", 1e-2)])
+# (max |error| of a sample, error RMS / signal RMS) of each item against torch float32 on the
+# CPU, noise 0. float16 runs the flow and the vocoder in half precision: its error is spread
+# over the whole waveform, not a few wrong samples, so the RMS ratio is the bound that says
+# what a listener gets; the max bound only catches gross errors.
+TOLERANCES = {"float32": (1e-3, 1e-3), "float16": (5e-2, 2e-2)}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("graphs", [False, True])
-def test_torch_on_cuda_equals_the_cpu(exported_repository, dtype, tolerance, graphs):
-    """Audio error per dtype as bench.gpu measured it on an H100 (float16: 2e-3)."""
+def test_torch_on_cuda_equals_the_cpu(exported_repository, dtype, graphs):
     import torch
 
     from tts_serving.engines.models import load_acoustic, load_vocoder, model_file
-    from tts_serving.settings import EngineSettings
+    from tts_serving.settings import AcousticSettings, EngineSettings
 
     if not torch.cuda.is_available():
         pytest.skip("torch sees no CUDA device")
@@ -50,17 +56,31 @@ def test_torch_on_cuda_equals_the_cpu(exported_repository, dtype, tolerance, gra
     ids = [phonemizer.execute([text_request(t)])[0].output("phoneme_ids")[0] for t in texts]
     scales = np.array([[0.0, ls, 0.0] for ls in (0.5, 1, 2, 0.8, 1.25, 1.5, 0.7, 1)], np.float32)
     graph = {"cuda_graph_batches": "1,8", "cuda_graph_frames": "256,512"} if graphs else {}
+    phonemes = {"cuda_graph_phonemes": "16,64"} if graphs else {}
     audio = {}
-    for device, opts in (
-        ("cpu", EngineSettings(engine="torch", device="cpu", max_padded_length=0)),
-        ("cuda", EngineSettings(engine="torch", device="cuda", dtype=dtype, **graph)),
+    for device, a_opts, v_opts in (
+        ("cpu", *[AcousticSettings(engine="torch", device="cpu", max_padded_length=0)] * 2),
+        (
+            "cuda",
+            AcousticSettings(engine="torch", device="cuda", dtype=dtype, **graph, **phonemes),
+            EngineSettings(engine="torch", device="cuda", dtype=dtype, **graph),
+        ),
     ):
         a, v = exported_repository / "acoustic/1", exported_repository / "vocoder/1"
-        latents = load_acoustic(a / model_file(opts), opts)(ids, scales)
-        audio[device] = load_vocoder(v / model_file(opts), 256, opts)(latents)
+        acoustic = load_acoustic(a / model_file(a_opts), a_opts)
+        if graphs:
+            assert acoustic.net.duration_graphs or device == "cpu", acoustic.net.description
+        latents = acoustic(ids, scales)
+        audio[device] = load_vocoder(v / model_file(v_opts), 256, v_opts)(latents)
+    errors = []
     for cpu, cuda in zip(audio["cpu"], audio["cuda"]):
-        assert cpu.shape == cuda.shape
-        assert np.max(np.abs(cpu - cuda)) < tolerance
+        assert cpu.shape == cuda.shape  # the same frames: durations are float32 on both
+        err = cuda - cpu
+        errors.append((float(np.max(np.abs(err))), float(np.std(err) / np.std(cpu))))
+    print(f"\n{dtype}, graphs {graphs}: (max |err|, err RMS / RMS) per item", errors)
+    max_bound, rms_bound = TOLERANCES[dtype]
+    assert max(e[0] for e in errors) < max_bound
+    assert max(e[1] for e in errors) < rms_bound
 
 
 def test_latents_stay_on_the_gpu_between_acoustic_and_vocoder(exported_repository):

@@ -207,7 +207,10 @@ def dlpack_handoff(repository, device: str, texts: list[bytes]) -> dict[str, lis
         assert all(t.name() == "latent" for t in latents)
         assert all((t._torch is not None) == (name == "dlpack") for t in latents)
         if name == "dlpack":  # and one latent sent from the host, in the same batch
-            latents.append(pb.Tensor("latent", latents[0].as_numpy()))
+            # Read as a client's copy would be: a GPU tensor has no numpy view (as_numpy()
+            # refuses it in the real stub and in the fake), so through DLPack to the host.
+            host = torch.from_dlpack(latents[0].to_dlpack()).cpu().numpy()
+            latents.append(pb.Tensor("latent", host))
         audio = vocoder.execute([pb.InferenceRequest(latent=t) for t in latents])
         out[name] = [r.output("audio") for r in audio]
     return out

@@ -136,7 +136,9 @@ def single_item(
     if device and not tensor.is_cpu():
         import torch
 
-        array = torch.from_dlpack(tensor.to_dlpack())
+        # Copied on the device at once: nothing of the batch then reads Triton's buffer (a
+        # mapping of another process's memory) after this call; a latent is ~0.3 MB.
+        array = torch.from_dlpack(tensor.to_dlpack()).clone()
     else:
         array = tensor.as_numpy()
     if array.shape[0] != 1:
@@ -206,12 +208,12 @@ def count_non_finite(array) -> int:
 
 def output_tensor(name: str, array) -> pb_utils.Tensor:
     """An output tensor of one item (batch dimension added); a torch tensor is handed over by
-    DLPack where it lies (on a GPU: no copy to the host)."""
+    DLPack where it lies (on a GPU: no copy to the host). The tensor itself, not a capsule:
+    given an object with ``__dlpack__`` the stub has its own stream wait for the kernels that
+    wrote it, and synchronizes (a capsule carries no stream, and none is waited for)."""
     if is_numpy(array):
         return pb_utils.Tensor(name, array[None])
-    import torch
-
-    return pb_utils.Tensor.from_dlpack(name, torch.utils.dlpack.to_dlpack(array[None]))
+    return pb_utils.Tensor.from_dlpack(name, array[None].contiguous())
 
 
 class NonFiniteOutput(Exception):
