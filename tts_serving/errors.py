@@ -11,3 +11,8 @@ class ModelConfigError(ValueError):
 
 class PhonemizerCrashError(InvalidInputError):
     """The text killed espeak-ng twice: a client error, never to be read as "nothing to say"."""
+
+
+class CorruptInputError(Exception):
+    """An input another stage produced arrived changed: INTERNAL for its request alone, with a
+    message that tells the operator what to change (never the client's fault)."""

@@ -17,6 +17,7 @@ import triton_python_backend_utils as pb_utils
 
 from tts_wire import (
     LATENT,
+    LATENT_CHECK,
     LATENT_SEGMENTS,
     MARK_SPANS,
     MARKS,
@@ -52,7 +53,14 @@ from ..inputs import validate_noise, validate_rate
 from ..settings import AcousticSettings
 from ..text.words import word_times
 from ..voices import VoiceTable
-from .adapter import ModelContext, execute_batched, output_or_error, request_options, single_item
+from .adapter import (
+    ModelContext,
+    execute_batched,
+    latent_check,
+    output_or_error,
+    request_options,
+    single_item,
+)
 
 
 @dataclass(frozen=True)
@@ -188,6 +196,7 @@ class Acoustic:
             rows.append([frames, r.voice, pause, round(r.gain_db * 100), r.speaker])
         rows = np.array(rows, np.int32).reshape(1, -1, FRAME_COLUMNS)
         tensors.append(pb_utils.Tensor(LATENT_SEGMENTS, rows))
+        tensors.append(pb_utils.Tensor(LATENT_CHECK, latent_check(latent)[None]))
         return tensors
 
     def execute(self, requests: list) -> list:

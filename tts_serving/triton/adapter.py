@@ -21,7 +21,7 @@ from tts_serving.model_config import config_parameters, parse_settings
 from tts_wire import SynthesisOptions
 from tts_wire.tensors import MODEL_IO, OPTIONS, ModelIO
 
-from ..errors import InvalidInputError, ModelConfigError
+from ..errors import CorruptInputError, InvalidInputError, ModelConfigError
 from ..voices import VoiceFiles, decode_name, discover, exported
 
 T = TypeVar("T")
@@ -198,6 +198,28 @@ def all_finite(array: np.ndarray) -> bool:
         return math.isfinite(float(array.sum()))
 
 
+def latent_check(latent) -> np.ndarray:
+    """(sum, sum of |x|) of a latent in float64 (tts_wire.LATENT_CHECK), computed where it
+    lies: acoustic sends it beside the latent and the vocoder recomputes it."""
+    if is_numpy(latent):
+        return np.array(
+            [np.sum(latent, dtype=np.float64), np.sum(np.abs(latent), dtype=np.float64)]
+        )
+    import torch
+
+    x = latent.double()
+    return torch.stack([x.sum(), x.abs().sum()]).cpu().numpy()
+
+
+def check_matches(sent: np.ndarray, got: np.ndarray) -> bool:
+    """Whether a latent's recomputed check equals the one sent with it (to 1e-9 of its size:
+    the same sum over the same values in another order differs by far less, a changed latent
+    by far more; NaN never matches)."""
+    sent, got = np.asarray(sent, np.float64).reshape(-1), np.asarray(got, np.float64).reshape(-1)
+    tolerance = 1e-9 * (abs(float(sent[-1])) + 1.0)
+    return sent.shape == got.shape and bool(np.all(np.abs(sent - got) <= tolerance))
+
+
 def count_non_finite(array) -> int:
     if is_numpy(array):
         return int(np.size(array) - np.count_nonzero(np.isfinite(array)))
@@ -254,6 +276,11 @@ def execute_batched(
         except InvalidInputError as e:
             responses[i] = pb_utils.InferenceResponse(
                 error=pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG)
+            )
+        except CorruptInputError as e:
+            logger.log_error(f"{model_name}: {e}")
+            responses[i] = pb_utils.InferenceResponse(
+                error=pb_utils.TritonError(str(e), pb_utils.TritonError.INTERNAL)
             )
     if valid:
         try:

@@ -22,6 +22,7 @@ from tts_wire import (
     INTERNAL,
     INVALID_ARGUMENT,
     LATENT,
+    LATENT_CHECK,
     MARK_SPANS,
     MARKS,
     PHONEME_IDS,
@@ -232,7 +233,7 @@ class TtsStream:
 
     async def synthesize(self, chunk: PlannedChunk, stream: StreamRequest) -> ChunkAudio:
         inputs = [pb_utils.Tensor(PHONEME_IDS, np.array([chunk.ids], dtype=np.int64))]
-        outputs = [LATENT]
+        outputs = [LATENT, LATENT_CHECK]
         if chunk.words is not None:  # asked for (or marks): acoustic times them from its frames
             inputs.append(pb_utils.Tensor(WORD_SPANS, chunk.words[None]))
             outputs.append(WORDS)
@@ -240,9 +241,10 @@ class TtsStream:
             inputs.append(pb_utils.Tensor(MARK_SPANS, chunk.marks[None]))
             outputs.append(MARKS)
         found = await self.bls(ACOUSTIC, [*inputs, *stream.inputs(chunk, ACOUSTIC)], outputs)
-        (audio,) = await self.bls(VOCODER, [found[0], *stream.inputs(chunk, VOCODER)], [AUDIO])
+        latent = [found.pop(0), found.pop(0)]  # the latent and its check, as tts sends them
+        (audio,) = await self.bls(VOCODER, [*latent, *stream.inputs(chunk, VOCODER)], [AUDIO])
         marks = found.pop().as_numpy().reshape(-1, 2).copy() if chunk.marks is not None else None
-        times = found[1].as_numpy().reshape(-1, 4) if len(found) > 1 else None
+        times = found[0].as_numpy().reshape(-1, 4) if found else None
         if not stream.options.word_timestamps:
             times = None  # found for the marks only
         if times is not None and len(times):

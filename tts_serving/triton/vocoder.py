@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from tts_wire import AUDIO, LATENT, LATENT_SEGMENTS
+from tts_wire import AUDIO, LATENT, LATENT_CHECK, LATENT_SEGMENTS
 from tts_wire.tensors import MODEL_IO
 
 from ..engines.batching import is_numpy, run_grouped
@@ -28,14 +28,16 @@ from ..engines.segments import (
     to_host,
     with_gain,
 )
-from ..errors import InvalidInputError, ModelConfigError
+from ..errors import CorruptInputError, InvalidInputError, ModelConfigError
 from ..model_config import cpu_only_inputs
 from ..settings import VocoderSettings
 from ..voices import VoiceTable
 from .adapter import (
     ModelContext,
+    check_matches,
     count_non_finite,
     execute_batched,
+    latent_check,
     output_or_error,
     request_options,
     single_item,
@@ -111,6 +113,13 @@ class Vocoder:
 
             latent = torch.tensor(latent)
         latent = latent.astype(np.float32, copy=False) if is_numpy(latent) else latent.float()
+        sent = single_item(request, LATENT_CHECK, optional=True)
+        if sent is not None and not check_matches(sent, latent_check(latent)):
+            raise CorruptInputError(
+                "the latent differs from the one acoustic sent (a GPU copy between the stages "
+                "failed inside Triton's Python backend: start tritonserver with a larger "
+                "--cuda-memory-pool-byte-size, as make serve does; docs/gpu.md)"
+            )
         if latent.ndim != 2 or latent.shape[0] != LATENT_CHANNELS:
             raise InvalidInputError(
                 f"latent must be [{LATENT_CHANNELS}, frames], got {tuple(latent.shape)}"

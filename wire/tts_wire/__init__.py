@@ -32,6 +32,10 @@ WORDS = "words"
 # Between the stages of the tts ensemble.
 PHONEME_IDS = "phoneme_ids"
 LATENT = "latent"
+# (sum, sum of |x|) of the latent in float64, from acoustic beside it: the vocoder recomputes
+# them, so a latent that changed between the stages (a failed GPU copy inside Triton's Python
+# backend: docs/gpu.md) is an error, never audio.
+LATENT_CHECK = "latent_check"
 WORD_SPANS = "word_spans"
 # SSML documents (tts_serving/text/ssml.py) are spoken in segments, each by one voice and
 # speaker at one rate and gain with a pause after it: rows from the phonemizer and from

@@ -16,6 +16,7 @@ from . import (
     AUDIO,
     CHUNK_TEXT,
     LATENT,
+    LATENT_CHECK,
     LATENT_SEGMENTS,
     MARK_SPANS,
     MARKS,
@@ -93,6 +94,7 @@ WORD_SPANS_T = Tensor(WORD_SPANS, "INT32", (-1, 4))
 SEGMENTS_T = Tensor(SEGMENTS, "FP32", (-1, 6))
 LATENT_T = Tensor(LATENT, "FP32", (LATENT_CHANNELS, -1))
 LATENT_SEGMENTS_T = Tensor(LATENT_SEGMENTS, "INT32", (-1, 5))
+LATENT_CHECK_T = Tensor(LATENT_CHECK, "FP64", (2,))
 MARKS_OUT = Tensor(
     MARKS,
     "FP32",
@@ -218,6 +220,10 @@ MODEL_IO: dict[str, ModelIO] = {
                 "speaker or -1)\nfor the vocoder; none for plain text."
             ),
             MARKS_OUT.but(doc="SSML: rows (time s, character) of each mark; none without marks."),
+            LATENT_CHECK_T.but(
+                doc="(sum, sum of |x|) of the latent in float64: the vocoder checks it got "
+                "the latent sent."
+            ),
         ),
     ),
     VOCODER: ModelIO(
@@ -229,6 +235,11 @@ MODEL_IO: dict[str, ModelIO] = {
                 ragged=True,
                 doc="SSML: acoustic's segment rows; each piece is decoded by its voice at its "
                 "gain, pauses\nare zeros.",
+            ),
+            LATENT_CHECK_T.but(
+                optional=True,
+                doc="acoustic's (sum, sum of |x|) of the latent; a latent that does not match "
+                "it is an\nerror (a failed GPU copy between the stages), never audio.",
             ),
         ),
         (AUDIO_OUT,),
