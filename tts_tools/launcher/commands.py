@@ -11,6 +11,7 @@ from .environment import (
     CPU_ONLY_ARGS,
     INNER_PLACEHOLDER,
     KEY_PLACEHOLDER,
+    gpu_args,
     has_gpu,
     prepare_backends,
     tritonserver_binary,
@@ -83,7 +84,7 @@ def server_command(
         "--allow-metrics=true",
         "--exit-on-error=true",
         "--strict-readiness=true",
-        *([] if has_gpu() else CPU_ONLY_ARGS),
+        *(gpu_args() if has_gpu() else CPU_ONLY_ARGS),
         *(extra_args or []),
     ]
 

@@ -180,6 +180,27 @@ def has_gpu() -> bool:
 # failures; this flag stops that probe. The CUDA lines that remain are harmless (README).
 CPU_ONLY_ARGS = ("--allow-gpu-metrics=false",)
 
+# Triton's CUDA memory pool per GPU (its default is 64 MiB). The Python backend hands GPU
+# tensors between stages through it; with the default, gpu-dlpack at concurrency 256 on an H100
+# had stub copies fail ("failed to copy data: invalid argument") and 130 of 1,024 answers
+# were errors or wrong audio; with 2 GiB none (docs/gpu.md). A later
+# --cuda-memory-pool-byte-size in the server's extra arguments overrides it.
+CUDA_POOL_BYTES = 2 << 30
+
+
+def gpu_ids(dev: Path = Path("/dev")) -> list[int]:
+    """The NVIDIA GPUs' ordinals, from their device nodes (/dev/nvidia0, ...)."""
+    return sorted(
+        int(node.name[len("nvidia") :])
+        for node in dev.glob("nvidia[0-9]*")
+        if node.name[len("nvidia") :].isdigit()
+    )
+
+
+def gpu_args(dev: Path = Path("/dev")) -> list[str]:
+    """tritonserver's flags on a machine with GPUs: a CUDA pool of CUDA_POOL_BYTES each."""
+    return [f"--cuda-memory-pool-byte-size={i}:{CUDA_POOL_BYTES}" for i in gpu_ids(dev)]
+
 
 # Closed by default: what changes the server or reaches into its memory needs the admin key,
 # sent as this header; inference, health and model metadata stay open. Two read-only APIs stay

@@ -277,3 +277,29 @@ def test_free_ports_are_distinct_and_avoid_the_ports_named():
     assert len(set(first)) == 8
     again = commands.free_ports(8, avoid=first)
     assert len(set(again)) == 8 and not set(again) & set(first)
+
+
+def test_on_a_gpu_machine_triton_gets_a_cuda_pool_per_gpu_that_extra_arguments_override(
+    tmp_path, monkeypatch
+):
+    """Triton's 64 MiB default pool made gpu-dlpack's stub copies fail under load (docs/gpu.md)."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for node in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-caps"):
+        (dev / node).touch()
+    assert environment.gpu_ids(dev) == [0, 1]
+    assert environment.gpu_args(dev) == [
+        f"--cuda-memory-pool-byte-size=0:{2 << 30}",
+        f"--cuda-memory-pool-byte-size=1:{2 << 30}",
+    ]
+    monkeypatch.setattr(commands, "has_gpu", lambda: True)
+    monkeypatch.setattr(commands, "gpu_args", lambda: environment.gpu_args(dev))
+    command = commands.server_command(
+        tmp_path, 1, 2, 3, tmp_path, extra_args=["--cuda-memory-pool-byte-size=0:1"]
+    )
+    pools = [a for a in command if a.startswith("--cuda-memory-pool-byte-size")]
+    assert pools[-1] == "--cuda-memory-pool-byte-size=0:1"  # after ours: Triton keeps the last
+    assert "--allow-gpu-metrics=false" not in command
+    monkeypatch.setattr(commands, "has_gpu", lambda: False)
+    command = commands.server_command(tmp_path, 1, 2, 3, tmp_path)
+    assert not any(a.startswith("--cuda-memory-pool") for a in command)
