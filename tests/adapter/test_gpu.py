@@ -36,9 +36,12 @@ def test_cuda_models_equal_cpu_models(exported_repository):
 
 # (max |error| of a sample, error RMS / signal RMS) of each item against torch float32 on the
 # CPU, noise 0. float16 runs the flow and the vocoder in half precision: its error is spread
-# over the whole waveform, not a few wrong samples, so the RMS ratio is the bound that says
-# what a listener gets; the max bound only catches gross errors.
-TOLERANCES = {"float32": (1e-3, 1e-3), "float16": (5e-2, 2e-2)}
+# over the whole waveform, not a few wrong samples. Measured on an H100 (2026-11-27, the 8
+# items here, graphs on and off alike): float16 max |error| 0.0022-0.0191, RMS ratio
+# 0.0041-0.0190 (-34 dB and below); float32 at most 9.6e-5 and 7.1e-5. The bounds are 1.5x
+# the largest float16 value (an item of the same texts is not expected to move more between
+# drivers than between these items) and 10x float32's.
+TOLERANCES = {"float32": (1e-3, 1e-3), "float16": (3e-2, 3e-2)}
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
@@ -90,4 +93,7 @@ def test_latents_stay_on_the_gpu_between_acoustic_and_vocoder(exported_repositor
     from tts_tools.sample_texts import SENTENCES
 
     out = dlpack_handoff(exported_repository, "cuda", [s.encode() for s in SENTENCES[:3]])
-    assert max_diff(out["dlpack"][:3], out["host"]) < 1e-5
+    # The same latents; float16 kernels that cuDNN picks by batch size (3 items through the
+    # host, 4 with the host-sent one on the device path) moved the audio by 2.7e-4 on an H100.
+    # On the CPU, float32, the two paths agree to 1e-6 (test_torch_engine.py).
+    assert max_diff(out["dlpack"][:3], out["host"]) < 1e-3
