@@ -141,7 +141,13 @@ def bench_steps(project: Path, out: Path, py: str = sys.executable) -> dict[str,
             "--concurrency", "1", "16", "64", "128", "256"]  # fmt: skip
     return {
         # The equality tests where the GPU is: CUDA vs CPU, float16 error, the DLPack hand-off.
-        "tests": [py, "-m", "pytest", "-q", "-m", "gpu", "tests/adapter/test_gpu.py"],
+        "tests": [
+            *(py, "-m", "pytest", "-q", "-s", "-m", "gpu"),
+            *("tests/adapter/test_gpu.py", "tests/integration/test_gpu_serving.py"),
+        ],
+        # Every answer of gpu-dlpack against gpu's at c=256 (its copies failed under Triton's
+        # default CUDA pool on 2026-11-27).
+        "dlpack": [py, "-m", "bench.gpu_dlpack", *"--concurrency 256 --requests 1024".split()],
         # The engine alone: numpy in and out, the latent on the device, no copies at all.
         "engine": [py, "-m", "bench.gpu", "--repository", repo, "--out", f"{out}/gpu_engine.json"],
         # What Triton, the stubs and espeak-ng carry on this machine's cores (null engine).

@@ -240,7 +240,8 @@ def test_the_gpu_measurements_are_one_command_each_and_their_flags_exist(tmp_pat
 
     steps = gpu_bundle.bench_steps(ROOT, tmp_path, py=sys.executable)
     assert list(steps) == [
-        "tests", "engine", "host-ceiling", "perf-gpu", "perf-gpu-dlpack", "client", "stream"
+        "tests", "dlpack", "engine", "host-ceiling", "perf-gpu", "perf-gpu-dlpack", "client",
+        "stream",
     ]  # fmt: skip
     for name, cmd in steps.items():
         assert cmd[:2] == [sys.executable, "-m"], name
