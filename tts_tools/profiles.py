@@ -69,9 +69,7 @@ PROFILES: dict[str, dict[str, Override]] = {
                 "cuda_graph_phonemes": "32,64,128,256,400",
                 "max_padded_length": "25600",
             },
-            why=(
-                "the flow in float16 CUDA graphs; encoder and durations in float32 CUDA graphs"
-            ),
+            why="the flow in float16 CUDA graphs; encoder and durations in float32 CUDA graphs",
         ),
         "vocoder": Override(
             max_batch_size=64,
