@@ -143,6 +143,7 @@ class StreamResponse:
     model: str
     id: str
     final: bool | None  # the triton_final_response parameter; None when absent
+    samples: int | None = None  # elements of its `audio` output; None when it has none
 
 
 def _final(entry: memoryview) -> bool | None:
@@ -151,14 +152,15 @@ def _final(entry: memoryview) -> bool | None:
 
 
 def stream_response(message: bytes) -> StreamResponse | None:
-    """The error, model, id and final flag of a ModelStreamInferResponse; None when
-    malformed. The audio is not read."""
-    error, model, rid, final = "", "", "", None
+    """The error, model, id, final flag and audio samples (its shape, not its contents) of a
+    ModelStreamInferResponse; None when malformed."""
+    error, model, rid, final, samples = "", "", "", None, None
     try:
         for number, _, value in fields(message):
             if number == STREAM_ERROR:
                 error = _text(value)
             elif number == STREAM_RESPONSE and isinstance(value, memoryview):
+                samples = output_elements(value, "audio")  # tts_wire.AUDIO
                 for inner, _, v in fields(value):
                     if inner == RESPONSE_MODEL_NAME:
                         model = _text(v)
@@ -169,7 +171,7 @@ def stream_response(message: bytes) -> StreamResponse | None:
                         final = flag if flag is not None else final
     except Malformed:
         return None
-    return StreamResponse(error, model, rid, final)
+    return StreamResponse(error, model, rid, final, samples)
 
 
 def _packed(view: memoryview) -> list[int]:
@@ -181,7 +183,7 @@ def _packed(view: memoryview) -> list[int]:
     return values
 
 
-def output_elements(message: bytes, name: str) -> int | None:
+def output_elements(message: bytes | memoryview, name: str) -> int | None:
     """How many elements the output ``name`` of a serialized ModelInferResponse holds (the
     product of its shape: the audio's samples); None when absent or malformed. The tensor's
     contents are not read."""

@@ -354,6 +354,17 @@ class Admission:
         self._shed()  # first: a slot must not go to a request that can no longer make it
         self._dispatch()
 
+    def charge(self, client: str, work: float) -> None:
+        """Work done for ``client`` outside a slot (a `tts_stream` chunk's audio, in the units
+        of ``request_cost``): its waiting and later requests move by it, as by the work of a
+        request beyond its estimate, so a client's share counts its streams too. Nothing is
+        kept while no one waits (a busy spell starts with no history)."""
+        if not self._waiting or work <= 0:
+            return
+        for waiter in self._queues.get(client, ()):
+            waiter.tag += work
+        self._finish[client] = max(self._vtime, self._finish.get(client, 0.0)) + work
+
     def _dispatch(self) -> None:
         limit, latency, now = self.limit(), self.latency(), self.clock()
         while self.in_flight < limit and self._waiting:

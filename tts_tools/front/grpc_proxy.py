@@ -19,7 +19,7 @@ from tts_tools.protowire import (
 )
 from tts_wire import AUDIO, EDGE_KEY_HEADER, FINAL_RESPONSE, stream_error_message
 
-from .admission import FREE, GATEWAY, AdmissionTicket
+from .admission import FREE, GATEWAY, REQUEST_BASE_COST, AdmissionTicket, work_done
 
 SERVICE = "inference.GRPCInferenceService"
 STREAM_METHOD = f"/{SERVICE}/ModelStreamInfer"
@@ -260,6 +260,9 @@ class _ProxiedStream:
 
     def ended(self, response: bytes) -> None:
         r = stream_response(response)
+        if r is not None and r.samples and r.model in self.front.settings.streamed:
+            # A stream takes no slot; the audio of each chunk is charged to its client.
+            self.front.admission.charge(self.client, work_done(r.samples) - REQUEST_BASE_COST)
         if r is None or not (r.final or (r.error and r.final is None)):
             return  # more responses follow for its request
         ticket = _match(self.tickets, r)

@@ -523,3 +523,43 @@ def test_the_audio_a_reply_carries_is_read_without_its_samples():
     head = b'{"model_name":"tts","outputs":[{"name":"audio","datatype":"FP32","shape":[1,2205],'
     assert _audio_samples(head + b'"data":[0.0') == 2205
     assert _audio_samples(head[:40]) is None  # not there yet: read on
+
+
+def test_a_stream_chunks_audio_is_read_from_its_shape():
+    chunk = service_pb2.ModelInferResponse(model_name="tts_stream", id="s")
+    audio = chunk.outputs.add(name="audio", datatype="FP32")
+    audio.shape.extend([22_050])
+    chunk.outputs.add(name="chunk_text", datatype="BYTES").shape.extend([1])
+    chunk.raw_output_contents.append(b"\x00" * 4 * 22_050)
+    assert stream_response(stream_reply(infer_response=chunk)).samples == 22_050
+    flag_only = service_pb2.ModelInferResponse(model_name="tts_stream", id="s")
+    flag_only.parameters["triton_final_response"].bool_param = True
+    assert stream_response(stream_reply(infer_response=flag_only)).samples is None
+
+
+def test_a_streams_audio_is_charged_to_its_clients_share():
+    """Finding F: a stream takes no slot and was charged one estimate for its whole life, so
+    its client's other requests kept their place as if it did nothing. Each chunk's audio is
+    now charged to the client: while others wait, its requests go after theirs."""
+
+    async def main():
+        admission = Admission(slots=1, default_deadline_s=60, clock=Clock())
+        await admission.acquire(1.0, "other")
+        streamer = await queued(admission, 2, "streamer")
+        others = await queued(admission, 2, "other")
+        admission.charge("streamer", work_done(10 * 22_050) - REQUEST_BASE_COST)  # 10 s of audio
+        for _ in range(2):
+            admission.release(1.0)
+            await settle()
+        assert [outcome(t) for t in others] == ["admitted"] * 2  # before the streamer's
+        assert [outcome(t) for t in streamer] == ["waiting"] * 2
+        admission.release(1.0)
+        await settle()
+        assert outcome(streamer[0]) == "admitted"  # nobody else waits: it goes on
+        for task in streamer:
+            task.cancel()
+        await settle()
+        admission.charge("streamer", 1e6)  # no one waits: nothing kept for the next spell
+        assert "streamer" not in admission._finish
+
+    run(main())
