@@ -11,7 +11,7 @@
  * holding the key: main() parses the key, while /proc/PID/cmdline (the original argument
  * memory) shows only the placeholder. It then drops the key and LD_PRELOAD from the
  * environment, so the Python-backend stubs inherit neither. The launcher checks afterwards
- * that the key works, so a shim that did not load fails closed (tts_tools/launcher/supervise.py).
+ * that the key works, so a shim that did not load fails closed (tts_tools/launcher/children.py).
  *
  * 2. Shared-memory regions stay the server user's own. The Python backend creates each stub's
  *    region in /dev/shm and boost.interprocess then fchmod()s it to 0644 whatever the umask, so
