@@ -35,6 +35,7 @@ import httpx2 as httpx
 import websocket
 
 from bench.compare import percentile
+from bench.machine import cpu_line
 from tts_tools.launcher.processes import server_and_gateway
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         "--stagger-s", type=float, default=5.0, help="also start the agents spread over this"
     )
     a = p.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
     logs = Path(tempfile.mkdtemp(prefix="agent-sessions-"))
     rows = []
     with server_and_gateway(a.repository, logs, ROOT / ".cache/triton") as (_, gateway):

@@ -39,6 +39,8 @@ from pathlib import Path
 
 import simpy
 
+from bench.machine import cpu_line
+
 TICK_S = 15.0  # the HPA's sync period
 WINDOW_S = 120.0  # the metric's window (the adapter rule's [2m])
 WARM_S = 120.0  # the rule ignores a pod's queue time this long after it began serving
@@ -491,6 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--horizon-scale", type=float, default=1.0, help="shorten the runs")
     parser.add_argument("--signal", type=float, nargs="+", metavar="RATE", help="see above")
     args = parser.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
     curve = CURVES[args.device]
     if args.signal:
         print("| rate | served, p50 / p99 | refused | rule's metric | phonemizer / acoustic / "

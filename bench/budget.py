@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.machine import cpu_line
 from tts_serving.engines.models import AcousticModel, Vocoder
 from tts_serving.engines.onnx import create_session
 from tts_serving.settings import load_settings
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repository", type=Path, default=Path("model_repository"))
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     args = parser.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
     repo = args.repository
     voice = load_voice_config(repo / "acoustic/1/voice.json")
     phonemizer = Phonemizer(voice)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.machine import cpu_line
 from tts_tools.launcher.commands import free_port
 from tts_tools.launcher.processes import ServerProcess
 from tts_tools.sample_texts import SENTENCES
@@ -239,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", help="serve configs/<profile>.pbtxt (gpu, torch-cpu; tts_tools.profiles)"
     )
     args = parser.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
 
     log_dir = Path(tempfile.mkdtemp(prefix="bench-"))
 

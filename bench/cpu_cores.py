@@ -21,6 +21,7 @@ from tritonclient.grpc import aio as grpc_aio
 
 from bench.admission import capacity, one
 from bench.compare import percentile
+from bench.machine import cpu_line
 from tts_tools.launcher.commands import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repository", type=Path, default=ROOT / "model_repository")
     p.add_argument("--cpus", nargs="+", default=["0", "0,1"], help="taskset CPU lists")
     a = p.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for cpus in a.cpus:
             print(measure(cpus, a.repository, Path(tmp) / f"{cpus}.log"), flush=True)

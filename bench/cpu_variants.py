@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.machine import cpu_line
 from export.quantize import (
     CALIBRATION,
     calibration_latents,
@@ -336,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-wer", action="store_true", help="skip Whisper")
     p.add_argument("--rounds", type=int, default=3, help="speed rounds (median)")
     a = p.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
     from tests.support.speech import TEXTS, words
 
     assert not set(sentences(CALIBRATION)) & set(TEXTS)  # not the evaluation set

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from bench.machine import cpu_line
 from tts_serving.engines.models import AcousticModel
 from tts_serving.engines.onnx import create_session
 from tts_serving.settings import EngineSettings
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repository", type=Path, default=Path("model_repository"))
     args = parser.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
     repo = args.repository
     voice = load_voice_config(repo / "acoustic/1/voice.json")
     phonemizer = Phonemizer(voice)

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bench.compare import percentile
+from bench.machine import cpu_line
 from tts_client import AsyncTTSClient, ServerOverloaded, TTSClient
 from tts_client.protocol import RetryPolicy
 from tts_tools.launcher.processes import FrontProcess, ServerProcess
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--burst", type=int, default=200, help="overload: concurrent requests")
     p.add_argument("--front-args", default="", help="flags of the front door")
     a = p.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         server = ServerProcess(
             ROOT / "model_repository",

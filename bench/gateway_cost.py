@@ -27,6 +27,7 @@ from pathlib import Path
 
 import httpx2 as httpx
 
+from bench.machine import cpu_line
 from tts_tools.launcher.processes import server_and_gateway
 from tts_tools.launcher.stub_healing import cpu_seconds
 from tts_tools.sample_texts import SENTENCES
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pod-cpu", type=float, default=1.0, help="CPUs of one gateway pod")
     p.add_argument("--utilization", type=float, default=0.7, help="the gateway HPA's target")
     a = p.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
     if "pcm" not in a.formats:
         a.formats.insert(0, "pcm")  # its bytes give the audio seconds
     logs = Path(tempfile.mkdtemp(prefix="gateway-cost-"))

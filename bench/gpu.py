@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.machine import cpu_line
 from tts_serving.engines.models import load_acoustic, load_vocoder, model_file
 from tts_serving.settings import EngineSettings
 
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--out", type=Path, help="write every figure here as JSON")
     args = p.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
 
     if args.save_ids:
         args.save_ids.write_text(json.dumps(sentence_ids(args.repository)))

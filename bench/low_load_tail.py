@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from bench.compare import percentile
+from bench.machine import cpu_line
 from bench.queue_signal import poisson
 from tts_tools.launcher.processes import FrontProcess, ServerProcess
 
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=2.5, help="requests per second")
     p.add_argument("--seconds", type=float, default=60.0)
     a = p.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         server = ServerProcess(
             a.repository, Path(tmp) / "triton.log", cache_dir=ROOT / ".cache/triton"

@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench.machine import cpu_line
 from tts_client import TTSClient
 from tts_tools.launcher.processes import ServerProcess
 from tts_tools.sample_texts import SENTENCES
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=20, help="interactive requests per level")
     parser.add_argument("--repository", type=Path, default=ROOT / "model_repository")
     args = parser.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
 
     log = Path(tempfile.mkdtemp(prefix="priority-")) / "triton.log"
     with ServerProcess(args.repository, log, cache_dir=ROOT / ".cache/triton") as server:

@@ -32,6 +32,7 @@ from tritonclient.grpc import aio as grpc_aio
 
 from bench.admission import capacity, one
 from bench.compare import percentile
+from bench.machine import cpu_line
 from tests.support.launcher import Launcher
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -123,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=120.0, help="measured seconds per rate")
     p.add_argument("--warmup", type=float, default=20.0, help="seconds before the counters")
     a = p.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         launcher = Launcher(a.repository, Path(tmp) / "launcher.log")
         try:

@@ -21,6 +21,8 @@ import threading
 import time
 from pathlib import Path
 
+from bench.machine import cpu_line
+
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ["phonemizer", "acoustic", "vocoder", "tts_stream"]
 LIMIT_MB = 50.0
@@ -160,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, default=ROOT / "out" / "soak.png")
     parser.add_argument("--repository", type=Path, default=ROOT / "model_repository")
     args = parser.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
 
     def interrupted(signum, _frame):
         raise KeyboardInterrupt(signal.Signals(signum).name)

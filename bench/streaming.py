@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.machine import cpu_line
 from tts_client import TTSClient
 from tts_serving.settings import load_settings
 from tts_serving.stream.plan import plan_chunks
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mixed-seconds", type=float, default=20.0)
     parser.add_argument("--profile", help="serve configs/<profile>.pbtxt (gpu, torch-cpu)")
     args = parser.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
     repo = ROOT / "model_repository"
     log = Path(tempfile.mkdtemp(prefix="bench-stream-")) / "triton.log"
     extra = [f"--model-config-name={args.profile}"] if args.profile else None

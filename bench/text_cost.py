@@ -12,6 +12,7 @@ import argparse
 import sys
 import time
 
+from bench.machine import cpu_line
 from tts_serving.text import normalize
 from tts_tools.sample_texts import hostile_texts
 
@@ -20,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.text_cost", description=__doc__)
     parser.add_argument("--sizes", type=int, nargs=2, default=[25_000, 100_000])
     args = parser.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
     small, large = (hostile_texts(n) for n in args.sizes)
     print(f"| shape | {args.sizes[0]} chars | {args.sizes[1]} chars | ratio |\n|---|---|---|---|")
     worst = 0.0

