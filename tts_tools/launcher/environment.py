@@ -180,10 +180,9 @@ def has_gpu() -> bool:
 # failures; this flag stops that probe. The CUDA lines that remain are harmless (README).
 CPU_ONLY_ARGS = ("--allow-gpu-metrics=false",)
 
-# Triton's CUDA memory pool per GPU (its default is 64 MiB). The Python backend hands GPU
-# tensors between stages through it; with the default, gpu-dlpack at concurrency 256 on an H100
-# had stub copies fail ("failed to copy data: invalid argument") and 130 of 1,024 answers
-# were errors or wrong audio; with 2 GiB none (docs/gpu.md). A later
+# Triton's CUDA memory pool per GPU (its default: 64 MiB). The Python backend hands GPU tensors
+# between stages through it, and a stub's copy that finds it full fails while the response
+# goes on unwritten (docs/gpu.md): it must hold what is in flight at full load. A later
 # --cuda-memory-pool-byte-size in the server's extra arguments overrides it.
 CUDA_POOL_BYTES = 2 << 30
 
