@@ -88,10 +88,11 @@ class Front(GrpcProxy, HttpProxy):
         self._edge_key = os.environ.get(EDGE_KEY_ENV, "")
         self._streams: Tally[str] = Tally()  # streams in progress per client
         self._grpc_streams: Tally[str] = Tally()  # ModelStreamInfer calls per client
+        cap = settings.connection_cap(behind_edge=bool(self._edge_key))
         self._guard = ConnectionGuard(
             ConnectionLimits(
-                settings.max_connections,
-                settings.max_connections if self._edge_key else settings.max_connections_per_client,
+                cap,
+                cap if self._edge_key else settings.max_connections_per_client,
                 settings.header_timeout_s,
                 settings.idle_timeout_s,
             ),
@@ -272,12 +273,11 @@ class Front(GrpcProxy, HttpProxy):
     async def start(self) -> None:
         s = self.settings
         # Both ports' connections, Triton's and the log's fit under it with room to spare.
-        files = raise_file_limit(2 * s.max_connections + 1024)
-        if files < s.max_connections + 256:
+        cap = self._guard.limits.max_connections
+        files = raise_file_limit(2 * cap + 1024)
+        if files < cap + 256:
             log.warning(
-                "open-file limit %d is low for %d connections: raise it (ulimit -n)",
-                files,
-                s.max_connections,
+                "open-file limit %d is low for %d connections: raise it (ulimit -n)", files, cap
             )
         unlimited = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
         if s.grpc_port:
@@ -288,7 +288,7 @@ class Front(GrpcProxy, HttpProxy):
                     ("grpc.max_send_message_length", -1),
                     ("grpc.so_reuseport", 0),
                     ("grpc.max_concurrent_streams", s.max_streams_per_connection),
-                    ("grpc.max_allowed_incoming_connections", s.max_connections),
+                    ("grpc.max_allowed_incoming_connections", cap),
                     ("grpc.server_handshake_timeout_ms", int(s.header_timeout_s * 1000)),
                     ("grpc.max_connection_idle_ms", int(s.idle_timeout_s * 1000)),
                     # Calls not yet taken by this process: past 1,000 gRPC cancelled calls at

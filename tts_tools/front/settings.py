@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from tts_tools.connections import ConnectionLimits
 
 MIB = 1 << 20
+# Connections the door keeps beyond all the edge can open: the launcher's probes and the
+# gateway's channel (FrontSettings.connection_cap).
+PROBE_RESERVE = 64
 
 PENDING_CALLS = 16384  # gRPC's queue of calls not yet taken, before it drops any
 
@@ -76,6 +79,18 @@ class FrontSettings:
     shm_prefix: str = ""
     # SIGUSR1 to the parent (the launcher) once drained while dead stubs' streams stay open.
     notify_parent: bool = False
+
+    def edge_connections(self) -> int:
+        """nginx's worker_connections in front of this door (launcher/edge.py): each proxied
+        request holds a connection upstream too, so twice the clients', and room for the files
+        nginx opens itself. One worker: no more connections than this at once, both sides."""
+        return 2 * self.max_connections + 64
+
+    def connection_cap(self, behind_edge: bool) -> int:
+        """The door's own total of connections per port. Behind the edge every connection is
+        the edge's, which can hold as many upstream as it has in all, and the launcher's
+        liveness probe must still get one: more than the edge can open, by PROBE_RESERVE."""
+        return self.edge_connections() + PROBE_RESERVE if behind_edge else self.max_connections
 
     def __post_init__(self) -> None:
         if self.max_request_bytes < 1024:

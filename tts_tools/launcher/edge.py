@@ -157,9 +157,7 @@ def _http_server(
 def render(settings: FrontSettings, ports: EdgePorts, key: str, folder: Path) -> str:
     """nginx's configuration for one launch (``folder``: its pid file and body buffers)."""
     s = settings
-    # Each proxied request holds a connection to its upstream too (gRPC calls one each):
-    # twice the clients' connections, and room for the files nginx itself opens.
-    worker_connections = 2 * s.max_connections + 64
+    worker_connections = s.edge_connections()
     body = f"{max(1, round(s.max_request_bytes / MIB))}m"
     # On the gRPC port a connection carries many calls and limit_conn counts calls: as many
     # per address as admission would queue and serve for one client, no fewer.
