@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -112,6 +113,22 @@ def is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, torch.OutOfMemoryError)
 
 
+def capture_graph(
+    fn: Callable, inputs: Sequence[torch.Tensor], pool
+) -> tuple[torch.cuda.CUDAGraph, Any]:
+    """``fn(*inputs)`` captured as a CUDA graph in ``pool``, after a warm-up run on a side
+    stream (cuDNN and the allocator settle outside capture); the graph and its outputs."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn(*inputs)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        out = fn(*inputs)
+    return graph, out
+
+
 class GraphBuckets:
     """CUDA graphs of ``fn`` at fixed (batch, frames) shapes, sharing one memory pool.
 
@@ -149,14 +166,7 @@ class GraphBuckets:
                 torch.zeros((b, *shape, t), dtype=dtype, device=device)
                 for shape, dtype in zip(shapes, dtypes)
             ]
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                self.fn(*inputs)  # warm-up outside capture
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
-                out = self.fn(*inputs)
+            graph, out = capture_graph(self.fn, inputs, self.pool)
             self.graphs[(b, t)] = (graph, inputs, out)
 
     def bucket(self, batch: int, frames: int) -> tuple[int, int] | None:
@@ -232,14 +242,7 @@ class DurationGraphs:
         with _no_tf32():
             for b, n in self.cells:  # largest first, as GraphBuckets
                 static = pad_durations_inputs(*one, b, n)
-                stream = torch.cuda.Stream()
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):
-                    module.durations(*static)  # warm-up outside capture
-                torch.cuda.current_stream().wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    m_p, logs_p, w, _ = module.durations(*static)
+                graph, (m_p, logs_p, w, _) = capture_graph(module.durations, static, pool)
                 self.graphs[(b, n)] = (graph, static, (m_p, logs_p, w))
 
     def __call__(

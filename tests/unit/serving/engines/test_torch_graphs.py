@@ -72,3 +72,47 @@ def test_an_instance_binds_the_gpu_triton_gave_it(monkeypatch):
     calls.clear()
     bind_device(torch.device("cpu"))
     assert calls == []
+
+
+class _FakeStream:
+    def wait_stream(self, other) -> None:
+        pass
+
+
+class _FakeGraph:
+    replays = 0
+
+    def replay(self) -> None:
+        _FakeGraph.replays += 1
+
+
+def test_the_graphs_are_captured_per_bucket_and_replayed_by_a_call_that_fits(monkeypatch):
+    """The capture code with CUDA's graph API faked on the CPU (a capture runs the function
+    once, a replay counts): each cell of the grid is captured, largest first, and a call is
+    answered by its bucket's replay, cut back to its own shape (a name shadowed by a parameter
+    broke this once, before any GPU saw it)."""
+    import contextlib
+
+    from tts_serving.engines.torch_engine import DurationGraphs, GraphBuckets
+    from tts_serving.engines.torch_vits import Acoustic
+
+    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: _FakeStream())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: _FakeStream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", lambda g, pool=None: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+    cpu = torch.device("cpu")
+    with torch.inference_mode():
+        durations = DurationGraphs(Acoustic().eval(), (1, 4), (16, 32), cpu)
+        assert list(durations.graphs) == [(4, 32), (4, 16), (1, 32), (1, 16)]
+        before = _FakeGraph.replays
+        ids = torch.randint(1, 50, (3, 20))
+        m_p, logs_p, w = durations(ids, torch.tensor([20, 15, 10]), torch.tensor([[0.0, 1, 0]] * 3))
+        assert _FakeGraph.replays == before + 1  # bucket (4, 32)
+        assert m_p.shape == logs_p.shape == (3, 192, 20) and w.shape == (3, 20)
+        assert durations(torch.ones((5, 8), dtype=torch.int64), torch.full((5,), 8),
+                         torch.zeros((5, 4))) is None  # fmt: skip
+        vocoder = GraphBuckets(lambda x: x * 2, [(192,)], [torch.float32], (1, 2), (8, 16), cpu)
+        assert len(vocoder.graphs) == 4
+        assert vocoder(torch.ones(1, 192, 5)).shape == (1, 192, 5)
