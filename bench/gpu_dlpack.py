@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import tempfile
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.machine import cpu_line
+from perf_analyzer_configs.run import load_texts as perf_analyzer_texts
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXTS = ROOT / "perf_analyzer_configs" / "tts_mixed.json"
@@ -59,7 +59,7 @@ class Comparison:
 
 
 def load_texts(path: Path = TEXTS) -> list[str]:
-    return [entry["text"][0] for entry in json.loads(path.read_text())["data"]]
+    return perf_analyzer_texts(path)
 
 
 async def _send_all(url: str, texts: list[str], concurrency: int) -> Outcome:
