@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.support.busy import halved, pin, process_tree
+from tests.support.busy import half_of, halved, pin, process_tree
 from tests.support.launcher import Launcher
 from tests.support.paths import ROOT
 from tts_tools.sample_texts import SENTENCES
@@ -38,7 +38,7 @@ def served(exported_repository, tmp_path_factory):
     log = tmp_path_factory.mktemp("first-contact") / "launcher.log"
     launcher = Launcher(exported_repository, log, [f"--front-args=--window-s {WINDOW_S}"])
     cores = os.sched_getaffinity(0)
-    half = set(sorted(cores)[: max(1, len(cores) // 2)])
+    half = half_of(cores)
     pin([launcher.process.pid], half)  # its children inherit it
     try:
         launcher.wait_ready()

@@ -38,12 +38,17 @@ def pin(pids: list[int], cores: set[int]) -> None:
                 pass  # a thread that ended meanwhile
 
 
+def half_of(cores: set[int]) -> set[int]:
+    """The first half of ``cores`` (at least one)."""
+    return set(sorted(cores)[: max(1, len(cores) // 2)])
+
+
 @contextmanager
 def halved(root: int) -> Iterator[set[int]]:
     """The process tree of ``root`` on half this process's cores (at least one) inside the
     block, on all of them again after it; yields the cores it had."""
     cores = os.sched_getaffinity(0)
-    half = set(sorted(cores)[: max(1, len(cores) // 2)])
+    half = half_of(cores)
     pin(process_tree(root), half)
     try:
         yield half
