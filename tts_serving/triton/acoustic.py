@@ -176,7 +176,8 @@ class Acoustic:
     def outputs(self, item: AcousticItem, results: list[AcousticResult]) -> list | Exception:
         """One request's latent (its parts' joined), word times and the vocoder's rows."""
         latent = concat_frames([r.latent for r in results])
-        tensors = output_or_error(LATENT, latent)
+        check = latent_check(latent)  # its sum in float64 is finite exactly when the latent is
+        tensors = output_or_error(LATENT, latent, total=float(check[0]))
         if not isinstance(tensors, list):
             return tensors
         durations = np.concatenate([r.durations for r in results])
@@ -196,7 +197,7 @@ class Acoustic:
             rows.append([frames, r.voice, pause, round(r.gain_db * 100), r.speaker])
         rows = np.array(rows, np.int32).reshape(1, -1, FRAME_COLUMNS)
         tensors.append(pb_utils.Tensor(LATENT_SEGMENTS, rows))
-        tensors.append(pb_utils.Tensor(LATENT_CHECK, latent_check(latent)[None]))
+        tensors.append(pb_utils.Tensor(LATENT_CHECK, check[None]))
         return tensors
 
     def execute(self, requests: list) -> list:
