@@ -47,9 +47,9 @@ help:  # the default goal: what each target does
 	@echo "make clean           remove the exported voice and caches"
 
 # System packages: libb64 for perf_analyzer (the rest ships in the Python wheels); nginx, the edge
-# on make serve's public ports (tts_tools/launcher/edge.py; Debian's package also enables the
+# on make serve's public ports (tts_launcher/edge.py; Debian's package also enables the
 # system's own nginx on port 80: `systemctl disable --now nginx` if you do not want it); a C compiler
-# for tts_tools/launcher/server_shim.c (keeps the admin key out of tritonserver's command line); the
+# for tts_launcher/server_shim.c (keeps the admin key out of tritonserver's command line); the
 # tests also drive the gateway's web page in Debian's headless Chromium; pesq (bench.cpu_variants)
 # builds against python3-dev.
 SYSTEM_PACKAGES := libb64-0d gcc libc6-dev nginx
@@ -95,7 +95,7 @@ setup: system-deps $(VENV)/.installed
 # what is missing and how to get it.
 check-system-deps:
 	@command -v $${CC:-cc} >/dev/null || { echo "make serve: no C compiler (cc) to build \
-	tts_tools/launcher/server_shim.c: run 'make system-deps' (sudo apt-get install gcc \
+	tts_launcher/server_shim.c: run 'make system-deps' (sudo apt-get install gcc \
 	libc6-dev) or install one"; exit 2; }
 	@test "$(EDGE)" = 0 || command -v nginx >/dev/null || test -x /usr/sbin/nginx || { echo \
 	"make serve: no nginx (the edge on the public ports): run 'make system-deps' (sudo \
@@ -113,15 +113,15 @@ export: $(VENV)/.installed-serve
 
 # PROFILE=gpu (torch on CUDA) or PROFILE=torch-cpu serves model_repository/*/configs/$(PROFILE).pbtxt.
 serve: serve-setup export
-	exec $(PY) -m tts_tools.server --model-repository model_repository \
+	exec $(PY) -m tts_launcher --model-repository model_repository \
 	  --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) \
 	  --gateway-port $(GATEWAY_PORT) --wyoming-port $(WYOMING_PORT) --supervisor-metrics-port $(SUPERVISOR_METRICS_PORT) --bind $(BIND) $(if $(PROFILE),--model-config-name=$(PROFILE)) \
 	  $(if $(filter 0,$(EDGE)),--no-edge) \
 	  $(if $(FRONT_ARGS),--front-args "$(FRONT_ARGS)")
 
-# Regenerate model_repository/*/configs/<profile>.pbtxt from config.pbtxt (tts_tools/profiles.py).
+# Regenerate model_repository/*/configs/<profile>.pbtxt from config.pbtxt (tts_launcher/profiles.py).
 profiles: $(VENV)/.installed
-	$(PY) -m tts_tools.profiles
+	$(PY) -m tts_launcher.profiles
 
 # A folder to serve and benchmark the GPU profile on a CUDA machine without network (docs/gpu.md).
 GPU_PYTHON ?= 3.12

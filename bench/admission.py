@@ -35,7 +35,7 @@ from bench.compare import percentile
 from bench.machine import cpu_line
 from tests.support.busy import halved
 from tests.support.launcher import Launcher
-from tts_tools.sample_texts import SENTENCES
+from tts_front.sample_texts import SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXTS = SENTENCES[3:15]  # normal sentences, 2-5 s of speech each

@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from bench.machine import cpu_line
+from tts_front.sample_texts import SENTENCES
 from tts_serving.engines.models import AcousticModel, Vocoder
 from tts_serving.engines.onnx import create_session
 from tts_serving.settings import load_settings
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
-from tts_tools.sample_texts import SENTENCES
 
 
 def best_of(fn, repeats: int = 2) -> float:

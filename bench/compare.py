@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.machine import cpu_line
-from tts_tools.launcher.commands import free_port
-from tts_tools.launcher.processes import ServerProcess
-from tts_tools.sample_texts import SENTENCES
+from tts_front.sample_texts import SENTENCES
+from tts_launcher.commands import free_port
+from tts_launcher.processes import ServerProcess
 from tts_tools.statistics import ModelStatistics, model_statistics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repository", type=Path, default=ROOT / "model_repository")
     parser.add_argument("--json", type=Path, help="also write all runs as JSON here")
     parser.add_argument(
-        "--profile", help="serve configs/<profile>.pbtxt (gpu, torch-cpu; tts_tools.profiles)"
+        "--profile", help="serve configs/<profile>.pbtxt (gpu, torch-cpu; tts_launcher.profiles)"
     )
     args = parser.parse_args(argv)
     print(f"machine: {cpu_line()}", flush=True)
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             systems["ours-grpc"] = OursGRPC(server)
         gateway_formats = [s.split("-", 1)[1] for s in args.systems if s.startswith("gateway-")]
         if gateway_formats:
-            from tts_tools.launcher.processes import GatewayProcess
+            from tts_launcher.processes import GatewayProcess
 
             gateway = GatewayProcess(server.grpc_url, log_dir / "gateway.log").start()
             for fmt in gateway_formats:

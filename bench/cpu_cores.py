@@ -22,7 +22,7 @@ from tritonclient.grpc import aio as grpc_aio
 from bench.admission import capacity, one
 from bench.compare import percentile
 from bench.machine import cpu_line
-from tts_tools.launcher.commands import free_port
+from tts_launcher.commands import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,7 +38,7 @@ async def single(url: str, n: int = 24) -> float:
 
 def measure(cpus: str, repository: Path, log: Path) -> str:
     http, grpc, metrics, supervisor = (free_port() for _ in range(4))
-    command = ["taskset", "-c", cpus, sys.executable, "-m", "tts_tools.server",
+    command = ["taskset", "-c", cpus, sys.executable, "-m", "tts_launcher",
                f"--model-repository={repository}", f"--cache-dir={ROOT / '.cache/triton'}",
                f"--http-port={http}", f"--grpc-port={grpc}", f"--metrics-port={metrics}",
                "--gateway-port=0", f"--supervisor-metrics-port={supervisor}"]  # fmt: skip

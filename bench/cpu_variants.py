@@ -8,7 +8,7 @@ the acoustic ones from the same phonemes with the noise scales at 0:
 
 - the vocoder (two thirds of the work) on float32's latents: ONNX Runtime static int8 (QDQ,
   weights per output channel, uint8 activations calibrated on the paragraph of
-  ``tts_tools.sample_texts``, which is not the evaluation set; ConvTranspose stays float) with three
+  ``tts_front.sample_texts``, which is not the evaluation set; ConvTranspose stays float) with three
   cuts of what stays float32, and the torch engine in bfloat16 (oneDNN);
 - the acoustic half with the float32 vocoder: the flow's convolutions in static int8 (encoder
   and duration predictor in float32, so the frame counts stay) and the torch engine in bfloat16

@@ -1,4 +1,4 @@
-"""What the front door (``tts_tools.front``) costs and what it changes under overload:
+"""What the front door (``tts_front``) costs and what it changes under overload:
 ``python -m bench.front``
 
 One tritonserver, the front door before it; clients alternate between the two so they share
@@ -28,8 +28,8 @@ from bench.compare import percentile
 from bench.machine import cpu_line
 from tts_client import AsyncTTSClient, ServerOverloaded, TTSClient
 from tts_client.protocol import RetryPolicy
-from tts_tools.launcher.processes import FrontProcess, ServerProcess
-from tts_tools.sample_texts import SENTENCES
+from tts_front.sample_texts import SENTENCES
+from tts_launcher.processes import FrontProcess, ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_RETRY = RetryPolicy(retries=0)

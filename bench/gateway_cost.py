@@ -28,9 +28,9 @@ from pathlib import Path
 import httpx2 as httpx
 
 from bench.machine import cpu_line
-from tts_tools.launcher.processes import server_and_gateway
-from tts_tools.launcher.stub_healing import cpu_seconds
-from tts_tools.sample_texts import SENTENCES
+from tts_front.sample_texts import SENTENCES
+from tts_launcher.processes import server_and_gateway
+from tts_launcher.stub_healing import cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 # What deploy/overlays/gpu/gateway.yaml is sized for (docs/scaling.md, "The gateway"): one H100

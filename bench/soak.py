@@ -78,7 +78,7 @@ class Load:
         import httpx2 as httpx
 
         from tts_client import InvalidInput, TTSClient
-        from tts_tools.sample_texts import PARAGRAPH, SENTENCES
+        from tts_front.sample_texts import PARAGRAPH, SENTENCES
 
         grpc = TTSClient(self.server.grpc_url, concurrency=8)
         http = httpx.Client(timeout=120)
@@ -116,7 +116,7 @@ class Load:
 
 
 def sample(server, gateway) -> dict[str, float]:
-    from tts_tools.launcher.stub_healing import stubs_by_model
+    from tts_triton.probes import stubs_by_model
 
     row = {"tritonserver_mb": rss_mb(server.process.pid), "gateway_mb": rss_mb(gateway.process.pid)}
     for model, pids in stubs_by_model(server.process.pid, MODELS).items():
@@ -148,7 +148,7 @@ def plot(rows: list[dict], path: Path, warmup_s: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tts_tools.launcher.processes import GatewayProcess, ServerProcess
+    from tts_launcher.processes import GatewayProcess, ServerProcess
 
     parser = argparse.ArgumentParser(
         prog="python -m bench.soak",

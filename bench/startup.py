@@ -1,6 +1,6 @@
 """How long ``make serve``'s launcher takes until everything answers, quiet and busy.
 
-Starts ``python -m tts_tools.server`` (as ``make serve`` does, on free ports) and times its
+Starts ``python -m tts_launcher`` (as ``make serve`` does, on free ports) and times its
 start until the gateway's ``/ready`` answers (Triton's tts and tts_stream ready behind it),
 with the front door's admission warm-up as it logs it; then again with ``--busy`` processes
 spinning beside it (a machine other work keeps busy). The venv and the export are ready
@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.machine import cpu_line
-from tts_tools.launcher.commands import free_port
+from tts_launcher.commands import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +37,7 @@ def time_to_ready(timeout_s: float = 600) -> tuple[float, str]:
     ports = [free_port() for _ in range(5)]
     flags = ["--http-port", "--grpc-port", "--metrics-port", "--gateway-port",
              "--supervisor-metrics-port"]  # fmt: skip
-    command = [sys.executable, "-m", "tts_tools.server", "--model-repository=model_repository"]
+    command = [sys.executable, "-m", "tts_launcher", "--model-repository=model_repository"]
     command += [f"{f}={p}" for f, p in zip(flags, ports, strict=True)]
     command.append(f"--wyoming-port={free_port()}")
     with tempfile.TemporaryFile("w+") as log:

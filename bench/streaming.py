@@ -22,12 +22,12 @@ import numpy as np
 
 from bench.machine import cpu_line
 from tts_client import TTSClient
+from tts_front.sample_texts import PARAGRAPH, SENTENCES
+from tts_launcher.processes import ServerProcess
 from tts_serving.settings import load_settings
 from tts_serving.stream.plan import plan_chunks
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
-from tts_tools.launcher.processes import ServerProcess
-from tts_tools.sample_texts import PARAGRAPH, SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent
 

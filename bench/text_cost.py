@@ -2,7 +2,7 @@
 
     python -m bench.text_cost [--sizes 25000 100000]
 
-For each shape of tts_tools.sample_texts.hostile_texts, the time to normalize it at each size and
+For each shape of tts_front.sample_texts.hostile_texts, the time to normalize it at each size and
 the ratio between sizes (about 4 for 25k -> 100k when linear; 16 when quadratic).
 """
 
@@ -13,8 +13,8 @@ import sys
 import time
 
 from bench.machine import cpu_line
+from tts_front.sample_texts import hostile_texts
 from tts_serving.text import normalize
-from tts_tools.sample_texts import hostile_texts
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,13 +22,13 @@ import numpy as np
 import soundfile
 
 from bench.machine import cpu_line
+from tts_front.sample_texts import PARAGRAPH, SENTENCES
 from tts_serving.engines.models import load_acoustic, load_vocoder
 from tts_serving.settings import EngineSettings
 from tts_serving.text import normalize
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.text.words import word_spans
 from tts_serving.voices import load_voice_config
-from tts_tools.sample_texts import PARAGRAPH, SENTENCES
 
 REPO = "model_repository"
 EXTRA = ["It costs $5.50 at 10:05 am.", "The museum opens at 9 am on Jan. 5, 2024."]

@@ -30,8 +30,8 @@ from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, Synthesize
 from bench.compare import percentile
 from bench.machine import cpu_line
 from tests.support.launcher import Launcher
-from tts_tools.launcher.commands import free_port
-from tts_tools.sample_texts import SENTENCES
+from tts_front.sample_texts import SENTENCES
+from tts_launcher.commands import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXTS = SENTENCES[3:15]  # normal sentences, 2-5 s of speech each

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import REPOSITORY, ROOT
-from tts_tools.launcher.processes import ServerProcess
+from tts_launcher.processes import ServerProcess
 
 # Fixtures kept with their support code: a headless browser for the gateway page's tests.
 pytest_plugins = ["tests.support.browser"]

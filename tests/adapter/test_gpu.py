@@ -90,7 +90,7 @@ def test_latents_stay_on_the_gpu_between_acoustic_and_vocoder(exported_repositor
     # The gpu-dlpack profile's hand-off: the latent the vocoder reads is the acoustic model's
     # CUDA tensor (no host copy), and the audio equals the hand-off through the host.
     from tests.adapter.test_torch_engine import dlpack_handoff, max_diff
-    from tts_tools.sample_texts import SENTENCES
+    from tts_front.sample_texts import SENTENCES
 
     out = dlpack_handoff(exported_repository, "cuda", [s.encode() for s in SENTENCES[:3]])
     # The same latents; float16 kernels that cuDNN picks by batch size (3 items through the

@@ -9,6 +9,7 @@ import torch
 from export.torch_weights import onnx_weights
 from tests.support import pb_utils as pb
 from tests.support.models import load_model, text_request
+from tts_front.sample_texts import SENTENCES
 from tts_serving.engines import INT8_FILE, WEIGHTS_FILE
 from tts_serving.engines.models import Vocoder, load_acoustic, load_vocoder, model_file
 from tts_serving.engines.torch_decoder import Decoder
@@ -16,7 +17,6 @@ from tts_serving.engines.torch_engine import TorchOptions, TorchVocoderNet
 from tts_serving.engines.torch_weights import fill
 from tts_serving.errors import ModelConfigError
 from tts_serving.settings import AcousticSettings, EngineSettings
-from tts_tools.sample_texts import SENTENCES
 
 ORT = EngineSettings(max_padded_length=0)
 TORCH = EngineSettings(engine="torch", device="cpu", max_padded_length=0)

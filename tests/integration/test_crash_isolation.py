@@ -14,7 +14,7 @@ import httpx2 as httpx
 import pytest
 
 from tts_client import InvalidInput, TTSClient
-from tts_tools.launcher.stub_healing import stubs_by_model
+from tts_triton.probes import stubs_by_model
 
 # Shapes that killed the phonemizer's stub before the worker pool (each crashes espeak-ng unshaped).
 CRASHERS = [

@@ -1,7 +1,7 @@
 """First contact, as a newcomer meets `make serve` with tools no one here wrote: perf_analyzer
 over gRPC and HTTP from a cold start and after idling, curl without Accept-Encoding, raw
 tritonclient bursts (no retries), the CLI pointed at the wrong port, the start-up banner, and a
-restart right after a stop. One launcher (``python -m tts_tools.server``, as `make serve` runs
+restart right after a stop. One launcher (``python -m tts_launcher``, as `make serve` runs
 it) for the module, started on half the cores and then given all; its admission window is
 shortened so that "after idling" (longer than the window, which forgot everything before)
 takes seconds, not a minute."""
@@ -25,7 +25,7 @@ import tritonclient.grpc as grpcclient
 from tests.support.busy import half_of, halved, pin, process_tree
 from tests.support.launcher import Launcher
 from tests.support.paths import ROOT
-from tts_tools.sample_texts import SENTENCES
+from tts_front.sample_texts import SENTENCES
 
 WINDOW_S = 3.0  # the front door's admission window in this module (default 30 s)
 

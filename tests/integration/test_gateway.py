@@ -23,9 +23,9 @@ import pytest
 from tests.support.audio import decode
 from tests.support.gateway import gateway_on, good_request, rms_dbfs
 from tests.support.paths import ROOT
-from tts_tools.launcher.commands import free_port
-from tts_tools.launcher.processes import GatewayProcess
-from tts_tools.sample_texts import PARAGRAPH, SENTENCES
+from tts_front.sample_texts import PARAGRAPH, SENTENCES
+from tts_launcher.commands import free_port
+from tts_launcher.processes import GatewayProcess
 from tts_tools.statistics import model_statistics
 
 SENTENCE = (
@@ -435,7 +435,7 @@ def test_twenty_thousand_characters_through_the_sdk_as_mp3_arrive_whole(
     mp3 through the OpenAI SDK arrives whole: it was cut at the request timeout (120 s: 1,033
     of 1,265 s of audio), which covered the whole answer. Here the timeout is 30 s, so that a
     fast machine (95 s for it all) shows the cut too; each piece comes far within it."""
-    from tts_tools.sample_texts import PARAGRAPH
+    from tts_front.sample_texts import PARAGRAPH
 
     text = ((PARAGRAPH + " ") * (20_000 // len(PARAGRAPH) + 1))[:20_000]
     text = text[: text.rfind(" ")]  # whole words

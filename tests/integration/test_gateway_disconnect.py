@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.gateway import good_request
 from tests.support.metrics import sample
-from tts_tools.sample_texts import PARAGRAPH
+from tts_front.sample_texts import PARAGRAPH
 
 
 def in_flight(gateway) -> float:

@@ -15,7 +15,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tts_client import AsyncTTSClient, InvalidInput, TTSClient
-from tts_tools.sample_texts import PARAGRAPH, SENTENCES
+from tts_front.sample_texts import PARAGRAPH, SENTENCES
 from tts_tools.statistics import model_statistics
 
 MODELS = ("phonemizer", "acoustic", "vocoder", "tts")

@@ -18,7 +18,7 @@ import websocket
 from tests.support.audio import decode
 from tests.support.gateway import rms_dbfs
 from tts_client import AsyncTTSClient
-from tts_tools.sample_texts import SENTENCES
+from tts_front.sample_texts import SENTENCES
 from tts_tools.statistics import model_statistics
 
 OUTSIDE = runpy.run_path("examples/vllm_omni_stream_client.py")

@@ -18,12 +18,12 @@ from tritonclient.utils import InferenceServerException
 from tests.support.paths import REPOSITORY
 from tests.support.speech import transcribe, words
 from tts_client import AsyncTTSClient, InvalidInput
+from tts_front.sample_texts import PARAGRAPH
 from tts_serving.engines.loudness import active_level_dbfs
 from tts_serving.model_config import parse_settings, pbtxt_parameters
 from tts_serving.settings import StreamSettings
 from tts_serving.stream.plan import finish_chunk
 from tts_serving.text import normalize
-from tts_tools.sample_texts import PARAGRAPH
 from tts_tools.statistics import model_statistics
 
 

@@ -12,8 +12,8 @@ import pytest
 from tests.support.paths import ROOT
 from tests.support.speech import transcribe, words
 from tts_client import TTSClient
-from tts_tools.launcher.processes import ServerProcess
-from tts_tools.sample_texts import SENTENCES
+from tts_front.sample_texts import SENTENCES
+from tts_launcher.processes import ServerProcess
 from tts_tools.statistics import model_statistics
 
 EXACT = {"noise_scale": 0.0, "noise_w": 0.0}

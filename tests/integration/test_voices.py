@@ -23,8 +23,8 @@ from tests.support.launcher import LIGHT_WARMUP, Launcher
 from tests.support.multispeaker import SPEAKERS, make_multispeaker
 from tests.support.paths import REPOSITORY, ROOT
 from tts_client import InvalidInput, TTSClient
-from tts_tools.launcher.processes import GatewayProcess, ServerProcess
-from tts_tools.sample_texts import PARAGRAPH, SENTENCES
+from tts_front.sample_texts import PARAGRAPH, SENTENCES
+from tts_launcher.processes import GatewayProcess, ServerProcess
 from tts_tools.statistics import model_statistics
 
 SPEC = [

@@ -104,7 +104,7 @@ def test_mixed_speeds_in_one_batch_time_each_item_as_alone(server):
 
 
 def test_a_stream_times_its_words_from_its_start(server):
-    from tts_tools.sample_texts import PARAGRAPH
+    from tts_front.sample_texts import PARAGRAPH
 
     text = "At 10:05 am. it cost $5.50, I think. " + PARAGRAPH
     with TTSClient(server.grpc_url) as client:
@@ -140,7 +140,7 @@ def test_word_times_agree_with_whisper(server, whisper, tmp_path):
     import re
 
     from bench.word_alignment import paired_differences
-    from tts_tools.sample_texts import PARAGRAPH, SENTENCES
+    from tts_front.sample_texts import PARAGRAPH, SENTENCES
 
     texts = list(SENTENCES)[:8] + re.split(r"(?<=[.!?])\s+", PARAGRAPH)[:12]
     texts += ["It costs $5.50 at 10:05 am.", "The museum opens at 9 am on Jan. 5, 2024."]

@@ -27,7 +27,7 @@ from wyoming.tts import (
 )
 
 from tests.support.launcher import LIGHT_WARMUP, Launcher
-from tts_tools.sample_texts import PARAGRAPH, SENTENCES
+from tts_front.sample_texts import PARAGRAPH, SENTENCES
 
 TIMEOUT_S = 120
 

@@ -35,9 +35,9 @@ from tests.support.h2probe import Connection
 from tests.support.launcher import served_by
 from tests.support.metrics import sample
 from tts_client.protocol import build_inputs
-from tts_tools.launcher.commands import FRONT_TOKEN_ENV
-from tts_tools.launcher.processes import FrontProcess
-from tts_tools.sample_texts import PARAGRAPH, SENTENCES
+from tts_front.sample_texts import PARAGRAPH, SENTENCES
+from tts_front.security import FRONT_TOKEN_ENV
+from tts_launcher.processes import FrontProcess
 
 ARGS = [
     "--header-timeout-s=2",

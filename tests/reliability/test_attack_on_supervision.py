@@ -11,7 +11,7 @@ import sys
 import time
 
 from tests.support.launcher import LIGHT_WARMUP, Launcher, alive, served_by
-from tts_tools.launcher.stub_healing import stubs_by_model
+from tts_triton.probes import stubs_by_model
 
 BOUND_S = 30  # far over the time a process takes to show its new name
 
@@ -44,7 +44,7 @@ def test_a_process_named_like_a_stub_is_not_one(tmp_path):
 def front_pid(launcher: Launcher) -> int:
     for pid in launcher.children():
         try:
-            if b"tts_tools.front" in open(f"/proc/{pid}/cmdline", "rb").read():
+            if b"tts_front" in open(f"/proc/{pid}/cmdline", "rb").read():
                 return pid
         except OSError:
             continue

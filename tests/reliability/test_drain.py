@@ -18,8 +18,8 @@ from tests.support.launcher import LIGHT_WARMUP, Launcher, alive
 from tests.support.metrics import sample
 from tests.support.paths import ROOT
 from tts_client import ServerUnavailable
-from tts_tools.launcher.processes import ServerProcess
-from tts_tools.sample_texts import PARAGRAPH, SENTENCES
+from tts_front.sample_texts import PARAGRAPH, SENTENCES
+from tts_launcher.processes import ServerProcess
 
 
 def regions(prefix: str) -> set[str]:

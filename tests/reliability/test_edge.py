@@ -1,4 +1,4 @@
-"""The edge (nginx on the public ports, tts_tools/launcher/edge.py) as an outsider meets it,
+"""The edge (nginx on the public ports, tts_launcher/edge.py) as an outsider meets it,
 against the launcher as `make serve` runs it: paths normalized before anything routes on
 them, connections counted by the address that connected (and only the edge may say which
 one that was), slow and silent connections closed, bodies over the limit refused, streams
@@ -23,7 +23,7 @@ import tritonclient.grpc as tritongrpc
 import tritonclient.http as tritonhttp
 
 from tests.support.launcher import LIGHT_WARMUP, Launcher
-from tts_tools.sample_texts import PARAGRAPH, SENTENCES
+from tts_front.sample_texts import PARAGRAPH, SENTENCES
 
 HEADER_TIMEOUT_S = 2
 PER_ADDRESS = 32  # HTTP requests in progress per address (the 48 below: 24 of them)

@@ -32,9 +32,9 @@ from tests.support.memory import rss_mb
 from tests.support.metrics import sample
 from tts_client import ServerOverloaded, ServerUnavailable, TTSClient
 from tts_client.protocol import build_inputs
-from tts_tools.launcher.processes import FrontProcess
-from tts_tools.launcher.stub_healing import stubs_by_model
-from tts_tools.sample_texts import PARAGRAPH, SENTENCES
+from tts_front.sample_texts import PARAGRAPH, SENTENCES
+from tts_launcher.processes import FrontProcess
+from tts_triton.probes import stubs_by_model
 from tts_wire import TEXT_TOO_LONG
 
 LIMIT_MIB = 1

@@ -20,9 +20,9 @@ import pytest
 from tests.support.launcher import LIGHT_WARMUP, Launcher, alive
 from tests.support.paths import ROOT
 from tts_client import TTSClient, TTSError
-from tts_tools.launcher.processes import ServerProcess
-from tts_tools.launcher.restarts import RestartedChild, RestartPolicy
-from tts_tools.launcher.stub_healing import STUB, python_models, stubs_by_model
+from tts_launcher.processes import ServerProcess
+from tts_launcher.restarts import RestartedChild, RestartPolicy
+from tts_triton.probes import STUB, python_models, stubs_by_model
 
 BODY = {"model": "tts-1", "voice": "alloy", "input": "Fine.", "response_format": "pcm"}
 
@@ -71,7 +71,7 @@ def test_a_taken_port_is_one_clear_line(exported_repository):
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "tts_tools.server", f"--model-repository={exported_repository}",
+            [sys.executable, "-m", "tts_launcher", f"--model-repository={exported_repository}",
              "--http-port=0", "--grpc-port=0", "--metrics-port=0", f"--gateway-port={port}",
              "--supervisor-metrics-port=0"],
             capture_output=True, text=True, timeout=60, cwd=ROOT,
@@ -133,7 +133,7 @@ def test_stubs_left_by_a_dead_server_are_ended():
     )
     script = (
         "import subprocess, sys, os\n"
-        "from tts_tools.launcher.stub_healing import become_subreaper, end_orphans\n"
+        "from tts_launcher.stub_healing import become_subreaper, end_orphans\n"
         "assert become_subreaper()\n"
         f"server = subprocess.Popen([sys.executable, '-c', {code!r}], stdout=subprocess.PIPE)\n"
         "stub = int(server.stdout.readline())\n"

@@ -11,8 +11,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.support.memory import rss_mb
-from tts_tools.launcher.stub_healing import stubs_by_model
-from tts_tools.sample_texts import hostile_texts
+from tts_front.sample_texts import hostile_texts
+from tts_triton.probes import stubs_by_model
 
 MODELS = ["phonemizer", "acoustic", "vocoder", "tts_stream"]
 GROWTH_MB = {"stub": 20, "tritonserver": 50}  # after a warm-up round

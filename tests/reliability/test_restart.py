@@ -12,8 +12,8 @@ import time
 import httpx2 as httpx
 
 from tests.support.launcher import LIGHT_WARMUP, Launcher, alive
-from tts_tools.launcher.liveness import LIVE_PATH
-from tts_tools.launcher.stub_healing import python_models, stubs_by_model
+from tts_launcher.liveness import LIVE_PATH
+from tts_triton.probes import python_models, stubs_by_model
 
 
 def probe_liveness(launcher: Launcher, triton_live: set, launcher_live: set) -> None:

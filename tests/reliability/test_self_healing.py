@@ -12,8 +12,8 @@ import pytest
 from tests.support.paths import ROOT
 from tts_client import TTSClient, TTSError
 from tts_client.protocol import NO_RETRY
-from tts_tools.launcher.processes import ServerProcess
-from tts_tools.launcher.stub_healing import python_models, stubs_by_model
+from tts_launcher.processes import ServerProcess
+from tts_triton.probes import python_models, stubs_by_model
 
 
 @pytest.fixture(scope="module")

@@ -15,14 +15,11 @@ import yaml
 
 from tests.support.deploy import deploy_tool
 from tests.support.paths import ROOT
+from tts_front.security import FRONT_TOKEN_FILE_ENV, GATEWAY_FRONT_TOKEN_ENV
 from tts_gateway.settings import GatewaySettings
-from tts_tools.launcher.commands import (
-    FRONT_TOKEN_FILE_ENV,
-    GATEWAY_FRONT_TOKEN_ENV,
-    STOP_BUDGET_S,
-)
-from tts_tools.launcher.liveness import LIVE_PATH
-from tts_tools.launcher.stub_healing import SERVING_SINCE
+from tts_launcher.commands import STOP_BUDGET_S
+from tts_launcher.liveness import LIVE_PATH
+from tts_launcher.stub_healing import SERVING_SINCE
 
 KUBERNETES_VERSION = "1.30.0"  # the oldest release still in common support when this was written
 

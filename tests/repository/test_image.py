@@ -68,14 +68,14 @@ def test_the_image_is_built_on_a_patched_triton_as_a_non_root_user():
 
 
 def test_the_entrypoint_is_the_launcher_with_flags_it_takes():
-    from tts_tools.server import parse_args
+    from tts_launcher.server import parse_args
 
     steps = instructions()
     (entrypoint,) = [json.loads(a) for i, a in steps if i == "ENTRYPOINT"]
     # NGC's entrypoint (CUDA forward compatibility on older data-center drivers) runs it.
     nvidia, *entrypoint = entrypoint
     assert nvidia == "/opt/nvidia/nvidia_entrypoint.sh"
-    assert entrypoint[:3] == ["python", "-m", "tts_tools.server"]
+    assert entrypoint[:3] == ["python", "-m", "tts_launcher"]
     commands = [json.loads(a) for i, a in steps if i == "CMD"]
     assert commands == [[], ["--model-config-name=gpu"]]  # the cpu and gpu stages, in order
     for command in commands:

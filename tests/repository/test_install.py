@@ -31,7 +31,7 @@ sys.modules["torch"] = None
 from tests.support import pb_utils
 pb_utils.install()
 import export.__main__, export.build, export.torch_weights
-import tts_tools.server, tts_tools.front, tts_tools.launcher.children
+import tts_launcher.server, tts_front, tts_launcher.children, tts_triton.probes
 import tts_gateway.__main__, tts_gateway.app
 import tts_serving.triton.phonemizer, tts_serving.triton.acoustic
 import tts_serving.triton.vocoder, tts_serving.triton.tts_stream

@@ -1,4 +1,4 @@
-"""`make serve` as the tests run it: ``python -m tts_tools.server`` with the gateway."""
+"""`make serve` as the tests run it: ``python -m tts_launcher`` with the gateway."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import httpx2 as httpx
 
 from tests.support.metrics import sample
 from tests.support.paths import ROOT
-from tts_tools.launcher.commands import free_ports
+from tts_launcher.commands import free_ports
 
 # The front door's admission warm-up for tests that are not about admission: 4 sentences at a
 # time, 12 in all, instead of `make serve`'s 16 and 48 (about 14 CPU-seconds less per start on
@@ -50,7 +50,7 @@ class Launcher:
         self._log = open(log_path, "w")
         self.process = subprocess.Popen(
             [
-                sys.executable, "-m", "tts_tools.server",
+                sys.executable, "-m", "tts_launcher",
                 f"--model-repository={repository}",
                 f"--cache-dir={ROOT / '.cache' / 'triton'}",
                 f"--http-port={self.http}", f"--grpc-port={self.grpc}",

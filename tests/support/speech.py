@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
+from tts_front.sample_texts import SENTENCES
 from tts_serving.text import normalize as speak
-from tts_tools.sample_texts import SENTENCES
 
 # A dozen varied sentences plus text that needs normalization, all sent at once so the server
 # batches them. Whisper should hear "five dollars and fifty cents" where the text says $5.50.

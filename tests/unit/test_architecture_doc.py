@@ -19,7 +19,14 @@ def layout_block(package: str, following: str) -> str:
 
 @pytest.mark.parametrize(
     "package, following",
-    [("tts_serving", "tts_gateway"), ("tts_gateway", "tts_tools"), ("tts_tools", "export")],
+    [
+        ("tts_serving", "tts_gateway"),
+        ("tts_gateway", "tts_launcher"),
+        ("tts_launcher", "tts_front"),
+        ("tts_front", "tts_triton"),
+        ("tts_triton", "tts_tools"),
+        ("tts_tools", "export"),
+    ],
 )
 def test_the_layout_names_every_module_of_the_package_and_no_other(package, following):
     block = layout_block(package, following)

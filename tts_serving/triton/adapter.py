@@ -87,7 +87,7 @@ class ModelContext(Generic[S]):
                     raise ModelConfigError(
                         f"{self.name}: {kind} {name!r} is (data type, dims, optional, ragged) "
                         f"{got} in config.pbtxt, {declared} in tts_wire.tensors; run python -m "
-                        "tts_tools.profiles to write config.pbtxt from the declarations"
+                        "tts_launcher.profiles to write config.pbtxt from the declarations"
                     )
 
     def require_max_batch_size(self, minimum: int) -> int:

@@ -87,7 +87,7 @@ FRONT_TOKEN_HEADER = "tts-front-token"
 # caller's, when the request also carries the launcher's token (FRONT_TOKEN_HEADER).
 CALLER_HEADER = "tts-caller"
 
-# The edge (nginx in front of the public ports, tts_tools/edge.py) names the address that
+# The edge (nginx in front of the public ports, tts_launcher/edge.py) names the address that
 # connected in EDGE_ADDRESS_HEADER and proves it is the edge with EDGE_KEY_HEADER, a secret of
 # one launch. Behind it every connection comes from the edge, so the front door and the gateway
 # take the address from the header, and only with the key: anyone else could write it.

@@ -1,7 +1,7 @@
 """Every model's inputs and outputs, declared once: name, data type, dims, optional, ragged.
 
 The rest is derived: the ``input``/``output`` blocks of each ``config.pbtxt`` and the ``tts``
-ensemble's maps (written and checked by ``python -m tts_tools.profiles``), the check each model
+ensemble's maps (written and checked by ``python -m tts_launcher.profiles``), the check each model
 makes of its config at ``initialize`` (names, data types, dims, flags), the one reader of a
 request's options (``tts_serving.triton.adapter.request_options``), what ``tts_stream``
 forwards to each stage, and the client's data types. A new request option is one ``Tensor``
@@ -248,7 +248,7 @@ MODEL_IO: dict[str, ModelIO] = {
 
 # The ensembles and their steps in order. Every tensor keeps its name end to end, so each
 # step maps every input and output of its model to the tensor of the same name
-# (python -m tts_tools.profiles writes the maps; check_ensemble checks they connect).
+# (python -m tts_launcher.profiles writes the maps; check_ensemble checks they connect).
 ENSEMBLES: dict[str, tuple[str, ...]] = {"tts": (PHONEMIZER, ACOUSTIC, VOCODER)}
 
 

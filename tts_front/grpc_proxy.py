@@ -1,0 +1,336 @@
+"""The gRPC half of the front door: unary calls and ModelStreamInfer streams forwarded to
+Triton, each request admitted (or refused) on its way."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+import tritonclient.grpc as grpc_types
+
+from tts_wire import AUDIO, EDGE_KEY_HEADER, FINAL_RESPONSE, stream_error_message
+
+from .admission import FREE, GATEWAY, REQUEST_BASE_COST, AdmissionTicket, work_done
+from .protowire import (
+    StreamResponse,
+    infer_request,
+    model_name,
+    output_elements,
+    stream_response,
+)
+from .security import GRPC_HEADER_PREFIX
+
+SERVICE = "inference.GRPCInferenceService"
+STREAM_METHOD = f"/{SERVICE}/ModelStreamInfer"
+INFER_METHOD = f"/{SERVICE}/ModelInfer"
+
+
+def _metadata(
+    context: grpc.aio.ServicerContext, inner: dict[str, str]
+) -> list[tuple[str, str | bytes]]:
+    """The client's metadata to pass on, with the inner key (``inner``) in place of any it
+    sent under that name."""
+    # grpc-* and pseudo headers are the transport's own; the deadline travels as timeout=.
+    drop = ("user-agent", "te", "content-type", EDGE_KEY_HEADER, *inner)
+    passed = [
+        (k, v)
+        for k, v in (context.invocation_metadata() or ())
+        if not k.startswith(("grpc-", ":")) and k not in drop
+    ]
+    return passed + [(k, v) for k, v in inner.items() if k.startswith(GRPC_HEADER_PREFIX)]
+
+
+class GrpcProxy:
+    """The gRPC handlers of :class:`~tts_front.door.Front` (a mixin: its state is Front's)."""
+
+    async def _unary(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        ticket = FREE
+        if method == INFER_METHOD:
+            headers = _headers(context)
+            ticket, refused = await self._admit_message(
+                request,
+                self.is_admin(headers),
+                self.client(headers, _peer(context)),
+                context.time_remaining(),
+            )
+            if refused:
+                await context.abort(*refused)
+        outcome, samples = "error", None
+        try:
+            call = self._calls.get(method) or self._calls.setdefault(
+                method, self._channel.unary_unary(method)
+            )
+            response = await call(
+                request, metadata=_metadata(context, self.inner), timeout=context.time_remaining()
+            )
+            outcome = "served"
+            if ticket.measured:
+                samples = output_elements(response, AUDIO)
+            return response
+        except grpc.aio.AioRpcError as e:
+            await context.abort(e.code(), e.details() or "")
+        finally:
+            self.leave(ticket, outcome, samples)
+
+    async def _stream(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        """A ModelStreamInfer call, refused at once past the client's open calls."""
+        headers = _headers(context)
+        client = self.client(headers, _peer(context))
+        limit = self.settings.max_grpc_streams_per_client
+        if not client.startswith(GATEWAY) and self._grpc_streams[client] >= limit:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"this client already has {limit} ModelStreamInfer calls open; "
+                "end one first, or carry more requests on each",
+            )
+        self._grpc_streams[client] += 1
+        try:
+            admin = self.is_admin(headers)
+            async for response in self._stream_messages(requests, context, admin, client):
+                yield response
+        finally:
+            self._grpc_streams[client] -= 1
+            if not self._grpc_streams[client]:
+                del self._grpc_streams[client]
+
+    async def _stream_messages(
+        self,
+        requests: AsyncIterator[bytes],
+        context: grpc.aio.ServicerContext,
+        admin: bool,
+        client: str,
+    ) -> AsyncIterator[bytes]:
+        """A ModelStreamInfer stream: every message is admitted as a unary request is, and
+        answered on the stream with an error when refused (the stream goes on); its ticket is
+        released by the response that ends it (the final flag, or an error without one)."""
+        stream = _ProxiedStream(self, requests, context, admin, client)
+        reader = asyncio.create_task(stream.read())
+        try:
+            # Triton's stream is opened by the first message admitted, not by the stream: an
+            # idle stream (a client can open 1,024 per connection) then holds nothing upstream.
+            while stream.first is None:
+                refusal = asyncio.ensure_future(stream.refusals.get())
+                admitted = asyncio.ensure_future(stream.admitted.get())
+                done, _ = await asyncio.wait(
+                    {refusal, admitted}, return_when=asyncio.FIRST_COMPLETED
+                )
+                for future in (refusal, admitted):
+                    if future not in done:
+                        future.cancel()
+                if refusal in done:
+                    yield refusal.result()
+                    if admitted not in done:
+                        continue
+                message = admitted.result()
+                if message is None:  # the client's side ended with nothing admitted
+                    while not stream.refusals.empty():
+                        yield stream.refusals.get_nowait()
+                    return
+                stream.first = message
+            async for response in stream.relay():
+                yield response
+        finally:
+            reader.cancel()
+            stream.cancel_pending()
+            stream.release_unanswered()  # (ended before Triton's stream was opened)
+
+    def _grpc_handler(self) -> grpc.GenericRpcHandler:
+        front = self
+
+        class Handler(grpc.GenericRpcHandler):
+            def service(self, details: grpc.HandlerCallDetails):
+                method = details.method
+                if method == STREAM_METHOD:
+                    return grpc.stream_stream_rpc_method_handler(front._stream)
+
+                async def unary(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+                    return await front._unary(method, request, context)
+
+                return grpc.unary_unary_rpc_method_handler(unary)
+
+        return Handler()
+
+
+def _peer(context: grpc.aio.ServicerContext) -> str:
+    """The client's address without its port ("ipv4:127.0.0.1:5555" -> "127.0.0.1")."""
+    peer = context.peer() or ""
+    kind, _, rest = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return rest.rsplit(":", 1)[0].strip("[]")
+    return peer
+
+
+def _headers(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+def _stream_error(request: bytes, code: grpc.StatusCode, message: str) -> bytes:
+    """A stream response refusing one request: its model and id, the message prefixed with
+    its code as tts_stream writes its errors (``[UNAVAILABLE] ...``, which clients map as they
+    map a status code), and the final flag: nothing more comes for that request."""
+    info = infer_request(request)
+    response = grpc_types.service_pb2.ModelStreamInferResponse(
+        error_message=stream_error_message(code.name, message)
+    )
+    if info is not None:
+        response.infer_response.model_name = info.model or ""
+        response.infer_response.id = info.id
+    response.infer_response.parameters[FINAL_RESPONSE].bool_param = True
+    return response.SerializeToString()
+
+
+def _match(tickets: list[AdmissionTicket], response: StreamResponse) -> AdmissionTicket | None:
+    """The admitted request a stream's final response ends: by model and id, else the
+    oldest of its model (clients need not set ids), else (no model named) none."""
+    same = [t for t in tickets if t.model == response.model]
+    for ticket in same or tickets:
+        if response.id and ticket.id == response.id:
+            return ticket
+    return same[0] if same else None
+
+
+class _ProxiedStream:
+    """One ModelStreamInfer call through the front door: the messages admitted and forwarded,
+    the refusals answered here, Triton's responses relayed, the stubs watched."""
+
+    def __init__(self, front, requests, context, admin: bool, client: str) -> None:
+        self.front, self.context, self.admin, self.client = front, context, admin, client
+        self.stubs: dict[str, set[int]] = {}  # model -> its stubs when this stream first used it
+        self.hold = asyncio.Event()  # set: a stub of this stream died, keep it open upstream
+        self.tickets: list[AdmissionTicket] = []  # admitted, not yet ended, oldest first
+        self.refusals: asyncio.Queue[bytes] = asyncio.Queue()  # answered here, not by Triton
+        # Messages admitted, in the order admitted, to pass on; None: no more will come.
+        self.admitted: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.pending: set[asyncio.Task] = set()  # messages waiting in the admission queue
+        self.incoming = requests.__aiter__()
+        self.first: bytes | None = None
+        self.call = self.next_response = self.next_refusal = None
+
+    async def read(self) -> None:
+        """Read the client's messages as they come, each admitted on its own (it may wait in
+        the queue while later ones are read): a stream of many requests is many requests."""
+        try:
+            async for request in self.incoming:
+                task = asyncio.create_task(self.admit(request))
+                self.pending.add(task)
+                task.add_done_callback(self.pending.discard)
+        except Exception:  # the client's side ended (this handler returned or aborted)
+            pass
+        while self.pending:
+            await asyncio.wait(set(self.pending))
+        self.admitted.put_nowait(None)
+
+    async def admit(self, request: bytes) -> None:
+        """Admit one message: passed on when admitted; its error queued when refused."""
+        ticket, refused = await self.front._admit_message(
+            request, self.admin, self.client, self.context.time_remaining(), stream=True
+        )
+        if refused:
+            self.refusals.put_nowait(_stream_error(request, *refused))
+            return
+        if ticket.model:
+            self.tickets.append(ticket)
+        model = ticket.model or model_name(request)
+        if model and model not in self.stubs:
+            self.stubs[model] = self.front.watch.stubs(model, fresh=True)
+        self.admitted.put_nowait(request)
+
+    def cancel_pending(self) -> None:
+        """Stop admitting: the messages still waiting in the queue leave it."""
+        for task in list(self.pending):
+            task.cancel()
+
+    def release_unanswered(self) -> None:
+        """Release the admitted messages the stream ended before Triton answered (or before
+        they were passed on at all)."""
+        tickets, self.tickets = self.tickets, []
+        for ticket in tickets:
+            self.front.leave(ticket, "error")
+
+    async def forward(self) -> AsyncIterator[bytes]:
+        yield self.first
+        while (request := await self.admitted.get()) is not None:
+            yield request
+        if self.hold.is_set():
+            # An error here, or the end of requests, would close the stream upstream.
+            await self.front._closing.wait()
+
+    def ended(self, response: bytes) -> None:
+        r = stream_response(response)
+        if r is not None and r.samples and r.model in self.front.settings.streamed:
+            # A stream takes no slot; the audio of each chunk is charged to its client.
+            self.front.admission.charge(self.client, work_done(r.samples) - REQUEST_BASE_COST)
+        if r is None or not (r.final or (r.error and r.final is None)):
+            return  # more responses follow for its request
+        ticket = _match(self.tickets, r)
+        if ticket is not None:
+            self.tickets.remove(ticket)
+            self.front.leave(ticket, "error" if r.error else "served")
+
+    def dead_models(self) -> list[str]:
+        watch = self.front.watch
+        return [m for m, pids in self.stubs.items() if pids and not pids <= watch.stubs(m)]
+
+    async def end_for_dead_stub(self, model: str) -> None:
+        # Not cancelled upstream: Triton 2.51's Python backend aborted (boost lock_exception)
+        # on cancelling a request of a dead stub. The call is kept referenced (garbage
+        # collection would cancel it) until this process ends.
+        self.hold.set()
+        self.front._stuck.append((self.call, self.next_response))
+        self.call = self.next_response = None
+        await self.context.abort(
+            grpc.StatusCode.UNAVAILABLE,
+            f"the instance of model '{model}' serving this stream died; the stream was ended, "
+            "retry it",
+        )
+
+    async def relay(self) -> AsyncIterator[bytes]:
+        """Triton's responses and the refusals, as they come; the stream ended with an error
+        when a stub it uses dies."""
+        self.call = self.front._channel.stream_stream(STREAM_METHOD)(
+            self.forward(),
+            metadata=_metadata(self.context, self.front.inner),
+            timeout=self.context.time_remaining(),
+        )
+        responses = self.call.__aiter__()
+        try:
+            while True:
+                if self.next_response is None:
+                    self.next_response = asyncio.ensure_future(responses.__anext__())
+                if self.next_refusal is None:
+                    self.next_refusal = asyncio.ensure_future(self.refusals.get())
+                finished, _ = await asyncio.wait(
+                    {self.next_response, self.next_refusal},
+                    timeout=self.front.settings.stream_check_s,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if self.next_refusal in finished:
+                    yield self.next_refusal.result()
+                    self.next_refusal = None
+                    continue
+                if not finished:
+                    dead = self.dead_models()
+                    if dead:
+                        await self.end_for_dead_stub(dead[0])
+                    continue
+                try:
+                    response = self.next_response.result()
+                except StopAsyncIteration:
+                    while not self.refusals.empty():  # refused after the last response
+                        yield self.refusals.get_nowait()
+                    return
+                self.next_response = None
+                self.ended(response)
+                yield response
+        except grpc.aio.AioRpcError as e:
+            await self.context.abort(e.code(), e.details() or "")
+        finally:
+            for future in (self.next_response, self.next_refusal):
+                if future is not None:
+                    future.cancel()
+            if self.call is not None:
+                self.call.cancel()  # the client left or the stream ended: Triton stops its work
+            self.release_unanswered()

@@ -1,0 +1,237 @@
+"""The HTTP half of the front door: Triton's HTTP API forwarded, bodies read within their
+limits (size, time, total buffer) and inflated, inference admitted (or refused)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import posixpath
+import re
+from urllib.parse import unquote
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import generate_latest
+
+from tts_wire import AUDIO, EDGE_KEY_HEADER
+
+from .admission import JSON_OVERHEAD, Closed, Refused, TooMany, request_cost
+from .security import GRPC_HEADER_PREFIX
+from .settings import FRONT_LIVE_PATH, MIB
+
+# Hop-by-hop headers (RFC 9110 7.6.1) and those the proxy recomputes.
+_HTTP_DROP = {
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "content-encoding",  # bodies are forwarded inflated
+    EDGE_KEY_HEADER,  # the edge's secret stays here
+}
+_RESPONSE_DROP = _HTTP_DROP - {"content-encoding"}
+_ENCODINGS = {"identity", "gzip", "deflate", "br"}  # one of them; aiohttp inflates it
+# The audio output's entry in Triton's JSON reply (or in the JSON header of a binary one):
+# its shape is the samples produced, the request's real work. Looked for in the first
+# _HEAD_BYTES (the outputs before it are small); a compressed reply is not read.
+_AUDIO_SHAPE = re.compile(
+    rb'"name":"' + AUDIO.encode() + rb'","datatype":"[A-Z0-9]+","shape":\[([0-9,]+)\]'
+)
+_HEAD_BYTES = 64 * 1024
+_INFER_PATH = re.compile(
+    r"^/v2/models/([^/]+)(?:/versions/[^/]+)?/(?:infer|generate|generate_stream)$"
+)
+
+
+class HttpProxy:
+    """The HTTP handlers of :class:`~tts_front.door.Front` (a mixin: its state is Front's)."""
+
+    async def _http(self, request: web.Request) -> web.StreamResponse:
+        self._guard.request_started(request)
+        try:
+            return await self._http_request(request)
+        finally:
+            self._guard.request_ended(request)
+
+    async def _http_request(self, request: web.Request) -> web.StreamResponse:
+        if request.path == FRONT_LIVE_PATH:  # answered here: the launcher's liveness probe
+            return web.json_response({"live": True})
+        if request.path == "/metrics" and request.method == "GET":
+            self.metrics.stuck.set(len(self.stuck()))
+            self.metrics.connections.set(len(self._guard.open))
+            self.metrics.buffered.set(self._buffered)
+            return web.Response(
+                body=generate_latest(self.metrics.registry), content_type="text/plain"
+            )
+        odd = _not_canonical(request.raw_path)
+        if odd is not None:  # before any routing: Triton would normalize what we did not match
+            return _http_error(400, odd)
+        match = _INFER_PATH.match(request.path)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        try:  # before the body is read: a closed model's body is never buffered
+            model = self.gate(
+                match.group(1) if match and request.method == "POST" else None,
+                self.is_admin(headers),
+            )
+        except Closed as e:
+            return _http_error(403, str(e))
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in _ENCODINGS:
+            return _http_error(
+                415, f"Content-Encoding '{encoding}' is not supported; send one of "
+                f"{', '.join(sorted(_ENCODINGS))}"
+            )  # fmt: skip
+        body, refused = await self._read_body(request)
+        if refused is not None:
+            return refused
+        cost = request_cost(model, _http_input_bytes(headers, len(body))) if model else 0.0
+        client = self.client(headers, request.remote or "")
+        try:
+            ticket = await self.enter(
+                model, cost, client=client, deadline_s=_timeout_s(headers, body)
+            )
+        except (TooMany, Refused) as e:
+            return _http_error(429, str(e), {"Retry-After": "1"})
+        outcome, samples = "error", None
+        try:
+            forwarded = {
+                k: v
+                for k, v in request.headers.items()
+                if k.lower() not in _HTTP_DROP and k.lower() not in self.inner
+            }
+            forwarded.update(
+                (k, v) for k, v in self.inner.items() if not k.startswith(GRPC_HEADER_PREFIX)
+            )
+            url = f"http://{self.settings.triton_http}{request.rel_url}"
+            async with self._session.request(
+                request.method, url, data=bytes(body), headers=forwarded
+            ) as upstream:
+                response = web.StreamResponse(
+                    status=upstream.status,
+                    headers={
+                        k: v for k, v in upstream.headers.items() if k.lower() not in _RESPONSE_DROP
+                    },
+                )
+                await response.prepare(request)
+                head = bytearray()  # the start of the reply, where the audio's shape is
+                async for chunk in upstream.content.iter_any():
+                    if ticket.measured and samples is None and len(head) < _HEAD_BYTES:
+                        head += chunk[: _HEAD_BYTES - len(head)]
+                        samples = _audio_samples(head)
+                    await response.write(chunk)
+                await response.write_eof()
+                outcome = "served" if upstream.status < 400 else "error"
+                return response
+        except aiohttp.ClientError as e:
+            return _http_error(503, f"cannot reach tritonserver: {e}")
+        finally:
+            self.leave(ticket, outcome, samples)
+
+    async def _read_body(self, request: web.Request) -> tuple[bytearray, web.Response | None]:
+        """The body, inflated, within the size, time and total-buffer limits; or a refusal."""
+        s, body = self.settings, bytearray()
+        limit = s.max_request_bytes
+        if request.content_length is not None and request.content_length > limit:
+            return body, _http_error(
+                413,
+                f"request body of {request.content_length} bytes is over the {limit}-byte limit",
+            )
+        try:
+            async with asyncio.timeout(s.body_timeout_s):
+                # Inflated as it is read (aiohttp decompresses gzip/deflate/br bodies): a small
+                # compressed body that inflates past the limit is stopped at the limit.
+                async for chunk in request.content.iter_chunked(256 * 1024):
+                    if self._buffered + len(chunk) > s.max_buffered_bytes:
+                        return body, _http_error(
+                            503,
+                            f"the front door holds its limit of {s.max_buffered_bytes // MIB} "
+                            "MiB of request bodies being read; retry later",
+                            {"Retry-After": "1"},
+                        )
+                    body += chunk
+                    self._buffered += len(chunk)
+                    if len(body) > limit:
+                        return body, _http_error(
+                            413, f"request body is over the {limit}-byte limit (after "
+                            "decompression)"
+                        )  # fmt: skip
+        except TimeoutError:
+            return body, _http_error(
+                408, f"the request body took over {s.body_timeout_s:g} s to arrive"
+            )
+        except aiohttp.ClientPayloadError as e:
+            return body, _http_error(400, f"unreadable request body: {e}")
+        finally:
+            self._buffered -= len(body)  # forwarded as one bytes copy below, then freed
+        return body, None
+
+
+# Encoded dots, slashes and backslashes: a path that hides one is refused, never decoded
+# differently here and in Triton.
+_ENCODED_SEPARATOR = re.compile(r"%(2e|2f|5c)", re.IGNORECASE)
+
+
+def _not_canonical(raw_path: str) -> str | None:
+    """Why a request's path is refused (None: it is canonical). The front door routes by the
+    path as sent; Triton normalizes it first, so `/v2/models/tts/./infer` or
+    `/v2/models/tts/../vocoder/infer` reached the models around admission and the admin key."""
+    path = raw_path.split("?", 1)[0]
+    decoded = unquote(path)
+    if (
+        _ENCODED_SEPARATOR.search(path)
+        or "\\" in decoded
+        or not decoded.startswith("/")
+        or "//" in decoded  # (normpath keeps a leading "//")
+        or (decoded != "/" and posixpath.normpath(decoded) != decoded)
+    ):
+        return (
+            f"the path {path[:200]!r} is not canonical (dot segments, empty segments, a "
+            "trailing or encoded slash): send it as /v2/models/<model>/infer"
+        )
+    return None
+
+
+def _http_input_bytes(headers: dict[str, str], body: int) -> int:
+    """A body's input bytes: its binary part (the binary tensor extension), else the JSON
+    less what surrounds a text."""
+    header = headers.get("inference-header-content-length")
+    if header and header.isdigit():
+        return max(0, body - int(header))
+    return max(0, body - JSON_OVERHEAD)
+
+
+def _timeout_s(headers: dict[str, str], body: bytearray) -> float | None:
+    """Triton's "timeout" request parameter (microseconds) of a JSON inference header, in
+    seconds; None when absent or unreadable (Triton answers a malformed body itself)."""
+    header = headers.get("inference-header-content-length")
+    size = int(header) if header and header.isdigit() else len(body)
+    if size > MIB or b'"timeout"' not in body[:size]:  # (a text's JSON is far smaller)
+        return None
+    try:
+        timeout = json.loads(bytes(body[:size])).get("parameters", {}).get("timeout")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(timeout, int) and not isinstance(timeout, bool) and timeout > 0:
+        return timeout / 1e6
+    return None
+
+
+def _http_error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    # Triton's own HTTP error body, so tritonclient shows the message.
+    return web.json_response({"error": message}, status=status, headers=headers)
+
+
+def _audio_samples(head: bytes | bytearray) -> int | None:
+    """The samples of the audio output named in the start of a Triton HTTP reply; None when
+    not (yet) there."""
+    found = _AUDIO_SHAPE.search(head)
+    if found is None:
+        return None
+    samples = 1
+    for dim in found.group(1).split(b","):
+        samples *= int(dim)
+    return samples

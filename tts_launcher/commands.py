@@ -1,0 +1,182 @@
+"""The command lines of tritonserver, the front door and the gateway, and the ports they need."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from tts_front.security import ADMIN_HEADER, DEFAULT_BIND, INNER_HEADER, RESTRICTED
+
+from .environment import (
+    CPU_ONLY_ARGS,
+    INNER_PLACEHOLDER,
+    KEY_PLACEHOLDER,
+    gpu_args,
+    has_gpu,
+    prepare_backends,
+    tritonserver_binary,
+)
+from .stub_healing import (
+    SUPERVISED_ARGS,
+)
+
+# How long a stopping gateway may take to finish its requests (uvicorn's graceful shutdown).
+GATEWAY_DRAIN_S = 40.0
+# tritonserver's exit timeout behind the front door (which drains first).
+FRONTED_EXIT_TIMEOUT_S = 5
+# The longest a SIGTERM'd launcher takes (supervise._stop_in_order): the gateway drains (up to
+# GATEWAY_DRAIN_S), then the front door (as long again), then tritonserver (its exit timeout),
+# then a front door still holding streams of dead stubs gets 10 s. An orchestrator's grace
+# period must cover it (deploy/base/deployment.yaml, docker-compose.yml; tested).
+STOP_BUDGET_S = 2 * GATEWAY_DRAIN_S + FRONTED_EXIT_TIMEOUT_S + 10.0
+# The edge (nginx) closes its ports first and stops last: what it still sends to a slow
+# client after everything behind it has stopped gets the rest of the budget.
+EDGE_STOP_S = STOP_BUDGET_S - 3.0
+
+
+def server_command(
+    model_repository: Path,
+    http_port: int = 8000,
+    grpc_port: int = 8001,
+    metrics_port: int = 8002,
+    cache_dir: Path = Path(".cache/triton"),
+    extra_args: list[str] | None = None,
+    bind: str = DEFAULT_BIND,
+    restricted: str = RESTRICTED,
+    supervised: bool = True,
+    shm_prefix: str | None = None,
+    metrics_bind: str | None = None,
+    inner: bool = False,
+) -> list[str]:
+    """The tritonserver command line; ``supervised``: with the model-control flags the
+    supervisor needs; ``metrics_bind``: the metrics address when it differs from ``bind``
+    (behind the front door, HTTP and gRPC stay on loopback); ``inner``: inference needs the
+    launch's inner key (behind the front door: nothing reaches the models around it).
+
+    The admin key flags hold a placeholder: Triton 2.51 takes the key only as a flag, and
+    /proc/PID/cmdline is readable by every local user, so the key itself reaches tritonserver
+    through ``server_env(key=...)`` and server_shim.c.
+    """
+    backends = prepare_backends(cache_dir)
+    return [
+        str(tritonserver_binary()),
+        f"--model-repository={Path(model_repository).resolve()}",
+        f"--backend-directory={backends.resolve()}",
+        f"--http-address={bind}",
+        f"--grpc-address={bind}",
+        f"--metrics-address={metrics_bind or bind}",
+        f"--http-port={http_port}",
+        f"--grpc-port={grpc_port}",
+        f"--metrics-port={metrics_port}",
+        *(SUPERVISED_ARGS if supervised else ()),
+        f"--http-restricted-api={restricted}:{ADMIN_HEADER}={KEY_PLACEHOLDER}",
+        f"--grpc-restricted-protocol={restricted}:{ADMIN_HEADER}={KEY_PLACEHOLDER}",
+        *(
+            (
+                f"--http-restricted-api=inference:{INNER_HEADER}={INNER_PLACEHOLDER}",
+                f"--grpc-restricted-protocol=inference:{INNER_HEADER}={INNER_PLACEHOLDER}",
+            )
+            if inner
+            else ()
+        ),
+        *([f"--backend-config=python,shm-region-prefix-name={shm_prefix}"] if shm_prefix else []),
+        "--allow-metrics=true",
+        "--exit-on-error=true",
+        "--strict-readiness=true",
+        *(gpu_args() if has_gpu() else CPU_ONLY_ARGS),
+        *(extra_args or []),
+    ]
+
+
+def log_tail(path: Path, lines: int = 60) -> str:
+    """The last ``lines`` of a child's log file (for failures and test reports)."""
+    if not path.exists():
+        return "(no log)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_ports(n: int, avoid: Iterable[int] = ()) -> list[int]:
+    """``n`` distinct free loopback ports, none of ``avoid``: held open together while they
+    are chosen (one at a time the kernel handed the same port out twice: the gateway's inner
+    port was the front door's, and a port given for Wyoming went to the front door)."""
+    avoid, held, ports = set(avoid), [], []
+    try:
+        while len(ports) < n:
+            s = socket.socket()
+            held.append(s)
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            if port not in avoid:
+                ports.append(port)
+    finally:
+        for s in held:
+            s.close()
+    return ports
+
+
+def taken_port(bind: str, ports: list[tuple[int, str]]) -> str | None:
+    """One line naming the first port (0: none) that cannot be bound on ``bind``, and the
+    option or make variable that moves it; None when all are free."""
+    for port, option in ports:
+        if not port:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            # As the servers themselves bind: the last run's closed connections (TIME_WAIT)
+            # do not hold the port, a socket listening on it still does.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((bind, port))
+                s.listen()
+            except OSError as e:
+                return (
+                    f"port {port} on {bind} is not free ({e.strerror}); stop what uses it or "
+                    f"choose another with {option}"
+                )
+    return None
+
+
+def gateway_command(
+    triton_url: str, bind: str, port: int, extra_args: list[str] | None = None
+) -> list[str]:
+    """The OpenAI-compatible gateway (``tts_gateway``) in front of a tritonserver."""
+    return [
+        sys.executable,
+        "-m",
+        "tts_gateway",
+        f"--triton-url={triton_url}",
+        f"--host={bind}",
+        f"--port={port}",
+        *(extra_args or []),
+    ]
+
+
+def front_command(
+    triton_grpc_port: int,
+    triton_http_port: int,
+    bind: str,
+    grpc_port: int,
+    http_port: int,
+    shm_prefix: str = "",
+    extra_args: list[str] | None = None,
+) -> list[str]:
+    """The front door (``tts_front``) on the public ports, tritonserver on loopback ones."""
+    return [
+        sys.executable,
+        "-m",
+        "tts_front",
+        f"--triton-grpc=127.0.0.1:{triton_grpc_port}",
+        f"--triton-http=127.0.0.1:{triton_http_port}",
+        f"--bind={bind}",
+        f"--grpc-port={grpc_port}",
+        f"--http-port={http_port}",
+        f"--shm-prefix={shm_prefix}",
+        *(extra_args or []),
+    ]
