@@ -9,7 +9,9 @@ import re
 from tests.support.paths import ROOT
 from tts_triton.workarounds import RELEASE, WORKAROUNDS
 
-PRODUCT = ("tts_front", "tts_launcher", "tts_serving", "tts_gateway", "tts_tools", "client/tts_client")
+PRODUCT = (
+    "tts_front", "tts_launcher", "tts_serving", "tts_gateway", "tts_tools", "client/tts_client",
+)  # fmt: skip
 
 
 def source_of(module: str):
