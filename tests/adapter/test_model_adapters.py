@@ -76,7 +76,7 @@ def test_phonemizer_one_response_per_request_bad_items_isolated(exported_reposit
 
 def test_unloading_the_phonemizer_stops_its_espeak_workers(exported_repository):
     model = load_model(exported_repository, "phonemizer", {"espeak_workers": "2"})
-    workers = list(model.pool.idle.queue)
+    workers = list(model.text.pool.idle.queue)
     assert len(workers) == 2 and all(w.proc.poll() is None for w in workers)
     model.finalize()  # it was never called: the method sat after a return in a helper
     assert all(w.proc.poll() is not None for w in workers)

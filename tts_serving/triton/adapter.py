@@ -97,20 +97,6 @@ class ModelContext(Generic[S]):
         return mbs
 
 
-def normalizes(phonemizer, asked: bool | None, normalize_text: bool) -> bool:
-    """Whether a request's text is normalized: as ``asked`` (None: ``normalize_text`` for an
-    English voice, no for others, which espeak-ng reads its own way). Asking a non-English
-    voice for it is an error: the normalizer writes English words."""
-    if asked is None:
-        return normalize_text and phonemizer.is_english
-    if asked and not phonemizer.is_english:
-        raise InvalidInputError(
-            f"normalize=true needs an English voice; this one speaks "
-            f"{phonemizer.config.espeak_voice!r}: send false or leave it out"
-        )
-    return asked
-
-
 def check_numpy(version: str = np.__version__) -> None:
     """Refuse to load under numpy 2: Triton 2.51's Python-backend stub then sends every output
     tensor empty, with no error on either side (seen on an H100 box whose image had numpy 2)."""

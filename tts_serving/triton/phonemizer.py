@@ -21,13 +21,11 @@ from ..engines.segments import IDS_COLUMNS
 from ..errors import InvalidInputError
 from ..inputs import CleanText, check_characters, check_encoded_size, decode_clean, decode_utf8
 from ..settings import PhonemizerSettings
-from ..text import normalize, ssml
-from ..text.espeak_pool import Job, phonemize_jobs, voice_phonemizers
-from ..text.inline import check as check_inline, outside_blocks
-from ..text.lexicon import lexicon_file
+from ..text import ssml
+from ..text.espeak_pool import Job, phonemize_jobs
+from ..text.front_end import Logs, TextFrontEnd
 from ..text.ssml import is_ssml, mark_rows
-from ..voices import speakers
-from .adapter import ModelContext, execute_batched, normalizes, request_options, single_item
+from .adapter import ModelContext, execute_batched, request_options, single_item
 
 
 @dataclass(frozen=True)
@@ -53,17 +51,17 @@ class Phonemizer:
         self.ctx.require_max_batch_size(1)
         self.settings = self.ctx.settings
         self.logger = pb_utils.Logger
-        self.voices, self.pool = voice_phonemizers(
+        self.text = TextFrontEnd(
             self.ctx.voices(),
-            self.settings.max_phoneme_ids,
-            self.settings.espeak_workers,
-            self.settings.espeak_timeout_s,
-            self.logger.log_warn,
+            self.ctx.version_dir,
+            max_phoneme_ids=self.settings.max_phoneme_ids,
+            espeak_workers=self.settings.espeak_workers,
+            espeak_timeout_s=self.settings.espeak_timeout_s,
+            normalize_text=self.settings.normalize_text,
+            ssml_limits=ssml.Limits(),  # one pass: the document's segments held at once
+            logs=Logs.of(self.logger),
         )
-        self.lexicon = lexicon_file(
-            self.ctx.version_dir, self.voices, self.logger.log_info, self.logger.log_error
-        )
-        self.voice_infos = voice_infos(self.voices)
+        self.voices = self.text.voices
         self.logger.log_info(
             f"phonemizer ready: voices {', '.join(self.voices.names)}; {self.settings}"
         )
@@ -80,22 +78,11 @@ class Phonemizer:
         sent = check_characters(clean.text, limit)
         asked, words = options.normalize, options.word_timestamps
         if is_ssml(sent):
-            document = ssml.parse(as_sent, name, self.voice_infos)
-            for note in document.notes:
-                self.logger.log_info(f"SSML: {note}")
-            return self.document_item(document, asked, words)
-        text = self.spoken(name, phonemizer, sent, asked)
+            return self.document_item(self.text.document(as_sent, name), asked, words)
+        text = self.text.spoken(name, phonemizer, sent, asked)
         return PhonemizerItem(
             [(name, text, sent if words else None)], [clean if words else None], words=words
         )
-
-    def spoken(self, name: str, phonemizer, text: str, asked: bool | None) -> str:
-        """What the voice's worker phonemizes of ``text``: inline phonemes checked (the
-        errors quote the text as sent), the lexicon applied (it may write [[ inline
-        phonemes ]], which nothing rewrites), then the normalizer outside the blocks."""
-        rewrite = normalize if normalizes(phonemizer, asked, self.settings.normalize_text) else None
-        check_inline(text, phonemizer.config.phoneme_id_map)
-        return outside_blocks(self.lexicon.apply(name, text), rewrite)
 
     def document_item(
         self, document: ssml.Document, asked: bool | None, words: bool
@@ -105,7 +92,8 @@ class Phonemizer:
         find = words or bool(document.marks)  # a mark is timed by the word after it
         for segment in document.segments:
             _, phonemizer = self.voices.pick(segment.voice)
-            text = self.spoken(segment.voice, phonemizer, " ".join(segment.text.split()), asked)
+            spoken = " ".join(segment.text.split())
+            text = self.text.spoken(segment.voice, phonemizer, spoken, asked)
             jobs.append((segment.voice, text, segment.source.text if find else None))
             sources.append(segment.source if find else None)
             voice = self.voices.index(segment.voice)
@@ -117,7 +105,8 @@ class Phonemizer:
 
     def run(self, items: list[PhonemizerItem]) -> list:
         # The whole batch in one pipelined exchange with a worker, not a round trip per text.
-        answers = phonemize_jobs(self.voices, self.pool, [job for it in items for job in it.jobs])
+        jobs = [job for it in items for job in it.jobs]
+        answers = phonemize_jobs(self.voices, self.text.pool, jobs)
         outputs, at = [], 0
         for item in items:
             outputs.append(self.combine(item, answers[at : at + len(item.jobs)]))
@@ -162,13 +151,4 @@ class Phonemizer:
 
     def finalize(self) -> None:
         """Triton unloads the model: the espeak-ng workers go with it."""
-        if self.pool is not None:
-            self.pool.close()
-
-
-def voice_infos(voices) -> list[ssml.VoiceInfo]:
-    """What the SSML parser needs of each voice (name, language, English or not)."""
-    return [
-        ssml.VoiceInfo(n, p.config.espeak_voice, p.is_english, tuple(speakers(p.config)))
-        for n, p in voices
-    ]
+        self.text.close()

@@ -51,11 +51,9 @@ from ..settings import StreamSettings
 from ..stream.plan import PlannedChunk, finish_chunk, plan_chunks, plan_document
 from ..stream.scheduler import InFlight, StageError, StreamResponse, run_stream
 from ..text import ssml
-from ..text.espeak_pool import voice_phonemizers
-from ..text.lexicon import lexicon_file
+from ..text.front_end import Logs, TextFrontEnd
 from ..text.ssml import is_ssml
-from .adapter import ModelContext, normalizes, one_value, request_options
-from .phonemizer import voice_infos
+from .adapter import ModelContext, one_value, request_options
 
 SHUTTING_DOWN = "Server not ready"  # Triton's answer to a request during shutdown
 
@@ -145,18 +143,18 @@ class TtsStream:
             raise ModelConfigError("tts_stream needs model_transaction_policy { decoupled: true }")
         self.settings = self.ctx.settings
         self.logger = pb_utils.Logger
-        # The stream plans its own chunks within max_phoneme_ids: no limit on one text here.
-        self.voices, self.pool = voice_phonemizers(
+        self.text = TextFrontEnd(
             self.ctx.voices(),
-            1 << 30,
-            self.settings.espeak_workers,
-            self.settings.espeak_timeout_s,
-            self.logger.log_warn,
+            self.ctx.version_dir,
+            # The stream plans its own chunks within max_phoneme_ids: no limit on one text here.
+            max_phoneme_ids=1 << 30,
+            espeak_workers=self.settings.espeak_workers,
+            espeak_timeout_s=self.settings.espeak_timeout_s,
+            normalize_text=self.settings.normalize_text,
+            ssml_limits=ssml.STREAM_LIMITS,  # a chunk at a time: far longer documents
+            logs=Logs.of(self.logger),
         )
-        self.lexicon = lexicon_file(
-            self.ctx.version_dir, self.voices, self.logger.log_info, self.logger.log_error
-        )
-        self.voice_infos = voice_infos(self.voices)
+        self.voices = self.text.voices
         rates = {p.config.sample_rate for _, p in self.voices}
         if len(rates) != 1:
             raise ModelConfigError(f"every voice must share one sample rate, got {sorted(rates)}")
@@ -190,34 +188,28 @@ class TtsStream:
         options = request_options(request, "tts_stream")
         voice, phonemizer = self.voices.pick(options.voice)
         self.voices.speaker(voice, options.speaker)  # refused before the first chunk
-        document = (
-            ssml.parse(as_sent, voice, self.voice_infos, ssml.STREAM_LIMITS)
-            if is_ssml(text)
-            else None
-        )
+        document = self.text.document(as_sent, voice) if is_ssml(text) else None
         if document is None:
             phonemizer.check_script(text)  # the whole text: no chunk of it is skipped for it
             plan = plan_chunks(
                 text,
                 self.settings,
                 phonemizer,
-                normalizes(phonemizer, options.normalize, self.settings.normalize_text),
+                self.text.normalizes(phonemizer, options.normalize),
                 options.word_timestamps,
-                lexicon=lambda block: self.lexicon.apply(voice, block),
+                lexicon=lambda block: self.text.lexicon.apply(voice, block),
             )
         else:
             for segment in document.segments:  # before the first chunk, not in the middle
                 validate_rate(options.speed, segment.rate)
                 self.voices.pick(segment.voice)[1].check_script(segment.text)
-            for note in document.notes:
-                self.logger.log_info(f"SSML: {note}")
             plan = plan_document(
                 document,
                 self.settings,
                 lambda name: self.voices.pick(name)[1],
-                lambda reader: normalizes(reader, options.normalize, self.settings.normalize_text),
+                lambda reader: self.text.normalizes(reader, options.normalize),
                 options.word_timestamps,
-                self.lexicon.apply,
+                self.text.lexicon.apply,
             )
         sent = {stage: forwarded(request, stage) for stage in STAGES}
         return StreamRequest(plan, options, voice, sent, clean)
@@ -347,5 +339,4 @@ class TtsStream:
             self.logger.log_warn(
                 f"tts_stream: {self.in_flight.count} streams still running at unload"
             )
-        if self.pool is not None:
-            self.pool.close()
+        self.text.close()
