@@ -90,7 +90,7 @@ class TooMany(Exception):
     """A client holding its limit of streams."""
 
 
-class Closed(Exception):
+class NotPublic(Exception):
     """A model that is not served on the public ports."""
 
 

@@ -8,7 +8,7 @@ import hmac
 import logging
 import os
 import time
-from collections import Counter as Tally
+from collections import Counter
 
 import aiohttp
 import grpc
@@ -25,7 +25,7 @@ from .admission import (
     GATEWAY,
     Admission,
     AdmissionTicket,
-    Closed,
+    NotPublic,
     Refused,
     TooMany,
     request_cost,
@@ -86,8 +86,8 @@ class Front(GrpcProxy, HttpProxy):
         # address that connected to the edge. Behind the edge every connection is the edge's,
         # so the per-address connection cap is the edge's to keep (it counts the real ones).
         self._edge_key = os.environ.get(EDGE_KEY_ENV, "")
-        self._streams: Tally[str] = Tally()  # streams in progress per client
-        self._grpc_streams: Tally[str] = Tally()  # ModelStreamInfer calls per client
+        self._streams: Counter[str] = Counter()  # streams in progress per client
+        self._grpc_streams: Counter[str] = Counter()  # ModelStreamInfer calls per client
         cap = settings.connection_cap(behind_edge=bool(self._edge_key))
         self._guard = ConnectionGuard(
             ConnectionLimits(
@@ -171,12 +171,12 @@ class Front(GrpcProxy, HttpProxy):
 
     def gate(self, model: str | None, admin: bool) -> str | None:
         """The model admission applies to (None: none does: the admin key, or not an
-        inference); raises Closed for a model not served on the public ports."""
+        inference); raises NotPublic for a model not served on the public ports."""
         if model is None or admin:
             return None
         public = self.settings.public_models
         if "*" not in public and model not in public:
-            raise Closed(
+            raise NotPublic(
                 f"model '{model}' is not served on the public ports (public: "
                 f"{', '.join(public)}); an operator reaches it with the admin key header "
                 f"'{ADMIN_HEADER}', or opens it with the front door's --public-models"
@@ -245,7 +245,7 @@ class Front(GrpcProxy, HttpProxy):
             )
         try:
             model = self.gate(info.model, admin)
-        except Closed as e:
+        except NotPublic as e:
             return None, (grpc.StatusCode.PERMISSION_DENIED, str(e))
         cost = request_cost(model, info.input_bytes) if model else 0.0
         own = info.timeout_us / 1e6 if info.timeout_us else None

@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 
 from tts_wire import AUDIO, EDGE_KEY_HEADER
 
-from .admission import JSON_OVERHEAD, Closed, Refused, TooMany, request_cost
+from .admission import JSON_OVERHEAD, NotPublic, Refused, TooMany, request_cost
 from .security import GRPC_HEADER_PREFIX
 from .settings import FRONT_LIVE_PATH, MIB
 
@@ -77,7 +77,7 @@ class HttpProxy:
                 match.group(1) if match and request.method == "POST" else None,
                 self.is_admin(headers),
             )
-        except Closed as e:
+        except NotPublic as e:
             return _http_error(403, str(e))
         encoding = headers.get("content-encoding", "identity").strip().lower()
         if encoding not in _ENCODINGS:

@@ -49,10 +49,10 @@ class Endpoints:
         return f"http://localhost:{self.http_port}"
 
 
-# Seen twice in a day of test runs on 2 busy cores (and never once the server was up): Triton
-# 2.51 aborts (SIGABRT) while starting, its only line gRPC's "Epoll1Poller ... encountered
-# epoll_wait error: Bad file descriptor". The launcher (make serve) starts a dead tritonserver
-# again anyway; the tests' and benchmarks' servers do so once for this signature alone.
+# Triton 2.51 may abort (SIGABRT) while starting, its only line gRPC's "Epoll1Poller ...
+# encountered epoll_wait error: Bad file descriptor" (tts_triton.workarounds). The launcher
+# (make serve) starts a dead tritonserver again anyway; the tests' and benchmarks' servers do
+# so once for this signature alone.
 START_RACE = "tritonserver aborted while starting (gRPC's epoll_wait: Bad file descriptor)"
 START_RETRIES = 1
 

@@ -99,7 +99,7 @@ class ModelContext(Generic[S]):
 
 def check_numpy(version: str = np.__version__) -> None:
     """Refuse to load under numpy 2: Triton 2.51's Python-backend stub then sends every output
-    tensor empty, with no error on either side (seen on an H100 box whose image had numpy 2)."""
+    tensor empty, with no error on either side (tts_triton.workarounds)."""
     if int(version.split(".")[0]) >= 2:
         raise ModelConfigError(
             f"numpy {version} is installed where the Python backend stub runs; Triton 2.51's "

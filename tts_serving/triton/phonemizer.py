@@ -75,13 +75,13 @@ class Phonemizer:
         limit = self.settings.max_characters
         as_sent = decode_utf8(check_encoded_size(raw[0], limit))
         clean = decode_clean(as_sent)
-        sent = check_characters(clean.text, limit)
+        checked = check_characters(clean.text, limit)  # the text as sent, cleaned
         asked, words = options.normalize, options.word_timestamps
-        if is_ssml(sent):
+        if is_ssml(checked):
             return self.document_item(self.text.document(as_sent, name), asked, words)
-        text = self.text.spoken(name, phonemizer, sent, asked)
+        text = self.text.spoken(name, phonemizer, checked, asked)
         return PhonemizerItem(
-            [(name, text, sent if words else None)], [clean if words else None], words=words
+            [(name, text, checked if words else None)], [clean if words else None], words=words
         )
 
     def document_item(

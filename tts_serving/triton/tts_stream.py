@@ -108,7 +108,7 @@ class StreamRequest:
     plan: Iterator[PlannedChunk]
     options: SynthesisOptions  # read and checked once (adapter.request_options)
     voice: str  # the stream's voice (the default one when none was asked)
-    sent: dict[str, dict[str, np.ndarray]]  # by stage: the options it takes, as sent
+    forwarded: dict[str, dict[str, np.ndarray]]  # by stage: the options it takes, as sent
     clean: CleanText  # maps word spans back to the text as sent
     _made: dict[tuple[str, str, float, int], list] = field(default_factory=dict)
 
@@ -119,7 +119,7 @@ class StreamRequest:
         rate and speaker."""
         key = (stage, chunk.voice or self.voice, chunk.rate, chunk.speaker)
         if key not in self._made:
-            values = dict(self.sent[stage])
+            values = dict(self.forwarded[stage])
             takes = {o.name for o in options_of(stage)}
             if VOICE in takes:
                 values[VOICE] = np.array([[key[1].encode()]], dtype=np.object_)
@@ -211,8 +211,8 @@ class TtsStream:
                 options.word_timestamps,
                 self.text.lexicon.apply,
             )
-        sent = {stage: forwarded(request, stage) for stage in STAGES}
-        return StreamRequest(plan, options, voice, sent, clean)
+        by_stage = {stage: forwarded(request, stage) for stage in STAGES}
+        return StreamRequest(plan, options, voice, by_stage, clean)
 
     async def bls(self, model, inputs, outputs: list[str]) -> list:
         request = pb_utils.InferenceRequest(

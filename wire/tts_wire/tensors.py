@@ -10,7 +10,8 @@ in ``OPTIONS`` naming the stages that take it, its ``SynthesisOptions`` field, a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import dataclasses
+from dataclasses import dataclass
 
 from . import (
     AUDIO,
@@ -51,9 +52,9 @@ class Tensor:
     # the same ones); the stage models declare it as an input with their own doc.
     stages: tuple[str, ...] = ()
 
-    def but(self, **changes: object) -> Tensor:
+    def replace(self, **changes: object) -> Tensor:
         """This tensor with ``changes`` (another doc, ragged in a batched stage)."""
-        return replace(self, **changes)  # type: ignore[arg-type]
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
     @property
     def datatype(self) -> str:
@@ -124,13 +125,13 @@ OPTIONS = (
 
 def options_of(stage: str, **docs: str) -> tuple[Tensor, ...]:
     """The options ``stage`` takes, in OPTIONS' order; ``docs``: its own comment for some."""
-    return tuple(o.but(doc=docs.get(o.name, o.doc)) for o in OPTIONS if stage in o.stages)
+    return tuple(o.replace(doc=docs.get(o.name, o.doc)) for o in OPTIONS if stage in o.stages)
 
 
 def _request(doc: str, timestamps: str) -> tuple[Tensor, ...]:
     return (
-        TEXT_IN.but(doc=doc),
-        *(o.but(doc=timestamps) if o.name == WORD_TIMESTAMPS else o for o in OPTIONS),
+        TEXT_IN.replace(doc=doc),
+        *(o.replace(doc=timestamps) if o.name == WORD_TIMESTAMPS else o for o in OPTIONS),
     )
 
 
@@ -140,7 +141,7 @@ MODEL_IO: dict[str, ModelIO] = {
             "Plain text, or an SSML document (starts with <speak>; docs/ssml.md).",
             "true: the words output times each word (from the frames the voice gave its phonemes).",
         ),
-        (AUDIO_OUT, WORDS_OUT.but(doc=f"{WORD_ROWS}; none unless asked."), MARKS_OUT),
+        (AUDIO_OUT, WORDS_OUT.replace(doc=f"{WORD_ROWS}; none unless asked."), MARKS_OUT),
     ),
     "tts_stream": ModelIO(
         _request(
@@ -150,11 +151,11 @@ MODEL_IO: dict[str, ModelIO] = {
         ),
         (
             AUDIO_OUT,
-            CHUNK_TEXT_OUT.but(
+            CHUNK_TEXT_OUT.replace(
                 doc="The (normalized) text this chunk speaks: captions, and a check on the split."
             ),
-            WORDS_OUT.but(doc=f"{WORD_ROWS}; sent only when asked."),
-            MARKS_OUT.but(
+            WORDS_OUT.replace(doc=f"{WORD_ROWS}; sent only when asked."),
+            MARKS_OUT.replace(
                 doc=MARKS_OUT.doc.replace("time s", "time s from the stream's start")
                 + "\nSent with the chunk that reaches them."
             ),
@@ -173,15 +174,15 @@ MODEL_IO: dict[str, ModelIO] = {
         ),
         (
             PHONEME_IDS_T,
-            WORD_SPANS_T.but(
+            WORD_SPANS_T.replace(
                 doc="Rows (first id, end id, first character, end character); none unless asked."
             ),
-            SEGMENTS_T.but(
+            SEGMENTS_T.replace(
                 doc="SSML: rows (end id, voice index, rate, pause s after, gain dB, speaker or "
                 "-1) of the\ndocument's segments; none for plain text "
                 "(tts_serving/text/ssml.py)."
             ),
-            MARK_SPANS_T.but(
+            MARK_SPANS_T.replace(
                 doc="SSML: rows (id position, character) of each <mark>: where the next word "
                 "starts."
             ),
@@ -189,21 +190,21 @@ MODEL_IO: dict[str, ModelIO] = {
     ),
     ACOUSTIC: ModelIO(
         (
-            PHONEME_IDS_T.but(ragged=True),
+            PHONEME_IDS_T.replace(ragged=True),
             *options_of(ACOUSTIC),
-            WORD_SPANS_T.but(
+            WORD_SPANS_T.replace(
                 optional=True,
                 ragged=True,
                 doc="The phonemizer's word rows; the words output times them from the frames "
                 "each id got.",
             ),
-            SEGMENTS_T.but(
+            SEGMENTS_T.replace(
                 optional=True,
                 ragged=True,
                 doc="SSML: the phonemizer's segment rows; each segment runs with its voice at "
                 "its rate.",
             ),
-            MARK_SPANS_T.but(
+            MARK_SPANS_T.replace(
                 optional=True,
                 ragged=True,
                 doc="SSML: the phonemizer's mark rows; the marks output times them.",
@@ -211,16 +212,18 @@ MODEL_IO: dict[str, ModelIO] = {
         ),
         (
             LATENT_T,
-            WORDS_OUT.but(
+            WORDS_OUT.replace(
                 doc="Rows (start s, end s, first character, end character), one per word; none "
                 "unless asked."
             ),
-            LATENT_SEGMENTS_T.but(
+            LATENT_SEGMENTS_T.replace(
                 doc="SSML: rows (end frame, voice index, pause samples after, gain dB x 100, "
                 "speaker or -1)\nfor the vocoder; none for plain text."
             ),
-            MARKS_OUT.but(doc="SSML: rows (time s, character) of each mark; none without marks."),
-            LATENT_CHECK_T.but(
+            MARKS_OUT.replace(
+                doc="SSML: rows (time s, character) of each mark; none without marks."
+            ),
+            LATENT_CHECK_T.replace(
                 doc="(sum, sum of |x|) of the latent in float64: the vocoder checks it got "
                 "the latent sent."
             ),
@@ -228,15 +231,15 @@ MODEL_IO: dict[str, ModelIO] = {
     ),
     VOCODER: ModelIO(
         (
-            LATENT_T.but(ragged=True),
+            LATENT_T.replace(ragged=True),
             *options_of(VOCODER),
-            LATENT_SEGMENTS_T.but(
+            LATENT_SEGMENTS_T.replace(
                 optional=True,
                 ragged=True,
                 doc="SSML: acoustic's segment rows; each piece is decoded by its voice at its "
                 "gain, pauses\nare zeros.",
             ),
-            LATENT_CHECK_T.but(
+            LATENT_CHECK_T.replace(
                 optional=True,
                 doc="acoustic's (sum, sum of |x|) of the latent; a latent that does not match "
                 "it is an\nerror (a failed GPU copy between the stages), never audio.",
