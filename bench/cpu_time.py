@@ -193,9 +193,7 @@ def measure(
             timed(lambda: [phonemizer.ids(normalize(t)) for t in texts], audio_alone),
             # One request at a time whatever the batcher forms (max_batch_size 1: a worker
             # takes a batch's texts in one exchange, each phonemized alone).
-            timed(
-                lambda: [phonemizer.ids(normalize(texts[i])) for i in picks], audio_batch
-            ),
+            timed(lambda: [phonemizer.ids(normalize(texts[i])) for i in picks], audio_batch),
             "none (one text at a time)",
         )
     ]
