@@ -18,7 +18,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 from export.serving import servers, serving
@@ -40,6 +39,7 @@ from tts_front.security import (
     secret_setting,
 )
 from tts_front.settings import FRONT_LIVE_PATH, parse_args as front_settings
+from tts_triton.probes import answers_ok
 
 from .children import supervise
 from .commands import (
@@ -145,12 +145,7 @@ def port_open(bind: str, port: int) -> bool:
 
 def front_live(bind: str, port: int) -> bool:
     """The front door's own liveness answer (its event loop runs), not Triton's."""
-    try:
-        url = f"http://{local_host(bind)}:{port}{FRONT_LIVE_PATH}"
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
+    return answers_ok(f"http://{local_host(bind)}:{port}{FRONT_LIVE_PATH}")
 
 
 def banner(args: argparse.Namespace, gpu: bool) -> str:
@@ -193,13 +188,9 @@ def announce_when_ready(args: argparse.Namespace, gpu: bool, timeout_s: float = 
     def wait() -> None:
         until = time.monotonic() + timeout_s
         while time.monotonic() < until:
-            try:
-                with urllib.request.urlopen(url, timeout=2) as answer:
-                    if answer.status == 200:
-                        print(banner(args, gpu), flush=True)
-                        return
-            except (OSError, ValueError):
-                pass
+            if answers_ok(url):
+                print(banner(args, gpu), flush=True)
+                return
             time.sleep(0.5)
 
     threading.Thread(target=wait, name="banner", daemon=True).start()

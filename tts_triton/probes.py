@@ -12,14 +12,19 @@ from pathlib import Path
 STUB = "triton_python_backend_stub"
 
 
-def health(http_port: int, which: str) -> bool:
-    """GET /v2/health/<which> (live or ready) on loopback answers 200 within 2 s."""
+def answers_ok(url: str, timeout_s: float = 2.0) -> bool:
+    """GET ``url`` answers 200 within ``timeout_s``; False for anything else, a refused or
+    dropped connection included."""
     try:
-        url = f"http://localhost:{http_port}/v2/health/{which}"
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
             return response.status == 200
     except OSError:
         return False
+
+
+def health(http_port: int, which: str) -> bool:
+    """GET /v2/health/<which> (live or ready) on loopback answers 200 within 2 s."""
+    return answers_ok(f"http://localhost:{http_port}/v2/health/{which}")
 
 
 def is_live(http_port: int) -> bool:
