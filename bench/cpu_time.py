@@ -161,7 +161,7 @@ class StageRow:
 
 
 def measure(
-    repository: Path, batch: int, timed: Timer
+    repository: Path, texts: list[str], batch: int, timed: Timer
 ) -> tuple[list[StageRow], tuple[Cost, Cost], str]:
     config = load_voice_config(repository / "phonemizer/1/voice.json")
     phonemizer = Phonemizer(config)
@@ -176,7 +176,6 @@ def measure(
     )
     scales = np.array([[config.noise_scale, config.length_scale, config.noise_w_scale]])
 
-    texts = list(SENTENCES)
     ids = [np.array(phonemizer.ids(normalize(t)), np.int64) for t in texts]
     latents = acoustic(ids, np.repeat(scales, len(ids), axis=0))
     seconds_of = [lat.shape[-1] * hop / rate for lat in latents]
@@ -264,11 +263,15 @@ def main(argv: list[str] | None = None) -> int:
         "--seconds", type=float, default=5.0, help="time per figure, over all its passes"
     )
     parser.add_argument("--rounds", type=int, default=5, help="passes over all the figures")
+    parser.add_argument(
+        "--sentences", type=int, default=len(SENTENCES), help="the first N sentences only"
+    )
     a = parser.parse_args(argv)
     print(f"machine: {cpu_line()}")
-    rows, piper, threads = measure(a.repository, a.batch, Timer(a.seconds, a.rounds))
+    texts = list(SENTENCES[: a.sentences])
+    rows, piper, threads = measure(a.repository, texts, a.batch, Timer(a.seconds, a.rounds))
     print(
-        f"{len(SENTENCES)} sentences (tts_front.sample_texts); batched: {a.batch} items, the "
+        f"{len(texts)} sentences (tts_front.sample_texts); batched: {a.batch} items, the "
         f"sentences cycled; {threads}; milliseconds per audio second, the median of "
         f"{a.rounds} passes taken in turns"
     )

@@ -30,8 +30,8 @@ def test_the_recording_net_passes_through_and_counts_ids_and_frames():
 
 
 def test_it_prints_every_stage_and_piper(exported_repository, capsys):
-    assert cpu_time.main(["--repository", str(exported_repository), "--batch", "4",
-                          "--seconds", "0", "--rounds", "1"]) == 0  # fmt: skip
+    assert cpu_time.main(["--repository", str(exported_repository), "--batch", "2",
+                          "--seconds", "0", "--rounds", "1", "--sentences", "2"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert out.startswith("machine: ")
     rows = ("| phonemizer |", "| acoustic |", "| vocoder |", "Piper's PiperVoice", "as ours are")
