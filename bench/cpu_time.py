@@ -44,8 +44,6 @@ from tts_serving.text import normalize
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
 
-STAGES = ("phonemizer", "acoustic", "vocoder")
-
 
 @dataclass
 class Cost:

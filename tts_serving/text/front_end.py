@@ -6,8 +6,6 @@ normalized.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InvalidInputError
@@ -19,20 +17,6 @@ from .lexicon import LexiconFile, lexicon_file
 from .normalize import normalize
 
 
-@dataclass(frozen=True)
-class Logs:
-    """Where the front end reports: the model's pb_utils.Logger methods."""
-
-    info: Callable[[str], None]
-    warn: Callable[[str], None]
-    error: Callable[[str], None]
-
-    @classmethod
-    def of(cls, logger) -> Logs:
-        """Through a model's ``pb_utils.Logger``."""
-        return cls(logger.log_info, logger.log_warn, logger.log_error)
-
-
 class TextFrontEnd:
     """One model's voices (their phonemizers share one espeak-ng pool), its lexicon (reloaded
     when the file changes), the SSML parser's view of the voices, and the normalizer's default.
@@ -40,6 +24,7 @@ class TextFrontEnd:
     ``max_phoneme_ids`` is the most one text may become (the stream plans its own chunks within
     the stages' limit and passes no limit here); ``ssml_limits`` the bounds of one document:
     ``tts`` holds a document's segments and pauses at once, ``tts_stream`` a chunk at a time.
+    ``logger``: the model's ``pb_utils.Logger`` (log_info, log_warn, log_error).
     """
 
     def __init__(
@@ -52,19 +37,21 @@ class TextFrontEnd:
         espeak_timeout_s: float,
         normalize_text: bool,
         ssml_limits: ssml.Limits,
-        logs: Logs,
+        logger,
     ) -> None:
         self.voices, self.pool = voice_phonemizers(
-            voices, max_phoneme_ids, espeak_workers, espeak_timeout_s, logs.warn
+            voices, max_phoneme_ids, espeak_workers, espeak_timeout_s, logger.log_warn
         )
-        self.lexicon: LexiconFile = lexicon_file(version_dir, self.voices, logs.info, logs.error)
+        self.lexicon: LexiconFile = lexicon_file(
+            version_dir, self.voices, logger.log_info, logger.log_error
+        )
         self.voice_infos = [
             ssml.VoiceInfo(n, p.config.espeak_voice, p.is_english, tuple(speakers(p.config)))
             for n, p in self.voices
         ]
         self.normalize_text = normalize_text
         self.ssml_limits = ssml_limits
-        self._log_info = logs.info
+        self.logger = logger
 
     def normalizes(self, phonemizer, asked: bool | None) -> bool:
         """Whether a request's text is normalized: as ``asked`` (None: the model's
@@ -92,7 +79,7 @@ class TextFrontEnd:
         otherwise than it says goes to the log."""
         document = ssml.parse(as_sent, voice, self.voice_infos, self.ssml_limits)
         for note in document.notes:
-            self._log_info(f"SSML: {note}")
+            self.logger.log_info(f"SSML: {note}")
         return document
 
     def close(self) -> None:

@@ -23,7 +23,7 @@ from ..inputs import CleanText, check_characters, check_encoded_size, decode_cle
 from ..settings import PhonemizerSettings
 from ..text import ssml
 from ..text.espeak_pool import Job, phonemize_jobs
-from ..text.front_end import Logs, TextFrontEnd
+from ..text.front_end import TextFrontEnd
 from ..text.ssml import is_ssml, mark_rows
 from .adapter import ModelContext, execute_batched, request_options, single_item
 
@@ -59,7 +59,7 @@ class Phonemizer:
             espeak_timeout_s=self.settings.espeak_timeout_s,
             normalize_text=self.settings.normalize_text,
             ssml_limits=ssml.Limits(),  # one pass: the document's segments held at once
-            logs=Logs.of(self.logger),
+            logger=self.logger,
         )
         self.voices = self.text.voices
         self.logger.log_info(

@@ -51,7 +51,7 @@ from ..settings import StreamSettings
 from ..stream.plan import PlannedChunk, finish_chunk, plan_chunks, plan_document
 from ..stream.scheduler import InFlight, StageError, StreamResponse, run_stream
 from ..text import ssml
-from ..text.front_end import Logs, TextFrontEnd
+from ..text.front_end import TextFrontEnd
 from ..text.ssml import is_ssml
 from .adapter import ModelContext, one_value, request_options
 
@@ -152,7 +152,7 @@ class TtsStream:
             espeak_timeout_s=self.settings.espeak_timeout_s,
             normalize_text=self.settings.normalize_text,
             ssml_limits=ssml.STREAM_LIMITS,  # a chunk at a time: far longer documents
-            logs=Logs.of(self.logger),
+            logger=self.logger,
         )
         self.voices = self.text.voices
         rates = {p.config.sample_rate for _, p in self.voices}
