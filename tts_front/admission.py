@@ -65,7 +65,12 @@ def work_done(samples: int) -> float:
     it produced: the vocoder's and the acoustic model's compute grow with the samples, not
     with the bytes of text (padding spaces cost nothing to speak; digits cost six times their
     bytes at speed 1, and four times that again read at a quarter of the speed)."""
-    return REQUEST_BASE_COST + samples / SAMPLES_PER_BYTE
+    return REQUEST_BASE_COST + audio_work(samples)
+
+
+def audio_work(samples: int) -> float:
+    """The part of ``work_done`` that grows with the audio (a stream's chunk has no other)."""
+    return samples / SAMPLES_PER_BYTE
 
 
 class Refused(Exception):

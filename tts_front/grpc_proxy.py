@@ -11,7 +11,7 @@ import tritonclient.grpc as grpc_types
 
 from tts_wire import AUDIO, EDGE_KEY_HEADER, FINAL_RESPONSE, stream_error_message
 
-from .admission import FREE, GATEWAY, REQUEST_BASE_COST, AdmissionTicket, work_done
+from .admission import FREE, GATEWAY, AdmissionTicket, audio_work
 from .protowire import (
     StreamResponse,
     infer_request,
@@ -262,7 +262,7 @@ class _ProxiedStream:
         r = stream_response(response)
         if r is not None and r.samples and r.model in self.front.settings.streamed:
             # A stream takes no slot; the audio of each chunk is charged to its client.
-            self.front.admission.charge(self.client, work_done(r.samples) - REQUEST_BASE_COST)
+            self.front.admission.charge(self.client, audio_work(r.samples))
         if r is None or not (r.final or (r.error and r.final is None)):
             return  # more responses follow for its request
         ticket = _match(self.tickets, r)

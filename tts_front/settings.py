@@ -83,7 +83,7 @@ class FrontSettings:
     notify_parent: bool = False
 
     def edge_connections(self) -> int:
-        """nginx's worker_connections in front of this door (launcher/edge.py): each proxied
+        """nginx's worker_connections in front of this door (tts_launcher/edge.py): each proxied
         request holds a connection upstream too, so twice the clients', and room for the files
         nginx opens itself. One worker: no more connections than this at once, both sides."""
         return 2 * self.max_connections + 64
