@@ -1,30 +1,29 @@
-"""The admin key: where it comes from, the headers that carry it, the APIs it guards, and a
-probe that proves tritonserver got it.
+"""The keys the front door checks and carries: the admin key (where it comes from, the headers
+that carry it), the launch's inner and edge keys, and the gateway's token. What the launcher
+does with them besides (the probe that proves tritonserver got the admin key, the APIs it
+guards) is tts_launcher.security.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
 ADMIN_HEADER = "tts-admin-key"
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"  # how Triton names such a header over gRPC
-RESTRICTED = "model-repository,logging,trace,shared-memory"
 ADMIN_KEY_ENV = "TTS_ADMIN_KEY"
 # Behind the front door, tritonserver's own ports refuse inference without this header, whose
 # value is a secret made for each launch and handed only to the front door (in this variable
 # of its environment) and the supervisor: nothing reaches the models around admission.
 INNER_HEADER = "tts-inner-key"
 INNER_KEY_ENV = "TTS_FRONT_INNER_KEY"
-# The edge's key (launcher/edge.py, tts_wire.EDGE_KEY_HEADER), generated per launch: the
+# The edge's key (tts_launcher/edge.py, tts_wire.EDGE_KEY_HEADER), generated per launch: the
 # front door's environment and the gateway's (its setting edge_key).
 EDGE_KEY_ENV = "TTS_FRONT_EDGE_KEY"
 GATEWAY_EDGE_KEY_ENV = "TTS_GATEWAY_EDGE_KEY"
 ADMIN_KEY_FILE_ENV = "TTS_ADMIN_KEY_FILE"
-DEFAULT_BIND = "127.0.0.1"
 # A token the launcher gives the front door and the gateway: requests carrying it come from
 # the gateway, which caps streams per caller itself (the front door sees one address for all
 # its callers).
@@ -78,41 +77,3 @@ def admin_headers(key: str) -> dict[str, str]:
 def inner_headers(key: str) -> dict[str, str]:
     """Headers carrying the launch's inner key (INNER_HEADER), for HTTP and gRPC alike."""
     return {INNER_HEADER: key, f"{GRPC_HEADER_PREFIX}{INNER_HEADER}": key} if key else {}
-
-
-# Shared-memory regions and files tritonserver creates are its user's alone (request text and
-# audio pass through /dev/shm).
-SERVER_UMASK = 0o077
-KEY_FAILED = (
-    "the admin key did not reach tritonserver (tts_launcher/server_shim.c was not loaded), so its "
-    "key would be the placeholder any local user can read in /proc; stopped"
-)
-
-# A request per restricted API that needs the key and changes nothing.
-KEY_PROBES = {
-    "model-repository": ("POST", "/v2/repository/index"),
-    "logging": ("GET", "/v2/logging"),
-    "trace": ("GET", "/v2/trace/setting"),
-    "shared-memory": ("GET", "/v2/systemsharedmemory/status"),
-    "statistics": ("GET", "/v2/models/stats"),
-}
-
-
-def key_works(http_port: int, key: str, restricted: str = RESTRICTED) -> bool:
-    """Whether ``key`` opens a restricted API. False means the shim did not hand tritonserver
-    the key, so its key is the placeholder anyone can read: the caller must not go on."""
-    for api in restricted.split(","):
-        if api in KEY_PROBES:
-            method, path = KEY_PROBES[api]
-            request = urllib.request.Request(
-                f"http://127.0.0.1:{http_port}{path}",
-                data=b"{}" if method == "POST" else None,
-                method=method,
-                headers=admin_headers(key),
-            )
-            try:
-                with urllib.request.urlopen(request, timeout=10) as response:
-                    return response.status == 200
-            except OSError:
-                return False
-    return True  # nothing restricted that a probe knows: nothing to check

@@ -14,12 +14,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tts_front.security import ADMIN_HEADER, KEY_FAILED, RESTRICTED, SERVER_UMASK, key_works
+from tts_front.security import ADMIN_HEADER
 
 from .commands import EDGE_STOP_S, GATEWAY_DRAIN_S
 from .environment import server_env
 from .liveness import Heartbeat
 from .restarts import RestartedChild, RestartPolicy
+from .security import KEY_FAILED, RESTRICTED, SERVER_UMASK, key_works
 from .stub_healing import (
     SERVING_SINCE,
     Supervisor,

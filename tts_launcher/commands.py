@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from tts_front.security import ADMIN_HEADER, DEFAULT_BIND, INNER_HEADER, RESTRICTED
+from tts_front.security import ADMIN_HEADER, INNER_HEADER
 
 from .environment import (
     CPU_ONLY_ARGS,
@@ -18,6 +18,7 @@ from .environment import (
     prepare_backends,
     tritonserver_binary,
 )
+from .security import DEFAULT_BIND, RESTRICTED
 from .stub_healing import (
     SUPERVISED_ARGS,
 )

@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from tts_front.security import ADMIN_KEY_ENV, KEY_FAILED, SERVER_UMASK, admin_headers, key_works
+from tts_front.security import ADMIN_KEY_ENV, admin_headers
 
 from .commands import (
     GATEWAY_DRAIN_S,
@@ -25,6 +25,7 @@ from .commands import (
     server_command,
 )
 from .environment import server_env
+from .security import KEY_FAILED, SERVER_UMASK, key_works
 from .stub_healing import (
     Supervisor,
     die_with_parent,

@@ -25,14 +25,12 @@ from tts_front.security import (
     ADMIN_HEADER,
     ADMIN_KEY_ENV,
     ADMIN_KEY_FILE_ENV,
-    DEFAULT_BIND,
     EDGE_KEY_ENV,
     FRONT_TOKEN_ENV,
     FRONT_TOKEN_FILE_ENV,
     GATEWAY_EDGE_KEY_ENV,
     GATEWAY_FRONT_TOKEN_ENV,
     INNER_KEY_ENV,
-    RESTRICTED,
     admin_headers,
     admin_key,
     inner_headers,
@@ -55,6 +53,7 @@ from .environment import has_gpu, quiet_grpc, server_env
 from .liveness import LIVE_PATH, Heartbeat, serve as serve_metrics
 from .profiles import BENCHMARK_PROFILES
 from .repository import gateway_voices
+from .security import DEFAULT_BIND, RESTRICTED
 from .stub_healing import (
     SupervisorMetrics,
     new_shm_prefix,
