@@ -179,13 +179,20 @@ def _sample_rate() -> Any:
     )
 
 
+def _max_characters() -> Any:
+    return field(
+        default=1000,
+        metadata=doc(
+            "characters per `tts` request, checked before any work is done; clients read it "
+            "from `tts` and stream longer text at once"
+        ),
+    )
+
+
 @dataclass(frozen=True)
 class PhonemizerSettings:
     max_phoneme_ids: int = _max_phoneme_ids()
-    max_characters: int = field(
-        default=1000,
-        metadata=doc("characters per `tts` request, checked before any work is done"),
-    )
+    max_characters: int = _max_characters()
     normalize_text: bool = _normalize_text()
     espeak_workers: int = _espeak_workers()
     espeak_timeout_s: float = _espeak_timeout_s()
@@ -283,9 +290,11 @@ class StreamSettings:
 
 @dataclass(frozen=True)
 class TtsSettings:
-    """The ensemble runs no code; clients read these from its config."""
+    """The ensemble runs no code; clients read these from its config (the phonemizer enforces
+    ``max_characters``, the vocoder ``sample_rate``: a test keeps them equal)."""
 
     sample_rate: int = _sample_rate()
+    max_characters: int = _max_characters()
 
 
 SETTINGS: dict[str, type] = {

@@ -93,7 +93,7 @@ class AsyncTTSClient(ClientCore):
                     config = await self._client.get_model_config(self.model)
             except Exception as e:
                 raise await self._error(e) from None
-            self._sample_rate = protocol.sample_rate_from_config(config)
+            return self._read_config(config)
         return self._sample_rate
 
     async def synthesize(
@@ -109,6 +109,8 @@ class AsyncTTSClient(ClientCore):
 
     async def _synthesize(self, text: str, options: protocol.SynthesisOptions) -> Audio:
         rate = await self.sample_rate()
+        if self._streams_at_once(text):
+            return join_chunks([c async for c in self._stream(text, options)], rate)
         call = self._infer_call(text, options)
 
         async def infer():

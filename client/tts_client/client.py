@@ -104,7 +104,7 @@ class TTSClient(ClientCore):
                     config = self._client.get_model_config(self.model)
             except Exception as e:
                 raise self._error(e) from None
-            self._sample_rate = protocol.sample_rate_from_config(config)
+            return self._read_config(config)
         return self._sample_rate
 
     # -- synthesis -------------------------------------------------------------------------
@@ -125,6 +125,8 @@ class TTSClient(ClientCore):
 
     def _synthesize(self, text: str, options: protocol.SynthesisOptions) -> Audio:
         rate = self.sample_rate
+        if self._streams_at_once(text):
+            return join_chunks(list(self._stream(text, options)), rate)
         call = self._infer_call(text, options)
 
         def infer():

@@ -85,6 +85,8 @@ class ClientCore:
         # 2 = bulk; 0 = the models' default level (2). Streams carry none (see README).
         self.priority = protocol.check_priority(priority)
         self._sample_rate: int | None = None
+        # The longest text one `tts` request takes, read from its config with the sample rate.
+        self._max_characters: int | None = None
         # tritonclient.grpc or .http: the InferInput class and the error types of the protocol.
         self._module: ModuleType = importlib.import_module(f"tritonclient.{self.endpoint.protocol}")
 
@@ -109,6 +111,19 @@ class ClientCore:
         if self.endpoint.protocol != "grpc":
             raise TTSError("streaming needs a grpc:// URL (Triton streams over gRPC only)")
         return protocol.build_inputs(self._module, text, options, batched=False)
+
+    def _read_config(self, config: dict) -> int:
+        """Keeps what the client needs of the model's config; returns its sample rate."""
+        self._max_characters = protocol.max_characters_from_config(config)
+        self._sample_rate = protocol.sample_rate_from_config(config)
+        return self._sample_rate
+
+    def _streams_at_once(self, text: str) -> bool:
+        """True when ``text`` is longer than the server says one request takes and can be
+        streamed (gRPC): the text goes once, to the stream, not first to a refusal. (A text
+        within it can still be refused for its phonemes; ``_streams_instead`` takes that.)"""
+        limit = self._max_characters
+        return limit is not None and len(text) > limit and self.endpoint.protocol == "grpc"
 
     def _streams_instead(self, error: TTSError, options: protocol.SynthesisOptions) -> bool:
         """After ``tts`` refused a text: True when it is too long and can be streamed instead

@@ -159,6 +159,16 @@ def sample_rate_from_config(config: dict) -> int:
         ) from None
 
 
+def max_characters_from_config(config: dict) -> int | None:
+    """The ``max_characters`` parameter of a model config: the longest text one request takes
+    (None where the server does not publish it; its "text is too long" error then says so)."""
+    config = config.get("config", config)
+    try:
+        return int(config["parameters"]["max_characters"]["string_value"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def audio_from_result(
     result, sample_rate: int, text: str | None = None, *, document: str = ""
 ) -> Audio:

@@ -42,6 +42,8 @@ def test_values_that_must_agree_across_models_do():
     ids = {m: settings(m).max_phoneme_ids for m in ("phonemizer", "acoustic", "tts_stream")}
     assert len(set(ids.values())) == 1, ids
     assert settings("tts").sample_rate == settings("vocoder").sample_rate
+    # What the clients read to stream at once is what the phonemizer enforces.
+    assert settings("tts").max_characters == settings("phonemizer").max_characters
     assert settings("tts_stream").chunk_target_ids <= ids["tts_stream"]
     stages = {m: load(m).max_batch_size for m in ("phonemizer", "acoustic", "vocoder")}
     assert len(set(stages.values())) == 1, stages

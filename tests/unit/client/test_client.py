@@ -7,6 +7,7 @@ from tritonclient.utils import InferenceServerException
 
 from tts_client import (
     Audio,
+    AudioChunk,
     InferenceFailed,
     InvalidInput,
     ServerOverloaded,
@@ -20,6 +21,7 @@ from tts_client.protocol import (
     call_with_retries,
     is_text_too_long,
     map_exception,
+    max_characters_from_config,
     parse_stream_error,
     sample_rate_from_config,
     stream_error_message,
@@ -252,6 +254,78 @@ def test_both_clients_send_every_option_and_the_priority(url, form):
         assert sent["noise_scale"].tolist() == pytest.approx([0.3]), name
         assert sent["noise_w"].tolist() == pytest.approx([0.4]), name
         assert sent["voice"].tolist() == [b"joe"], name
+
+
+def _publishing(config: dict) -> dict:
+    """``config`` of a server whose `tts` takes 20 characters a request, as it says."""
+    config["config"]["parameters"]["max_characters"] = {"string_value": "20"}
+    return config
+
+
+class PublishingTransport(FakeTransport):
+    def get_model_config(self, model, **kw):
+        return _publishing(super().get_model_config(model, **kw))
+
+
+class AsyncPublishingTransport(AsyncFakeTransport):
+    async def get_model_config(self, model, **kw):
+        return _publishing(await super().get_model_config(model, **kw))
+
+
+def _where_both_send(url: str, text: str, transports) -> dict[str, list[str]]:
+    """Where each client sends ``text``: "tts" (one request), "stream" (tts_stream)."""
+    from tts_client import AsyncTTSClient, TTSClient
+
+    sync = TTSClient(url)
+    sync._client = transports[0]()
+    streamed: dict[str, list[str]] = {"sync": [], "async": []}
+
+    def stream(text, options):
+        streamed["sync"].append("stream")
+        yield AudioChunk(np.zeros(2205, np.float32), 22050, text, 0)
+
+    sync._stream = stream
+    sync.synthesize(text)
+
+    async def run():
+        client = AsyncTTSClient(url)
+        client._client = transports[1]()
+
+        async def stream(text, options):
+            streamed["async"].append("stream")
+            yield AudioChunk(np.zeros(2205, np.float32), 22050, text, 0)
+
+        client._stream = stream
+        await client.synthesize(text)
+        return client._client.calls
+
+    calls = {"sync": sync._client.calls, "async": asyncio.run(run())}
+    return {k: [model for model, _, _ in calls[k]] + streamed[k] for k in calls}
+
+
+def test_text_over_the_published_limit_goes_to_the_stream_once_not_first_to_a_refusal():
+    publishing = (PublishingTransport, AsyncPublishingTransport)
+    long, short = "x" * 21, "x" * 20
+    assert _where_both_send("grpc://localhost:1", long, publishing) == {
+        "sync": ["stream"], "async": ["stream"]
+    }  # fmt: skip
+    assert _where_both_send("grpc://localhost:1", short, publishing) == {
+        "sync": ["tts"], "async": ["tts"]
+    }  # fmt: skip
+    # Over HTTP (no streams) and from a server that publishes no limit, the request goes as
+    # it is: the server's "text is too long" then says what to do.
+    for url, transports in [
+        ("http://localhost:1", publishing),
+        ("grpc://localhost:1", (FakeTransport, AsyncFakeTransport)),
+    ]:
+        assert _where_both_send(url, long, transports) == {"sync": ["tts"], "async": ["tts"]}
+
+
+def test_the_limit_is_read_from_http_and_grpc_configs():
+    published = {"name": "tts", "parameters": {"max_characters": {"string_value": "1000"}}}
+    assert max_characters_from_config(published) == 1000
+    assert max_characters_from_config({"config": published}) == 1000
+    assert max_characters_from_config({"name": "tts", "parameters": {}}) is None
 
 
 def test_options_left_unset_are_not_sent_and_bad_ones_never_leave_the_client():
