@@ -29,9 +29,10 @@ Everything else passes through unchanged (headers, metadata, deadlines, the admi
 every limit and its default.
 
 One module per concern: ``settings`` (limits, command line), ``admission`` (the queue, cost,
-deadline, tickets), ``door`` (the two servers' event loop, streams per client, warm-up, life
-cycle),
-``grpc_proxy`` and ``http_proxy`` (the handlers), ``stubs`` (dead streams), ``metrics``.
+deadline, tickets), ``door`` (the two servers' event loop, warm-up, life cycle),
+``grpc_proxy`` and ``http_proxy`` (each protocol's forwarding, objects the door holds),
+``gatekeeper`` (what both ask: public models, the admin key, which client, tickets in and out,
+streams per client), ``stubs`` (dead streams), ``metrics``.
 """
 
 from .admission import REQUEST_BASE_COST, Admission, request_cost

@@ -4,6 +4,7 @@ Triton, each request admitted (or refused) on its way."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator
 
 import grpc
@@ -11,7 +12,17 @@ import tritonclient.grpc as grpc_types
 
 from tts_wire import AUDIO, EDGE_KEY_HEADER, FINAL_RESPONSE, stream_error_message
 
-from .admission import FREE, GATEWAY, AdmissionTicket, audio_work
+from .admission import (
+    FREE,
+    GATEWAY,
+    AdmissionTicket,
+    NotPublic,
+    Refused,
+    TooMany,
+    audio_work,
+    request_cost,
+)
+from .gatekeeper import Gatekeeper
 from .protowire import (
     StreamResponse,
     infer_request,
@@ -20,6 +31,7 @@ from .protowire import (
     stream_response,
 )
 from .security import GRPC_HEADER_PREFIX
+from .stubs import StubWatch
 
 SERVICE = "inference.GRPCInferenceService"
 STREAM_METHOD = f"/{SERVICE}/ModelStreamInfer"
@@ -42,16 +54,91 @@ def _metadata(
 
 
 class GrpcProxy:
-    """The gRPC handlers of :class:`~tts_front.door.Front` (a mixin: its state is Front's)."""
+    """The gRPC half of the front door: calls forwarded to Triton over one channel, every
+    inference admitted by the door's :class:`~tts_front.gatekeeper.Gatekeeper` on its way,
+    the streams of stubs that die ended (``watch``)."""
 
-    async def _unary(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        ticket = FREE
+    def __init__(self, gatekeeper: Gatekeeper, watch: StubWatch) -> None:
+        self.gatekeeper, self.watch = gatekeeper, watch
+        self.settings = gatekeeper.settings
+        self.channel: grpc.aio.Channel | None = None
+        self._calls: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}  # one per method
+        self._calls_open: Counter[str] = Counter()  # ModelStreamInfer calls per client
+        self.held: list = []  # upstream streams of dead stubs (_ProxiedStream.end_for_dead_stub)
+        self.closing = asyncio.Event()  # set: close even the streams of dead stubs
+
+    def open(self) -> grpc.GenericRpcHandler:
+        """The channel to Triton opened; the handler for the door's gRPC server."""
+        unlimited = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+        self.channel = grpc.aio.insecure_channel(self.settings.triton_grpc, options=unlimited)
+        proxy = self
+
+        class Handler(grpc.GenericRpcHandler):
+            def service(self, details: grpc.HandlerCallDetails):
+                method = details.method
+                if method == STREAM_METHOD:
+                    return grpc.stream_stream_rpc_method_handler(proxy.stream)
+
+                async def unary(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+                    return await proxy.unary(method, request, context)
+
+                return grpc.unary_unary_rpc_method_handler(unary)
+
+        return Handler()
+
+    def stuck(self) -> list:
+        """Upstream streams of stubs that died, still open in tritonserver."""
+        return [call for call, _ in self.held if not call.done()]
+
+    async def close(self) -> None:
+        """Close the channel, and with it the streams of dead stubs held open."""
+        self.closing.set()
+        if self.channel:
+            await self.channel.close()
+
+    async def admit(
+        self,
+        request: bytes,
+        admin: bool,
+        client: str,
+        call_left_s: float | None,
+        stream: bool = False,
+    ) -> tuple[AdmissionTicket, None] | tuple[None, tuple[grpc.StatusCode, str]]:
+        """(ticket, None) for a ModelInferRequest to pass on, or (None, (code, message)).
+
+        Its deadline: Triton's "timeout" parameter or the call's gRPC deadline, the sooner;
+        neither: the default. A stream's call deadline is the stream's whole life, so each of
+        its messages has its own timeout or the default, within what is left of the call."""
+        info = infer_request(request)
+        if info is None:
+            return None, (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "unreadable ModelInferRequest: not a well-formed protobuf message",
+            )
+        try:
+            model = self.gatekeeper.gate(info.model, admin)
+        except NotPublic as e:
+            return None, (grpc.StatusCode.PERMISSION_DENIED, str(e))
+        cost = request_cost(model, info.input_bytes) if model else 0.0
+        own = info.timeout_us / 1e6 if info.timeout_us else None
+        if stream:
+            own = own or self.settings.deadline_s
+        deadline_s = min((d for d in (own, call_left_s) if d is not None), default=None)
+        try:
+            return await self.gatekeeper.enter(model, cost, info.id, client, deadline_s), None
+        except TooMany as e:
+            return None, (grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+        except Refused as e:
+            return None, (grpc.StatusCode.UNAVAILABLE, str(e))
+
+    async def unary(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        gatekeeper, ticket = self.gatekeeper, FREE
         if method == INFER_METHOD:
             headers = _headers(context)
-            ticket, refused = await self._admit_message(
+            ticket, refused = await self.admit(
                 request,
-                self.is_admin(headers),
-                self.client(headers, _peer(context)),
+                gatekeeper.is_admin(headers),
+                gatekeeper.client(headers, _peer(context)),
                 context.time_remaining(),
             )
             if refused:
@@ -59,10 +146,12 @@ class GrpcProxy:
         outcome, samples = "error", None
         try:
             call = self._calls.get(method) or self._calls.setdefault(
-                method, self._channel.unary_unary(method)
+                method, self.channel.unary_unary(method)
             )
             response = await call(
-                request, metadata=_metadata(context, self.inner), timeout=context.time_remaining()
+                request,
+                metadata=_metadata(context, gatekeeper.inner),
+                timeout=context.time_remaining(),
             )
             outcome = "served"
             if ticket.measured:
@@ -71,30 +160,30 @@ class GrpcProxy:
         except grpc.aio.AioRpcError as e:
             await context.abort(e.code(), e.details() or "")
         finally:
-            self.leave(ticket, outcome, samples)
+            gatekeeper.leave(ticket, outcome, samples)
 
-    async def _stream(
+    async def stream(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
         """A ModelStreamInfer call, refused at once past the client's open calls."""
         headers = _headers(context)
-        client = self.client(headers, _peer(context))
+        client = self.gatekeeper.client(headers, _peer(context))
         limit = self.settings.max_grpc_streams_per_client
-        if not client.startswith(GATEWAY) and self._grpc_streams[client] >= limit:
+        if not client.startswith(GATEWAY) and self._calls_open[client] >= limit:
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"this client already has {limit} ModelStreamInfer calls open; "
                 "end one first, or carry more requests on each",
             )
-        self._grpc_streams[client] += 1
+        self._calls_open[client] += 1
         try:
-            admin = self.is_admin(headers)
+            admin = self.gatekeeper.is_admin(headers)
             async for response in self._stream_messages(requests, context, admin, client):
                 yield response
         finally:
-            self._grpc_streams[client] -= 1
-            if not self._grpc_streams[client]:
-                del self._grpc_streams[client]
+            self._calls_open[client] -= 1
+            if not self._calls_open[client]:
+                del self._calls_open[client]
 
     async def _stream_messages(
         self,
@@ -136,22 +225,6 @@ class GrpcProxy:
             reader.cancel()
             stream.cancel_pending()
             stream.release_unanswered()  # (ended before Triton's stream was opened)
-
-    def _grpc_handler(self) -> grpc.GenericRpcHandler:
-        front = self
-
-        class Handler(grpc.GenericRpcHandler):
-            def service(self, details: grpc.HandlerCallDetails):
-                method = details.method
-                if method == STREAM_METHOD:
-                    return grpc.stream_stream_rpc_method_handler(front._stream)
-
-                async def unary(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-                    return await front._unary(method, request, context)
-
-                return grpc.unary_unary_rpc_method_handler(unary)
-
-        return Handler()
 
 
 def _peer(context: grpc.aio.ServicerContext) -> str:
@@ -196,8 +269,8 @@ class _ProxiedStream:
     """One ModelStreamInfer call through the front door: the messages admitted and forwarded,
     the refusals answered here, Triton's responses relayed, the stubs watched."""
 
-    def __init__(self, front, requests, context, admin: bool, client: str) -> None:
-        self.front, self.context, self.admin, self.client = front, context, admin, client
+    def __init__(self, proxy: GrpcProxy, requests, context, admin: bool, client: str) -> None:
+        self.proxy, self.context, self.admin, self.client = proxy, context, admin, client
         self.stubs: dict[str, set[int]] = {}  # model -> its stubs when this stream first used it
         self.hold = asyncio.Event()  # set: a stub of this stream died, keep it open upstream
         self.tickets: list[AdmissionTicket] = []  # admitted, not yet ended, oldest first
@@ -225,7 +298,7 @@ class _ProxiedStream:
 
     async def admit(self, request: bytes) -> None:
         """Admit one message: passed on when admitted; its error queued when refused."""
-        ticket, refused = await self.front._admit_message(
+        ticket, refused = await self.proxy.admit(
             request, self.admin, self.client, self.context.time_remaining(), stream=True
         )
         if refused:
@@ -235,7 +308,7 @@ class _ProxiedStream:
             self.tickets.append(ticket)
         model = ticket.model or model_name(request)
         if model and model not in self.stubs:
-            self.stubs[model] = self.front.watch.stubs(model, fresh=True)
+            self.stubs[model] = self.proxy.watch.stubs(model, fresh=True)
         self.admitted.put_nowait(request)
 
     def cancel_pending(self) -> None:
@@ -248,7 +321,7 @@ class _ProxiedStream:
         they were passed on at all)."""
         tickets, self.tickets = self.tickets, []
         for ticket in tickets:
-            self.front.leave(ticket, "error")
+            self.proxy.gatekeeper.leave(ticket, "error")
 
     async def forward(self) -> AsyncIterator[bytes]:
         yield self.first
@@ -256,22 +329,22 @@ class _ProxiedStream:
             yield request
         if self.hold.is_set():
             # An error here, or the end of requests, would close the stream upstream.
-            await self.front._closing.wait()
+            await self.proxy.closing.wait()
 
     def ended(self, response: bytes) -> None:
         r = stream_response(response)
-        if r is not None and r.samples and r.model in self.front.settings.streamed:
+        if r is not None and r.samples and r.model in self.proxy.settings.streamed:
             # A stream takes no slot; the audio of each chunk is charged to its client.
-            self.front.admission.charge(self.client, audio_work(r.samples))
+            self.proxy.gatekeeper.admission.charge(self.client, audio_work(r.samples))
         if r is None or not (r.final or (r.error and r.final is None)):
             return  # more responses follow for its request
         ticket = _match(self.tickets, r)
         if ticket is not None:
             self.tickets.remove(ticket)
-            self.front.leave(ticket, "error" if r.error else "served")
+            self.proxy.gatekeeper.leave(ticket, "error" if r.error else "served")
 
     def dead_models(self) -> list[str]:
-        watch = self.front.watch
+        watch = self.proxy.watch
         return [m for m, pids in self.stubs.items() if pids and not pids <= watch.stubs(m)]
 
     async def end_for_dead_stub(self, model: str) -> None:
@@ -279,7 +352,7 @@ class _ProxiedStream:
         # on cancelling a request of a dead stub. The call is kept referenced (garbage
         # collection would cancel it) until this process ends.
         self.hold.set()
-        self.front._stuck.append((self.call, self.next_response))
+        self.proxy.held.append((self.call, self.next_response))
         self.call = self.next_response = None
         await self.context.abort(
             grpc.StatusCode.UNAVAILABLE,
@@ -290,9 +363,9 @@ class _ProxiedStream:
     async def relay(self) -> AsyncIterator[bytes]:
         """Triton's responses and the refusals, as they come; the stream ended with an error
         when a stub it uses dies."""
-        self.call = self.front._channel.stream_stream(STREAM_METHOD)(
+        self.call = self.proxy.channel.stream_stream(STREAM_METHOD)(
             self.forward(),
-            metadata=_metadata(self.context, self.front.inner),
+            metadata=_metadata(self.context, self.proxy.gatekeeper.inner),
             timeout=self.context.time_remaining(),
         )
         responses = self.call.__aiter__()
@@ -304,7 +377,7 @@ class _ProxiedStream:
                     self.next_refusal = asyncio.ensure_future(self.refusals.get())
                 finished, _ = await asyncio.wait(
                     {self.next_response, self.next_refusal},
-                    timeout=self.front.settings.stream_check_s,
+                    timeout=self.proxy.settings.stream_check_s,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 if self.next_refusal in finished:

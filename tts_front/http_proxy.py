@@ -7,6 +7,7 @@ import asyncio
 import json
 import posixpath
 import re
+from collections.abc import Callable
 from urllib.parse import unquote
 
 import aiohttp
@@ -16,6 +17,8 @@ from prometheus_client import generate_latest
 from tts_wire import AUDIO, EDGE_KEY_HEADER
 
 from .admission import JSON_OVERHEAD, NotPublic, Refused, TooMany, request_cost
+from .connections import ConnectionGuard
+from .gatekeeper import Gatekeeper
 from .security import GRPC_HEADER_PREFIX
 from .settings import FRONT_LIVE_PATH, MIB
 
@@ -48,24 +51,50 @@ _INFER_PATH = re.compile(
 
 
 class HttpProxy:
-    """The HTTP handlers of :class:`~tts_front.door.Front` (a mixin: its state is Front's)."""
+    """The HTTP half of the front door: Triton's HTTP API forwarded, every inference admitted
+    by the door's :class:`~tts_front.gatekeeper.Gatekeeper`, each connection counted by
+    ``guard``; ``stuck`` (for the metrics): the gRPC streams of dead stubs held open."""
 
-    async def _http(self, request: web.Request) -> web.StreamResponse:
-        self._guard.request_started(request)
+    def __init__(
+        self, gatekeeper: Gatekeeper, guard: ConnectionGuard, stuck: Callable[[], list]
+    ) -> None:
+        self.gatekeeper, self.guard, self.stuck = gatekeeper, guard, stuck
+        self.settings = gatekeeper.settings
+        self.session: aiohttp.ClientSession | None = None
+        self.buffered = 0  # bytes of HTTP bodies being read
+
+    def open(self) -> None:
+        """The session to Triton's HTTP port (connections kept, none limited)."""
+        self.session = aiohttp.ClientSession(
+            auto_decompress=False,  # responses pass through as Triton encoded them
+            # aiohttp would ask Triton for gzip on every request, and the gzip reply would
+            # reach clients that never asked for it (curl, perf_analyzer): only the client's
+            # own Accept-Encoding goes upstream.
+            skip_auto_headers=("Accept-Encoding",),
+            timeout=aiohttp.ClientTimeout(total=None),
+            connector=aiohttp.TCPConnector(limit=0),
+        )
+
+    async def close(self) -> None:
+        if self.session:
+            await self.session.close()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.guard.request_started(request)
         try:
             return await self._http_request(request)
         finally:
-            self._guard.request_ended(request)
+            self.guard.request_ended(request)
 
     async def _http_request(self, request: web.Request) -> web.StreamResponse:
         if request.path == FRONT_LIVE_PATH:  # answered here: the launcher's liveness probe
             return web.json_response({"live": True})
         if request.path == "/metrics" and request.method == "GET":
-            self.metrics.stuck.set(len(self.stuck()))
-            self.metrics.connections.set(len(self._guard.open))
-            self.metrics.buffered.set(self._buffered)
+            self.gatekeeper.metrics.stuck.set(len(self.stuck()))
+            self.gatekeeper.metrics.connections.set(len(self.guard.open))
+            self.gatekeeper.metrics.buffered.set(self.buffered)
             return web.Response(
-                body=generate_latest(self.metrics.registry), content_type="text/plain"
+                body=generate_latest(self.gatekeeper.metrics.registry), content_type="text/plain"
             )
         odd = _not_canonical(request.raw_path)
         if odd is not None:  # before any routing: Triton would normalize what we did not match
@@ -73,9 +102,9 @@ class HttpProxy:
         match = _INFER_PATH.match(request.path)
         headers = {k.lower(): v for k, v in request.headers.items()}
         try:  # before the body is read: a closed model's body is never buffered
-            model = self.gate(
+            model = self.gatekeeper.gate(
                 match.group(1) if match and request.method == "POST" else None,
-                self.is_admin(headers),
+                self.gatekeeper.is_admin(headers),
             )
         except NotPublic as e:
             return _http_error(403, str(e))
@@ -89,25 +118,26 @@ class HttpProxy:
         if refused is not None:
             return refused
         cost = request_cost(model, _http_input_bytes(headers, len(body))) if model else 0.0
-        client = self.client(headers, request.remote or "")
+        client = self.gatekeeper.client(headers, request.remote or "")
         try:
-            ticket = await self.enter(
+            ticket = await self.gatekeeper.enter(
                 model, cost, client=client, deadline_s=_timeout_s(headers, body)
             )
         except (TooMany, Refused) as e:
             return _http_error(429, str(e), {"Retry-After": "1"})
         outcome, samples = "error", None
         try:
+            inner = self.gatekeeper.inner
             forwarded = {
                 k: v
                 for k, v in request.headers.items()
-                if k.lower() not in _HTTP_DROP and k.lower() not in self.inner
+                if k.lower() not in _HTTP_DROP and k.lower() not in inner
             }
             forwarded.update(
-                (k, v) for k, v in self.inner.items() if not k.startswith(GRPC_HEADER_PREFIX)
+                (k, v) for k, v in inner.items() if not k.startswith(GRPC_HEADER_PREFIX)
             )
             url = f"http://{self.settings.triton_http}{request.rel_url}"
-            async with self._session.request(
+            async with self.session.request(
                 request.method, url, data=bytes(body), headers=forwarded
             ) as upstream:
                 response = web.StreamResponse(
@@ -129,7 +159,7 @@ class HttpProxy:
         except aiohttp.ClientError as e:
             return _http_error(503, f"cannot reach tritonserver: {e}")
         finally:
-            self.leave(ticket, outcome, samples)
+            self.gatekeeper.leave(ticket, outcome, samples)
 
     async def _read_body(self, request: web.Request) -> tuple[bytearray, web.Response | None]:
         """The body, inflated, within the size, time and total-buffer limits; or a refusal."""
@@ -145,7 +175,7 @@ class HttpProxy:
                 # Inflated as it is read (aiohttp decompresses gzip/deflate/br bodies): a small
                 # compressed body that inflates past the limit is stopped at the limit.
                 async for chunk in request.content.iter_chunked(256 * 1024):
-                    if self._buffered + len(chunk) > s.max_buffered_bytes:
+                    if self.buffered + len(chunk) > s.max_buffered_bytes:
                         return body, _http_error(
                             503,
                             f"the front door holds its limit of {s.max_buffered_bytes // MIB} "
@@ -153,7 +183,7 @@ class HttpProxy:
                             {"Retry-After": "1"},
                         )
                     body += chunk
-                    self._buffered += len(chunk)
+                    self.buffered += len(chunk)
                     if len(body) > limit:
                         return body, _http_error(
                             413, f"request body is over the {limit}-byte limit (after "
@@ -166,7 +196,7 @@ class HttpProxy:
         except aiohttp.ClientPayloadError as e:
             return body, _http_error(400, f"unreadable request body: {e}")
         finally:
-            self._buffered -= len(body)  # forwarded as one bytes copy below, then freed
+            self.buffered -= len(body)  # forwarded as one bytes copy below, then freed
         return body, None
 
 

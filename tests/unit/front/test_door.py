@@ -1,4 +1,5 @@
-"""Which queue a request of the front door waits in (no server: the door is only built)."""
+"""Which queue a request of the front door waits in, and how many connections it takes (no
+server: the door is only built)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ def test_the_gateways_callers_are_clients_like_any_other(monkeypatch):
     32 short requests through the gateway starved a raw client. Now each caller the gateway
     names is a queue of its own; the name counts only with the token."""
     monkeypatch.setenv(FRONT_TOKEN_ENV, "the-launchers-token")
-    front = Front(FrontSettings())
+    front = Front(FrontSettings()).gatekeeper
     via = {FRONT_TOKEN_HEADER: "the-launchers-token"}
     assert front.client({**via, CALLER_HEADER: "203.0.113.5"}, "127.0.0.1") == (
         f"{GATEWAY}203.0.113.5"

@@ -1,0 +1,144 @@
+"""Who may pass the front door, when, and at what cost, for both protocols: the public models
+and the admin key, the client a request is counted for, admission tickets in and out, and the
+keys the door sends on to Triton."""
+
+from __future__ import annotations
+
+import hmac
+import os
+import time
+from collections import Counter
+
+from tts_wire import CALLER_HEADER, FRONT_TOKEN_HEADER, edge_client
+
+from .admission import (
+    FREE,
+    GATEWAY,
+    Admission,
+    AdmissionTicket,
+    NotPublic,
+    Refused,
+    TooMany,
+    work_done,
+)
+from .metrics import FrontMetrics
+from .security import (
+    ADMIN_HEADER,
+    EDGE_KEY_ENV,
+    FRONT_TOKEN_ENV,
+    GRPC_HEADER_PREFIX,
+    INNER_KEY_ENV,
+    admin_key,
+    inner_headers,
+)
+from .settings import FrontSettings
+
+
+class Gatekeeper:
+    """The door's admission and keys, shared by its gRPC and HTTP proxies."""
+
+    def __init__(self, settings: FrontSettings) -> None:
+        self.settings = settings
+        self.admission = Admission(
+            settings.slots,
+            settings.deadline_s,
+            settings.window_s,
+            settings.max_waiting,
+            settings.max_waiting_per_client,
+        )
+        self.metrics = FrontMetrics()
+        self.metrics.waiting.set_function(self.admission.waiting)
+        # The admin key opens the inner models (a random one nobody has when none is set).
+        self._admin_key = admin_key()[0]
+        # The launcher's token, which the gateway sends (it caps streams per caller itself).
+        self._token = os.environ.get(FRONT_TOKEN_ENV, "")
+        # The launch's inner key: Triton's ports refuse inference without it (every request
+        # passed on carries it; what a client sent under its name is dropped).
+        self.inner = inner_headers(os.environ.get(INNER_KEY_ENV, ""))
+        # The edge's key (the launcher's nginx, launcher/edge.py): with it a request names the
+        # address that connected to the edge. Behind the edge every connection is the edge's,
+        # so the per-address connection cap is the edge's to keep (it counts the real ones).
+        self.edge_key = os.environ.get(EDGE_KEY_ENV, "")
+        self._streams: Counter[str] = Counter()  # streams in progress per client
+
+    async def enter(
+        self,
+        model: str | None,
+        cost: float,
+        rid: str = "",
+        client: str = "",
+        deadline_s: float | None = None,
+    ) -> AdmissionTicket:
+        """A ticket for a request to ``model`` of ``cost`` from ``client``, once it may go on
+        (it may wait in the queue first). Raises Refused for overload, TooMany when the client
+        holds its limit of streams."""
+        if model is None:
+            return FREE
+        if model in self.settings.streamed:
+            # A stream runs for minutes at its own pace: it takes no slot (the `tts` requests
+            # the rate is measured on would wait behind it); tts_stream's max_streams and this
+            # cap per client bound them. The gateway caps its own callers' streams.
+            limit = self.settings.max_streams_per_client
+            if not client.startswith(GATEWAY) and self._streams[client] >= limit:
+                self.metrics.refused.labels(model).inc()
+                raise TooMany(
+                    f"this client already has {limit} {model} requests in progress (the limit "
+                    "per client); wait for one to end"
+                )
+            self._streams[client] += 1
+            self.metrics.in_flight.labels(model).inc()
+            return AdmissionTicket(model, time.monotonic(), cost, False, rid, client)
+        measured = model in self.settings.measured
+        try:
+            await self.admission.acquire(cost, client, deadline_s, measured)
+        except Refused:
+            self.metrics.refused.labels(model).inc()
+            raise
+        self.metrics.in_flight.labels(model).inc()
+        return AdmissionTicket(model, time.monotonic(), cost, measured, rid, client, queued=True)
+
+    def leave(self, ticket: AdmissionTicket, outcome: str, samples: int | None = None) -> None:
+        """A request ended; ``samples``: the audio it produced, when read (its real work)."""
+        if ticket.model is None:
+            return
+        seconds = time.monotonic() - ticket.start
+        if ticket.queued:
+            work = work_done(samples) if samples is not None and ticket.measured else None
+            self.admission.release(
+                ticket.cost, outcome == "served", ticket.measured, work, ticket.client, seconds
+            )
+        else:
+            self._streams[ticket.client] -= 1
+            if self._streams[ticket.client] <= 0:
+                del self._streams[ticket.client]
+        self.metrics.in_flight.labels(ticket.model).dec()
+        self.metrics.requests.labels(ticket.model, outcome).inc()
+        self.metrics.seconds.labels(ticket.model).observe(seconds)
+
+    def gate(self, model: str | None, admin: bool) -> str | None:
+        """The model admission applies to (None: none does: the admin key, or not an
+        inference); raises NotPublic for a model not served on the public ports."""
+        if model is None or admin:
+            return None
+        public = self.settings.public_models
+        if "*" not in public and model not in public:
+            raise NotPublic(
+                f"model '{model}' is not served on the public ports (public: "
+                f"{', '.join(public)}); an operator reaches it with the admin key header "
+                f"'{ADMIN_HEADER}', or opens it with the front door's --public-models"
+            )
+        return model
+
+    def is_admin(self, headers: dict[str, str]) -> bool:
+        """Whether ``headers`` (lower-case names) carry the admin key."""
+        key = headers.get(ADMIN_HEADER) or headers.get(f"{GRPC_HEADER_PREFIX}{ADMIN_HEADER}")
+        return bool(key) and hmac.compare_digest(key.encode(), self._admin_key.encode())
+
+    def client(self, headers: dict[str, str], peer: str) -> str:
+        """The queue a request waits in: its address (as the edge saw it, behind one); for the
+        gateway's (they carry the launcher's token), the caller the gateway names, each a
+        client like any other."""
+        token = headers.get(FRONT_TOKEN_HEADER, "")
+        if token and self._token and hmac.compare_digest(token.encode(), self._token.encode()):
+            return f"{GATEWAY}{headers.get(CALLER_HEADER, '')[:256]}"
+        return edge_client(headers, peer, self.edge_key)
