@@ -20,6 +20,7 @@ class ModelStatistics:
     input_ns: int = 0
     infer_ns: int = 0
     output_ns: int = 0
+    failed: int = 0  # requests that ended in an error (a refusal included)
 
     def __sub__(self, before: ModelStatistics) -> ModelStatistics:
         """What happened between ``before`` and this reading."""
@@ -38,6 +39,7 @@ class ModelStatistics:
             self.input_ns - before.input_ns,
             self.infer_ns - before.infer_ns,
             self.output_ns - before.output_ns,
+            self.failed - before.failed,
         )
 
     @property
@@ -74,6 +76,7 @@ def model_statistics(
             input_ns=parts[0],
             infer_ns=parts[1],
             output_ns=parts[2],
+            failed=int(st.get("fail", {}).get("count", 0)),
         )
     client.close()
     return out

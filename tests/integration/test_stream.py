@@ -80,13 +80,6 @@ def test_joins_are_click_free(server):
     assert max(joins) <= inside, (max(joins), inside)
 
 
-def refused(server, model: str) -> int:
-    """Requests ``model`` failed (Triton's statistics: an admin API)."""
-    with grpcclient.InferenceServerClient(f"localhost:{server.grpc_port}") as client:
-        stats = client.get_inference_statistics(model, headers=server.admin_headers, as_json=True)
-    return int(stats["model_stats"][0]["inference_stats"].get("fail", {}).get("count", 0))
-
-
 def test_client_stream_yields_in_order_and_synthesize_joins_long_text(server, grpc_client):
     start = time.perf_counter()
     first = None
@@ -107,10 +100,12 @@ def test_client_stream_yields_in_order_and_synthesize_joins_long_text(server, gr
     # Over the characters `tts` publishes for one request: straight to the stream, not first
     # to a refusal (the text would cross the network twice).
     assert len(PARAGRAPH) > grpc_client._max_characters
-    before = refused(server, "tts")
+    address = f"localhost:{server.grpc_port}"
+    before = model_statistics(address, ["tts"], server.admin_headers)["tts"]
     joined = grpc_client.synthesize(PARAGRAPH)
     assert joined.duration == pytest.approx(sum(len(p) for p in parts) / 22050, rel=0.15)
-    assert refused(server, "tts") == before
+    after = model_statistics(address, ["tts"], server.admin_headers)["tts"]
+    assert (after - before).failed == 0
 
 
 @pytest.mark.slow

@@ -13,8 +13,9 @@ def test_delta_between_two_readings():
 
 
 def test_the_parts_of_compute_have_deltas_too():
-    before = ModelStatistics(1, 1, 1, 0, 60, {}, input_ns=10, infer_ns=40, output_ns=10)
-    after = ModelStatistics(2, 2, 2, 0, 160, {}, input_ns=30, infer_ns=100, output_ns=30)
+    before = ModelStatistics(1, 1, 1, 0, 60, {}, input_ns=10, infer_ns=40, output_ns=10, failed=3)
+    after = ModelStatistics(2, 2, 2, 0, 160, {}, input_ns=30, infer_ns=100, output_ns=30, failed=5)
     delta = after - before
     assert (delta.input_ns, delta.infer_ns, delta.output_ns) == (20, 60, 20)
+    assert delta.failed == 2
     assert delta.input_ns + delta.infer_ns + delta.output_ns == delta.compute_ns
