@@ -90,12 +90,11 @@ class HttpProxy:
         if request.path == FRONT_LIVE_PATH:  # answered here: the launcher's liveness probe
             return web.json_response({"live": True})
         if request.path == "/metrics" and request.method == "GET":
-            self.gatekeeper.metrics.stuck.set(len(self.stuck()))
-            self.gatekeeper.metrics.connections.set(len(self.guard.open))
-            self.gatekeeper.metrics.buffered.set(self.buffered)
-            return web.Response(
-                body=generate_latest(self.gatekeeper.metrics.registry), content_type="text/plain"
-            )
+            metrics = self.gatekeeper.metrics
+            metrics.stuck.set(len(self.stuck()))
+            metrics.connections.set(len(self.guard.open))
+            metrics.buffered.set(self.buffered)
+            return web.Response(body=generate_latest(metrics.registry), content_type="text/plain")
         odd = _not_canonical(request.raw_path)
         if odd is not None:  # before any routing: Triton would normalize what we did not match
             return _http_error(400, odd)
