@@ -6,7 +6,10 @@ every stage busy); the rest wait here, in one queue per client served by start-t
 queueing, so a client that sends much waits behind its own requests, not in front of others'.
 A request is refused (UNAVAILABLE / 429) as soon as the live rate says it would finish after its
 deadline (the client's, else ``default_deadline_s``), whether it would wait or take a free slot;
-never while fewer than one full batch (half the slots) are in flight. The rate is the cost
+never while fewer than one full batch (half the slots) are in flight. With a rate, the work
+passed on is also kept to what the rate completes in half of the default deadline's headroom
+(DEPTH_SHARE), so that however much one client sends, another's request, served next in
+turn, still makes its deadline behind what is in Triton. The rate is the cost
 completed per second while at least a full batch was in flight, over the last ``window_s``:
 after idling or light load there is none, and then nothing is refused on a guess: one batch
 goes on at a time until its completions measure the rate again. Nothing measured once is
@@ -53,6 +56,12 @@ GROUP_S = 0.2
 # window ran up to about a fifth short (a batch formed later than the rate said, the machine
 # slowed in between), and the requests they admitted missed their clients' deadlines.
 HEADROOM = 0.8
+# The share of the default deadline's headroom the work in Triton may take at the live rate:
+# Triton's queue is first come, first served, so a client served next in turn still waits
+# behind everything in flight. With 32 slots of one client's long requests, 2 cores beside two
+# busy processes took over 20 s, and another client's requests with a 15 s deadline were all
+# refused; the other half is the newcomer's own wait in the front door's queue.
+DEPTH_SHARE = 0.5
 
 
 def request_cost(model: str, input_bytes: int) -> float:
@@ -131,6 +140,8 @@ class Admission:
         # from there (fewer measure their latency, not what it serves). Half the slots: one
         # full batch, and a batch's completions, which come together, all count.
         self.busy_at = max(1, slots // 2)
+        # Seconds of work (at the live rate) that may be in Triton at once (DEPTH_SHARE).
+        self.depth_s = DEPTH_SHARE * HEADROOM * default_deadline_s
         self.in_flight = 0  # requests holding a slot
         self.work = 0.0  # their cost
         self.refused = 0
@@ -159,7 +170,7 @@ class Admission:
         busy = now - self._since
         # Saturated since the last event; a gap shorter than GROUP_S (a closed loop's client
         # replacing its answered request) does not end a busy spell.
-        self._lull = 0.0 if self.in_flight >= self.busy_at else self._lull + busy
+        self._lull = 0.0 if self._saturated() else self._lull + busy
         if self._lull > GROUP_S:
             self._flowing = False
         elif self._flowing and now > self._group_until:
@@ -174,8 +185,13 @@ class Admission:
         while self._latencies and now - self._latencies[0][0] > self.window_s:
             self._latencies.popleft()
 
+    def _saturated(self) -> bool:
+        """Whether the server is taken to work at capacity: a full batch in flight, or as much
+        as the depth allows with more waiting (held back here, not short of work)."""
+        return self.in_flight >= self.busy_at or (self.in_flight > 0 and self._waiting > 0)
+
     def rate(self) -> float | None:
-        """Cost completed per second while ``busy_at`` or more were in flight, from the first
+        """Cost completed per second while saturated (``_saturated``), from the first
         completion of each such spell, over the last ``window_s``; None when that window holds
         fewer than MIN_SAMPLES completions or MIN_BUSY_S (idle, light load, or the first
         batch of a burst)."""
@@ -205,13 +221,20 @@ class Admission:
         times = sorted(s for _, s in self._latencies)
         return times[int(0.9 * (len(times) - 1))]
 
-    def limit(self) -> int:
-        """Requests that may be in Triton at once now: every slot with a live rate to refuse
-        by; without one, a full batch (what is never refused), so a burst on a cold or idle
-        server cannot put more in flight than it could be seen to serve in time. (A rate
-        guessed from the latencies before it, a full batch per latency, let 32 in after a
-        lone request's 0.4 s: 17 of them missed a 10 s deadline on 2 busy cores.)"""
-        return self.slots if self.rate() is not None else min(self.slots, self.busy_at)
+    def room(self, cost: float) -> bool:
+        """Whether a request of ``cost`` may go to Triton now. Without a live rate to refuse by,
+        up to a full batch (what is never refused), so a burst on a cold or idle server cannot
+        put more in flight than it could be seen to serve in time (a rate guessed from the
+        latencies before it, a full batch per latency, let 32 in after a lone request's 0.4 s:
+        17 of them missed a 10 s deadline on 2 busy cores). With one, every slot, as long as
+        the work in flight, this one's with it, is done within ``depth_s`` at that rate; one
+        request at least."""
+        if self.in_flight >= self.slots:
+            return False
+        rate = self.rate()
+        if rate is None:
+            return self.in_flight < self.busy_at
+        return not self.in_flight or (self.work + cost) / rate <= self.depth_s
 
     def estimated_wait(self, cost: float, client: str) -> float | None:
         """Seconds until a request of ``cost`` queued now by ``client`` would be served; None
@@ -251,7 +274,7 @@ class Admission:
             # the last free slots ran past their clients' deadlines.
             self.refused += 1
             raise Refused(self._refusal(wait, deadline_s))
-        if self.in_flight < self.limit() and not self._waiting:
+        if not self._waiting and self.room(cost):
             self._take(cost)
             return
         if self._waiting >= self.max_waiting:
@@ -371,9 +394,11 @@ class Admission:
         self._finish[client] = max(self._vtime, self._finish.get(client, 0.0)) + work
 
     def _dispatch(self) -> None:
-        limit, latency, now = self.limit(), self.latency(), self.clock()
-        while self.in_flight < limit and self._waiting:
+        latency, now = self.latency(), self.clock()
+        while self._waiting:
             first = min((q[0] for q in self._queues.values()), key=lambda w: w.tag)
+            if not self.room(first.cost):
+                return
             if latency is not None and now + latency > first.latest:
                 # Without a rate (the start of a busy spell) a slot still takes what the
                 # last requests took: one that waited through the first batch cannot make it.

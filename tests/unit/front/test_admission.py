@@ -56,11 +56,11 @@ async def measure(admission: Admission, clock: Clock, per_second: int, seconds: 
     measured, then all), ``per_second`` requests of cost 1 completing each second, each
     replaced at once (a closed loop): a live rate of ``per_second``."""
     for _ in range(seconds * per_second):
-        while admission.in_flight < admission.limit():
+        while admission.room(1.0):
             await admission.acquire(1.0, "warm")
         clock.now += 1.0 / per_second
         admission.release(1.0)
-    while admission.in_flight < admission.limit():
+    while admission.room(1.0):
         await admission.acquire(1.0, "warm")
 
 
@@ -219,6 +219,41 @@ def test_a_free_slot_beyond_a_full_batch_is_refused_when_it_cannot_make_the_dead
     run(main())
 
 
+def test_one_clients_flood_leaves_in_triton_only_what_anothers_deadline_can_wait_behind():
+    """Triton serves in order of arrival: 32 slots of one client's long requests took over
+    20 s on 2 busy cores, and another client with a 15 s deadline was refused for as long as
+    the flood lasted. The work in flight is kept to what the rate completes in half the
+    deadline's headroom, so the other client's request, next in turn, fits behind it."""
+
+    async def main():
+        clock = Clock()
+        admission = Admission(slots=32, default_deadline_s=15, clock=clock)
+        assert admission.depth_s == pytest.approx(0.5 * HEADROOM * 15)
+        flood = await queued(admission, 60, "flood")
+        for _ in range(20):  # 2 completions a second; the flood's closed loop sends on
+            clock.now += 0.5
+            admission.release(1.0)
+            await settle()
+            flood += await queued(admission, 1, "flood")
+        rate = admission.rate()
+        assert rate == pytest.approx(2.0)
+        # In Triton: at most what 2 per second complete in 6 s (a full batch, 16, before the
+        # rate was measured; without the bound every slot, 32).
+        assert admission.work / rate <= admission.depth_s
+        other = await queued(admission, 1, "other")
+        assert outcome(other[0]) == "waiting"  # (the flood's requests are first in Triton)
+        clock.now += 0.5
+        admission.release(1.0)
+        await settle()
+        assert outcome(other[0]) == "admitted"  # the next free slot, within 6.5 s of work
+        assert sum(outcome(t) == "refused" for t in flood) > 0  # the flood waits on its own
+        for task in flood:
+            task.cancel()
+        await settle()
+
+    run(main())
+
+
 def test_idling_forgets_the_rate_and_nothing_measured_once_is_kept():
     async def main():
         clock = Clock()
@@ -260,7 +295,7 @@ def test_an_estimate_is_no_sooner_than_the_latency_requests_took_lately():
         clock = Clock()
         admission = Admission(slots=8, default_deadline_s=60, clock=clock)
         for _ in range(16):  # a rate of 4 a second, each request 6 s in Triton
-            while admission.in_flight < admission.limit():
+            while admission.room(1.0):
                 await admission.acquire(1.0, "warm")
             clock.now += 0.25
             admission.release(1.0, seconds=6.0)
@@ -332,7 +367,7 @@ def test_the_rate_counts_the_work_done_not_the_bytes_sent():
         clock = Clock()
         admission = Admission(slots=4, default_deadline_s=600, clock=clock)
         for _ in range(12):  # charged 50 each, each took the work of 1
-            while admission.in_flight < admission.limit():
+            while admission.room(1.0):
                 await admission.acquire(50.0, "padded")
             clock.now += 0.25
             admission.release(50.0, work=1.0)
