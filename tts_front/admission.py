@@ -58,9 +58,8 @@ GROUP_S = 0.2
 HEADROOM = 0.8
 # The share of the default deadline's headroom the work in Triton may take at the live rate:
 # Triton's queue is first come, first served, so a client served next in turn still waits
-# behind everything in flight. With 32 slots of one client's long requests, 2 cores beside two
-# busy processes took over 20 s, and another client's requests with a 15 s deadline were all
-# refused; the other half is the newcomer's own wait in the front door's queue.
+# behind everything in flight (one client's flood holding every slot kept the others refused;
+# docs/admission.md); the other half is the newcomer's own wait in the front door's queue.
 DEPTH_SHARE = 0.5
 
 
