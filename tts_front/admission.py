@@ -6,10 +6,10 @@ every stage busy); the rest wait here, in one queue per client served by start-t
 queueing, so a client that sends much waits behind its own requests, not in front of others'.
 A request is refused (UNAVAILABLE / 429) as soon as the live rate says it would finish after its
 deadline (the client's, else ``default_deadline_s``), whether it would wait or take a free slot;
-never while fewer than one full batch (half the slots) are in flight. With a rate, the work
-passed on is also kept to what the rate completes in half of the default deadline's headroom
-(DEPTH_SHARE), so that however much one client sends, another's request, served next in
-turn, still makes its deadline behind what is in Triton. The rate is the cost
+never on arrival while fewer than one full batch (half the slots) are in flight. The work
+passed on is also kept to what Triton works through in half of the default deadline's
+headroom (DEPTH_SHARE), so that however much one client sends, another's request, served
+next in turn, still makes its deadline behind what is in Triton. The rate is the cost
 completed per second while at least a full batch was in flight, over the last ``window_s``:
 after idling or light load there is none, and then nothing is refused on a guess: one batch
 goes on at a time until its completions measure the rate again. Nothing measured once is
@@ -139,7 +139,7 @@ class Admission:
         # from there (fewer measure their latency, not what it serves). Half the slots: one
         # full batch, and a batch's completions, which come together, all count.
         self.busy_at = max(1, slots // 2)
-        # Seconds of work (at the live rate) that may be in Triton at once (DEPTH_SHARE).
+        # Seconds of work (at the rate Triton works through it) in Triton at once (DEPTH_SHARE).
         self.depth_s = DEPTH_SHARE * HEADROOM * default_deadline_s
         self.in_flight = 0  # requests holding a slot
         self.work = 0.0  # their cost
@@ -155,8 +155,9 @@ class Admission:
         self._lull = 0.0  # seconds with fewer than busy_at in flight since it last had them
         # (end time, saturated seconds, completions, cost completed) per slice, newest last.
         self._slices: deque[tuple[float, float, int, float]] = deque()
-        # (end time, seconds in Triton) of the requests served over the window, newest last.
-        self._latencies: deque[tuple[float, float]] = deque()
+        # (end time, seconds in Triton, work in flight as it ended) of the requests served over
+        # the window, newest last.
+        self._latencies: deque[tuple[float, float, float]] = deque()
 
     # ----- the rate -----
 
@@ -217,23 +218,38 @@ class Admission:
         waited too long while the rest of its batch was still on its way."""
         if not self._latencies:
             return None
-        times = sorted(s for _, s in self._latencies)
+        times = sorted(s for _, s, _ in self._latencies)
         return times[int(0.9 * (len(times) - 1))]
 
+    def drain_rate(self) -> float | None:
+        """Cost per second Triton works through what is in it, by Little's law: the 90th
+        percentile over the requests served in the last ``window_s`` of the work in flight as
+        each ended (its own with it) over its time in Triton (a batch's requests end one by
+        one, each leaving less in flight: the median was half a batch short). None when none
+        was served. One completion is enough, where ``rate`` needs MIN_SAMPLES in the window:
+        a starved server that completes a batch every half minute has a rate only in the
+        seconds after each."""
+        if not self._latencies:
+            return None
+        rates = sorted(work / max(s, 1e-3) for _, s, work in self._latencies)
+        return rates[int(0.9 * (len(rates) - 1))]
+
     def room(self, cost: float) -> bool:
-        """Whether a request of ``cost`` may go to Triton now. Without a live rate to refuse by,
-        up to a full batch (what is never refused), so a burst on a cold or idle server cannot
-        put more in flight than it could be seen to serve in time (a rate guessed from the
-        latencies before it, a full batch per latency, let 32 in after a lone request's 0.4 s:
-        17 of them missed a 10 s deadline on 2 busy cores). With one, every slot, as long as
-        the work in flight, this one's with it, is done within ``depth_s`` at that rate; one
-        request at least."""
+        """Whether a request of ``cost`` may go to Triton now (one may, whatever is measured).
+        The work in flight, this one's with it, must be worked through within ``depth_s``
+        (``drain_rate``). Then, without a live rate to refuse by, up to a full batch (what is
+        never refused), so a burst on a cold or idle server cannot put more in flight than it
+        could be seen to serve in time (a rate guessed from the latencies before it, a full
+        batch per latency, let 32 in after a lone request's 0.4 s: 17 of them missed a 10 s
+        deadline on 2 busy cores); with one, every slot."""
+        if not self.in_flight:
+            return True
         if self.in_flight >= self.slots:
             return False
-        rate = self.rate()
-        if rate is None:
-            return self.in_flight < self.busy_at
-        return not self.in_flight or (self.work + cost) / rate <= self.depth_s
+        drain = self.drain_rate()
+        if drain is not None and (self.work + cost) / drain > self.depth_s:
+            return False
+        return self.rate() is not None or self.in_flight < self.busy_at
 
     def estimated_wait(self, cost: float, client: str) -> float | None:
         """Seconds until a request of ``cost`` queued now by ``client`` would be served; None
@@ -264,10 +280,13 @@ class Admission:
         be served within its deadline, or the queue is full."""
         self._account()
         deadline_s = deadline_s if deadline_s and deadline_s > 0 else self.default_deadline_s
-        if self.in_flight < self.busy_at and not self._waiting:
-            self._take(cost)  # fewer than a full batch in flight: never refused
+        # Fewer than a full batch in flight and none waiting: never refused on arrival (it
+        # waits here if Triton holds all it works through in time: ``room``).
+        light = self.in_flight < self.busy_at and not self._waiting
+        if light and self.room(cost):
+            self._take(cost)
             return
-        wait = self.estimated_wait(cost, client)
+        wait = None if light else self.estimated_wait(cost, client)
         if wait is not None and wait > HEADROOM * deadline_s:
             # A free slot too: 32 in flight took 10 s on 2 busy cores, and requests that took
             # the last free slots ran past their clients' deadlines.
@@ -370,7 +389,7 @@ class Admission:
         done = cost if work is None else work
         self._account(completions=int(credited), cost=done if credited else 0.0)
         if credited and seconds is not None:
-            self._latencies.append((self.clock(), seconds))
+            self._latencies.append((self.clock(), seconds, self.work))
         if client is not None and work is not None and client in self._finish:
             extra = work - cost  # the client's waiting requests and later ones move by it
             for waiter in self._queues.get(client, ()):
@@ -396,14 +415,15 @@ class Admission:
         latency, now = self.latency(), self.clock()
         while self._waiting:
             first = min((q[0] for q in self._queues.values()), key=lambda w: w.tag)
-            if not self.room(first.cost):
-                return
             if latency is not None and now + latency > first.latest:
                 # Without a rate (the start of a busy spell) a slot still takes what the
-                # last requests took: one that waited through the first batch cannot make it.
+                # last requests took: one that waited through the first batch cannot make it
+                # (nor, without a slot now, later).
                 total, deadline_s = now + latency - first.arrived, first.deadline - first.arrived
                 self._refuse(first, self._refusal(total, deadline_s))
                 continue
+            if not self.room(first.cost):
+                return
             self._remove(first)
             self._vtime = first.tag
             if first.future.done():  # cancelled meanwhile

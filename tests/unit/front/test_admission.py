@@ -232,21 +232,61 @@ def test_one_clients_flood_leaves_in_triton_only_what_anothers_deadline_can_wait
         flood = await queued(admission, 60, "flood")
         for _ in range(20):  # 2 completions a second; the flood's closed loop sends on
             clock.now += 0.5
-            admission.release(1.0)
+            # Each took what those in flight take at 2 a second (Little's law).
+            admission.release(1.0, seconds=admission.in_flight / 2)
             await settle()
             flood += await queued(admission, 1, "flood")
         rate = admission.rate()
-        assert rate == pytest.approx(2.0)
+        assert rate == pytest.approx(2.0) and admission.drain_rate() == pytest.approx(2.0)
         # In Triton: at most what 2 per second complete in 6 s (a full batch, 16, before the
-        # rate was measured; without the bound every slot, 32).
+        # first completion; without the bound every slot, 32).
         assert admission.work / rate <= admission.depth_s
         other = await queued(admission, 1, "other")
         assert outcome(other[0]) == "waiting"  # (the flood's requests are first in Triton)
         clock.now += 0.5
-        admission.release(1.0)
+        admission.release(1.0, seconds=admission.in_flight / 2)
         await settle()
         assert outcome(other[0]) == "admitted"  # the next free slot, within 6.5 s of work
         assert sum(outcome(t) == "refused" for t in flood) > 0  # the flood waits on its own
+        for task in flood:
+            task.cancel()
+        await settle()
+
+    run(main())
+
+
+def test_a_starved_server_keeps_in_triton_only_what_it_works_through_in_time():
+    """A server that completes a batch every half minute has a rate (8 completions in the
+    window) only in the seconds after each: it ran a full batch at a time, 16 long requests in
+    36 s, and another client's requests with a 15 s deadline were refused by that latency for
+    as long as one client's flood lasted. One batch's completions say how fast Triton works
+    through what is in it (Little's law): from then on, only what it does in 6 s goes in."""
+
+    async def main():
+        clock = Clock()
+        admission = Admission(slots=32, default_deadline_s=15, clock=clock)
+        flood = await queued(admission, 40, "flood")
+        assert admission.in_flight == 16  # a full batch: nothing measured yet
+        clock.now += 36.0
+        for _ in range(16):  # the batch ends
+            admission.release(1.0, seconds=36.0)
+        await settle()
+        assert admission.drain_rate() == pytest.approx(14 / 36)  # (the 90th percentile)
+        # The 24 waiting cannot make it (a slot takes 36 s); the flood sends 20 again: 2 go
+        # in, as (2 + 1) / (14 / 36) s > 6 s; the rest wait (no rate yet to refuse by).
+        assert admission.in_flight == 0 and admission.waiting() == 0
+        flood += await queued(admission, 20, "flood")
+        assert admission.in_flight == 2 and admission.waiting() == 18
+        for i in range(12):  # one ends every 2.4 s (16 in 36 s), each after two turns
+            clock.now += 2.4
+            admission.release(1.0, seconds=4.8)
+            await settle()
+            flood += await queued(admission, 1, "flood")
+            assert admission.in_flight <= 2
+            if i == 5:  # the batch's 36 s out of the window: the other client arrives
+                other = await queued(admission, 1, "other")
+                assert outcome(other[0]) == "waiting"
+        assert outcome(other[0]) == "admitted"
         for task in flood:
             task.cancel()
         await settle()
