@@ -6,8 +6,8 @@ every stage busy); the rest wait here, in one queue per client served by start-t
 queueing, so a client that sends much waits behind its own requests, not in front of others'.
 A request is refused (UNAVAILABLE / 429) as soon as the live rate says it would finish after its
 deadline (the client's, else ``default_deadline_s``), whether it would wait or take a free slot;
-never on arrival while fewer than one full batch (half the slots) are in flight. The work
-passed on is also kept to what Triton works through in half of the default deadline's
+never on arrival while fewer than one full batch (half the slots) are in flight and none
+wait. The work passed on is also kept to what Triton works through in half of the default deadline's
 headroom (DEPTH_SHARE), so that however much one client sends, another's request, served
 next in turn, still makes its deadline behind what is in Triton. The rate is the cost
 completed per second while at least a full batch was in flight, over the last ``window_s``:
