@@ -220,10 +220,10 @@ def test_a_free_slot_beyond_a_full_batch_is_refused_when_it_cannot_make_the_dead
 
 
 def test_one_clients_flood_leaves_in_triton_only_what_anothers_deadline_can_wait_behind():
-    """Triton serves in order of arrival: 32 slots of one client's long requests took over
-    20 s on 2 busy cores, and another client with a 15 s deadline was refused for as long as
-    the flood lasted. The work in flight is kept to what the rate completes in half the
-    deadline's headroom, so the other client's request, next in turn, fits behind it."""
+    """Triton serves in order of arrival: with every slot held by one client's flood, another
+    client with a 15 s deadline was refused for as long as the flood lasted. The work in
+    flight is kept to what Triton works through in half the deadline's headroom, so the
+    other client's request, next in turn, fits behind it."""
 
     async def main():
         clock = Clock()
