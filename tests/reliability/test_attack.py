@@ -349,9 +349,8 @@ def test_every_message_of_a_stream_is_admitted(server, front):
     refused = [r for r in responses if r.error_message]
     assert refused, "a stream's messages bypassed admission"
     assert all(r.error_message.startswith("[UNAVAILABLE] server overloaded") for r in refused)
-    # Served: what went on to Triton, up to what it works through in the depth's 6 s (the
-    # rate read while the other test file runs beside it: 7 of a full batch, once), the first
-    # at least (nothing in flight: always).
+    # Served: what the depth let on to Triton (what it works through in 6 s), the first at
+    # least (nothing in flight: always).
     assert len(refused) < n
     served = metric(front, "tts_front_requests_total", model="tts", outcome="served")
     assert served - served_before == n - len(refused)
