@@ -7,10 +7,10 @@ queueing, so a client that sends much waits behind its own requests, not in fron
 A request is refused (UNAVAILABLE / 429) as soon as the live rate says it would finish after its
 deadline (the client's, else ``default_deadline_s``), whether it would wait or take a free slot;
 never on arrival while fewer than one full batch (half the slots) are in flight and none
-wait. The work passed on is also kept to what Triton works through in half of the default deadline's
-headroom (DEPTH_SHARE), so that however much one client sends, another's request, served
-next in turn, still makes its deadline behind what is in Triton. The rate is the cost
-completed per second while at least a full batch was in flight, over the last ``window_s``:
+wait. The work passed on is also kept to what Triton works through in half of the default
+deadline's headroom (DEPTH_SHARE), so that however much one client sends, another's request,
+served next in turn, still makes its deadline behind what is in Triton. The rate is the cost
+completed per second while the server was saturated, over the last ``window_s``:
 after idling or light load there is none, and then nothing is refused on a guess: one batch
 goes on at a time until its completions measure the rate again. Nothing measured once is
 kept: a machine that slows down or speeds up is followed within ``window_s``.
@@ -56,7 +56,8 @@ GROUP_S = 0.2
 # window ran up to about a fifth short (a batch formed later than the rate said, the machine
 # slowed in between), and the requests they admitted missed their clients' deadlines.
 HEADROOM = 0.8
-# The share of the default deadline's headroom the work in Triton may take at the live rate:
+# The share of the default deadline's headroom the work in Triton may take, at the rate Triton
+# works through it (Admission.drain_rate):
 # Triton's queue is first come, first served, so a client served next in turn still waits
 # behind everything in flight (one client's flood holding every slot kept the others refused;
 # docs/admission.md); the other half is the newcomer's own wait in the front door's queue.
@@ -218,8 +219,7 @@ class Admission:
         waited too long while the rest of its batch was still on its way."""
         if not self._latencies:
             return None
-        times = sorted(s for _, s, _ in self._latencies)
-        return times[int(0.9 * (len(times) - 1))]
+        return _p90([s for _, s, _ in self._latencies])
 
     def drain_rate(self) -> float | None:
         """Cost per second Triton works through what is in it, by Little's law: the 90th
@@ -231,8 +231,7 @@ class Admission:
         seconds after each."""
         if not self._latencies:
             return None
-        rates = sorted(work / max(s, 1e-3) for _, s, work in self._latencies)
-        return rates[int(0.9 * (len(rates) - 1))]
+        return _p90([work / max(s, 1e-3) for _, s, work in self._latencies])
 
     def room(self, cost: float) -> bool:
         """Whether a request of ``cost`` may go to Triton now (one may, whatever is measured).
@@ -445,6 +444,11 @@ class Admission:
                 self._refuse(waiter, self._refusal(total, deadline_s))
             else:
                 ahead += waiter.cost
+
+
+def _p90(values: list[float]) -> float:
+    """The 90th percentile of ``values`` (not empty), the lower of two neighbours."""
+    return sorted(values)[int(0.9 * (len(values) - 1))]
 
 
 def _loop_time(clock: Callable[[], float], at: float) -> float:
