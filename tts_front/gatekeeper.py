@@ -90,12 +90,14 @@ class Gatekeeper:
             return AdmissionTicket(model, time.monotonic(), cost, False, rid, client)
         measured = model in self.settings.measured
         try:
-            await self.admission.acquire(cost, client, deadline_s, measured)
+            ahead = await self.admission.acquire(cost, client, deadline_s, measured)
         except Refused:
             self.metrics.refused.labels(model).inc()
             raise
         self.metrics.in_flight.labels(model).inc()
-        return AdmissionTicket(model, time.monotonic(), cost, measured, rid, client, queued=True)
+        return AdmissionTicket(
+            model, time.monotonic(), cost, measured, rid, client, queued=True, ahead=ahead
+        )
 
     def leave(self, ticket: AdmissionTicket, outcome: str, samples: int | None = None) -> None:
         """A request ended; ``samples``: the audio it produced, when read (its real work)."""
@@ -105,7 +107,13 @@ class Gatekeeper:
         if ticket.queued:
             work = work_done(samples) if samples is not None and ticket.measured else None
             self.admission.release(
-                ticket.cost, outcome == "served", ticket.measured, work, ticket.client, seconds
+                ticket.cost,
+                outcome == "served",
+                ticket.measured,
+                work,
+                ticket.client,
+                seconds,
+                ticket.ahead,
             )
         else:
             self._streams[ticket.client] -= 1

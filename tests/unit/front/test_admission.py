@@ -196,6 +196,79 @@ def test_a_batch_that_ends_the_filling_is_not_counted_as_work_done_in_no_time():
     run(main())
 
 
+def test_a_bursts_filling_after_a_lone_request_is_not_read_as_a_slower_server():
+    """A burst right after a closed loop's last batch: a request let through alone ended the
+    lull, so the live rate counted the burst's first batch filling as slowness (a third of
+    what was served: on 2 busy cores two of 48 were refused that came back within 18 s of 60).
+    The work each request found ahead of it over its time in Triton carries the estimate."""
+
+    async def main():
+        clock = Clock()
+        admission = Admission(slots=32, default_deadline_s=30, clock=clock)
+        entered = [t.result() for t in await queued(admission, 16, "loop")]
+        assert entered == [float(n) for n in range(1, 17)]  # the work ahead, its own with it
+        for replace in [True] * 4 + [False] * 2:  # batches of 8 each 2 s; then the loop stops
+            clock.now += 2.0
+            for _ in range(8):  # a batch's completions, a millisecond apart
+                admission.release(1.0, seconds=4.0, ahead=entered.pop(0))
+                if replace:
+                    entered.append(await admission.acquire(1.0, "loop"))
+                clock.now += 0.001
+        assert admission.in_flight == 0
+        assert admission.through_rate() == pytest.approx(4.0)  # 16 ahead, 4 s in Triton
+        clock.now += 0.5
+        lone = await queued(admission, 1, "lone")
+        burst = await queued(admission, 47, "burst")
+        clock.now += 0.3
+        admission.release(1.0, seconds=0.3, ahead=lone[0].result())  # alone in its batch
+        clock.now += 5.5  # the burst's first batch fills
+        admission.release(1.0, seconds=5.8, ahead=burst[0].result())
+        await settle()
+        assert admission.rate() < 1.5  # the filling, counted
+        # At 4 a second the 47th is answered within 13 s, well within 80 % of 30 s.
+        assert admission.estimated_wait(1.0, "burst") == pytest.approx(47 / 4.0, abs=1.0)
+        assert admission.refused == 0
+        assert [outcome(t) for t in burst].count("waiting") == 14
+        for task in burst:
+            task.cancel()
+        await settle()
+
+    run(main())
+
+
+def test_work_that_came_in_behind_a_request_does_not_shorten_the_estimates():
+    """Triton serves in order of arrival: a request that found 16 ahead and took 4 s says 4 a
+    second, however many came in behind it (counting those, 8 a second, let in requests at 2x
+    load that ran past 10 s deadlines on 2 busy cores)."""
+
+    async def main():
+        clock = Clock()
+        admission = Admission(slots=32, default_deadline_s=12, clock=clock)
+        await measure(admission, clock, per_second=4, seconds=3)  # the live rate: 4 a second
+        while admission.in_flight:
+            admission.release(1.0, served=False)
+        first = [t.result() for t in await queued(admission, 16, "a")]
+        behind = await queued(admission, 16, "b")  # 32 in flight
+        assert all(outcome(t) == "admitted" for t in behind)
+        clock.now += 4.0  # the first batch: 16 ahead of its last, 4 s
+        for ahead in first:
+            admission.release(1.0, seconds=4.0, ahead=ahead)
+        assert admission.drain_rate() > 7.0  # what came in behind, counted
+        assert admission.through_rate() == pytest.approx(3.5)  # (the 90th percentile)
+        rate = admission.rate()
+        assert rate == pytest.approx(4.0, rel=0.1) and admission.serving_rate() == rate
+        # 16 in flight: the n-th sent ends after (16 + n) / rate s, within 80 % of 12 s for
+        # n <= 22 (at 8 a second, all 24 would be let in).
+        waiting = await queued(admission, 24, "c")
+        fit = int(HEADROOM * 12 * rate - 16)
+        assert [outcome(t) for t in waiting].count("refused") == 24 - fit > 0
+        for task in waiting:
+            task.cancel()
+        await settle()
+
+    run(main())
+
+
 def test_a_free_slot_beyond_a_full_batch_is_refused_when_it_cannot_make_the_deadline():
     """32 in flight took 10 s on 2 busy cores: requests that took the last free slots ran past
     their clients' deadlines. Below a full batch nothing is refused."""
