@@ -10,7 +10,8 @@ never on arrival while fewer than one full batch (half the slots) are in flight 
 wait. The work passed on is also kept to what Triton works through in half of the default
 deadline's headroom (DEPTH_SHARE), so that however much one client sends, another's request,
 served next in turn, still makes its deadline behind what is in Triton. The rate is the cost
-completed per second while the server was saturated, over the last ``window_s``:
+completed per second while the server was saturated, over the last ``window_s`` (or, where
+faster, what the requests served went through ahead of them: ``serving_rate``):
 after idling or light load there is none, and then nothing is refused on a guess: one batch
 goes on at a time until its completions measure the rate again. Nothing measured once is
 kept: a machine that slows down or speeds up is followed within ``window_s``.
