@@ -26,7 +26,7 @@ from .stub_healing import (
     Supervisor,
     SupervisorMetrics,
     become_subreaper,
-    die_with_parent,
+    dying_with_parent,
     end_orphans,
     is_ready,
     remove_regions,
@@ -188,7 +188,7 @@ class _Launch:
                 nonlocal starts
                 starts += 1
                 argv = command if starts == 1 else [*command, *(again or [])]
-                return subprocess.Popen(argv, start_new_session=True, preexec_fn=die_with_parent)
+                return subprocess.Popen(dying_with_parent(argv), start_new_session=True)
 
             return RestartedChild(name, popen, policy, self.say, **keep)
 
@@ -371,11 +371,10 @@ def _start_server(
     admin key does not work (it is killed: the launcher fails closed)."""
     # Their own sessions: a terminal's Ctrl-C reaches only us, and we forward it once.
     process = subprocess.Popen(
-        cmd,
+        dying_with_parent(cmd),
         env=env or server_env(),
         start_new_session=True,
         umask=SERVER_UMASK,
-        preexec_fn=die_with_parent,
     )
     while process.poll() is None and not stopping.is_set() and not is_ready(http_port):
         beat(starting=True)

@@ -28,7 +28,7 @@ from .environment import server_env
 from .security import KEY_FAILED, SERVER_UMASK, key_works
 from .stub_healing import (
     Supervisor,
-    die_with_parent,
+    dying_with_parent,
     is_ready,
     new_shm_prefix,
     remove_regions,
@@ -48,19 +48,6 @@ class Endpoints:
     @property
     def http_url(self) -> str:
         return f"http://localhost:{self.http_port}"
-
-
-# Triton 2.51 may abort (SIGABRT) while starting, its only line gRPC's "Epoll1Poller ...
-# encountered epoll_wait error: Bad file descriptor" (tts_triton.workarounds). The launcher
-# (make serve) starts a dead tritonserver again anyway; the tests' and benchmarks' servers do
-# so once for this signature alone.
-START_RACE = "tritonserver aborted while starting (gRPC's epoll_wait: Bad file descriptor)"
-START_RETRIES = 1
-
-
-def start_race(returncode: int | None, log_tail: str) -> bool:
-    """``tritonserver`` died of the start-up abort above (and of nothing else)."""
-    return returncode == -signal.SIGABRT and "epoll_wait error: Bad file descriptor" in log_tail
 
 
 class ServerProcess(Endpoints):
@@ -118,26 +105,19 @@ class ServerProcess(Endpoints):
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.write_text("")
         deadline = time.monotonic() + timeout
-        for attempt in range(1 + START_RETRIES):
-            self._spawn()
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    break
-                if is_ready(self.http_port):
-                    if not key_works(self.http_port, self.admin_key):
-                        self.stop()
-                        raise RuntimeError(KEY_FAILED)
-                    if self.supervise:
-                        self.supervisor = self._supervisor().start()
-                    return self
-                time.sleep(0.5)
-            else:
-                break
-            tail = self.log_tail()
-            if not (start_race(self.process.returncode, tail) and attempt < START_RETRIES):
+        self._spawn()
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                tail = self.log_tail()
                 raise RuntimeError(f"tritonserver exited ({self.process.returncode}):\n{tail}")
-            with open(self.log_path, "a") as log:
-                log.write(f"tts: {START_RACE}; starting it again\n")
+            if is_ready(self.http_port):
+                if not key_works(self.http_port, self.admin_key):
+                    self.stop()
+                    raise RuntimeError(KEY_FAILED)
+                if self.supervise:
+                    self.supervisor = self._supervisor().start()
+                return self
+            time.sleep(0.5)
         self.stop()
         raise RuntimeError(f"tritonserver not ready after {timeout:.0f} s:\n{self.log_tail()}")
 
@@ -146,12 +126,11 @@ class ServerProcess(Endpoints):
         # tritonserver's writes from overwriting them.
         with open(self.log_path, "a") as log:
             self.process = subprocess.Popen(
-                self.command,
+                dying_with_parent(self.command),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=server_env(key=self.admin_key, cache_dir=self.cache_dir),
                 umask=SERVER_UMASK,
-                preexec_fn=die_with_parent,
             )
 
     def _supervisor(self) -> Supervisor:

@@ -69,9 +69,17 @@ static void tts_replace(int argc, char **argv, const char *mark, const char *key
     }
 }
 
+/* Only tritonserver itself: the launcher may start it through a wrapper that execs it (setpriv,
+ * for the parent-death signal), which must pass the placeholders and the environment on. */
+static int tts_is_tritonserver(const char *program) {
+    const char *name = program ? strrchr(program, '/') : NULL;
+    name = name ? name + 1 : program;
+    return name != NULL && strcmp(name, "tritonserver") == 0;
+}
+
 __attribute__((constructor)) static void tts_hide_admin_key(int argc, char **argv, char **envp) {
     (void)envp;
-    if (argv == NULL) {
+    if (argv == NULL || argc < 1 || !tts_is_tritonserver(argv[0])) {
         return;
     }
     for (size_t k = 0; k < sizeof KEYS / sizeof KEYS[0]; k++) {

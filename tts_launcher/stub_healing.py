@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import threading
 import time
@@ -76,12 +77,14 @@ def become_subreaper() -> bool:
         return False
 
 
-def die_with_parent() -> None:
-    """For ``Popen(preexec_fn=...)``: the child gets SIGTERM when its parent dies, so a
-    launcher killed with SIGKILL does not leave a tritonserver serving under init."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+def dying_with_parent(argv: list[str]) -> list[str]:
+    """``argv`` run so that it gets SIGTERM when its parent dies (a launcher killed with
+    SIGKILL leaves no tritonserver serving under init), by util-linux's ``setpriv`` (essential
+    in Debian); as it is where there is none. Not a ``preexec_fn``: that makes subprocess
+    fork() instead of vfork(), and a forked child of a process whose gRPC event engine runs
+    may abort before it execs (docs/reliability.md, "A start-up abort that was ours")."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "SIGTERM", "--", *argv] if setpriv else list(argv)
 
 
 def end_orphans(keep: set[int]) -> list[int]:

@@ -70,14 +70,6 @@ WORKAROUNDS: tuple[Workaround, ...] = (
         "tests/reliability/test_security.py",
     ),
     Workaround(
-        "a start-up abort started again",
-        "tritonserver aborts (SIGABRT) while starting on a busy machine, gRPC's epoll_wait "
-        "failing with a bad file descriptor",
-        ("tts_launcher.processes:start_race",),
-        "a release whose start no longer shows gRPC's epoll_wait abort",
-        "tests/unit/launcher/test_server_process.py",
-    ),
-    Workaround(
         "numpy 1 where the stub runs",
         "under numpy 2 the Python-backend stub sends every output empty",
         (
