@@ -456,8 +456,8 @@ class Admission:
             first.future.set_result(self._take(first.cost))
 
     def _shed(self) -> None:
-        """Refuse now the waiting requests the live rate says would finish past their
-        deadlines (rather than let them wait for nothing)."""
+        """Refuse now the waiting requests the estimates (``serving_rate``) say would finish
+        past their deadlines (rather than let them wait for nothing)."""
         rate = self.serving_rate()
         if rate is None or not self._waiting:
             return

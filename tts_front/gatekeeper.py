@@ -106,14 +106,9 @@ class Gatekeeper:
         seconds = time.monotonic() - ticket.start
         if ticket.queued:
             work = work_done(samples) if samples is not None and ticket.measured else None
+            served, measured = outcome == "served", ticket.measured
             self.admission.release(
-                ticket.cost,
-                outcome == "served",
-                ticket.measured,
-                work,
-                ticket.client,
-                seconds,
-                ticket.ahead,
+                ticket.cost, served, measured, work, ticket.client, seconds, ticket.ahead
             )
         else:
             self._streams[ticket.client] -= 1
