@@ -63,6 +63,8 @@ HEADROOM = 0.8
 # behind everything in flight (one client's flood holding every slot kept the others refused;
 # docs/admission.md); the other half is the newcomer's own wait in the front door's queue.
 DEPTH_SHARE = 0.5
+# The columns of Admission._latencies holding the work in Triton as a request ended / went in.
+ENDED, ENTERED = 2, 3
 
 
 def request_cost(model: str, input_bytes: int) -> float:
@@ -231,17 +233,20 @@ class Admission:
         was served. One completion is enough, where ``rate`` needs MIN_SAMPLES in the window:
         a starved server that completes a batch every half minute has a rate only in the
         seconds after each."""
-        if not self._latencies:
-            return None
-        return _p90([work / max(s, 1e-3) for _, s, work, _ in self._latencies])
+        return self._per_second(ENDED)
 
     def through_rate(self) -> float | None:
         """Cost per second Triton works through what is ahead of a request: the 90th
         percentile over the requests served in the last ``window_s`` of the work in flight as
         each went in (its own with it; Triton serves in order of arrival, so what came in
         behind it did not hold it up) over its time in Triton. None when none was served."""
-        ahead = [work / max(s, 1e-3) for _, s, _, work in self._latencies if work is not None]
-        return _p90(ahead) if ahead else None
+        return self._per_second(ENTERED)
+
+    def _per_second(self, column: int) -> float | None:
+        """The 90th percentile over the requests served in the window of a work ``column`` of
+        ``_latencies`` over the request's time in Triton; None when none recorded it."""
+        rates = [r[column] / max(r[1], 1e-3) for r in self._latencies if r[column] is not None]
+        return _p90(rates) if rates else None
 
     def serving_rate(self) -> float | None:
         """The rate estimates are made by: the live rate, or ``through_rate`` where that is
