@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from tests.support.busy import half_of, halved, pin, process_tree
+from tests.support.busy import half_of, halved, pin, process_tree, thread_affinities
 from tests.support.launcher import Launcher
 from tests.support.paths import ROOT
 from tts_front.sample_texts import SENTENCES
@@ -119,9 +119,8 @@ def test_on_half_the_cores_after_the_warm_up_normal_load_is_still_served(served)
     exceed the 10 s deadline"). Here the server (tritonserver and its stubs) loses half its
     cores after the warm-up; perf_analyzer and 48 concurrent raw requests are all served."""
     with halved(served.triton_pid()) as cores:
-        threads = [t for p in process_tree(served.triton_pid())
-                   for t in Path(f"/proc/{p}/task").glob("*")]  # fmt: skip
-        assert threads and all(os.sched_getaffinity(int(t.name)) == cores for t in threads)
+        threads = thread_affinities(served.triton_pid())
+        assert threads and all(affinity == cores for affinity in threads)
         assert_clean(perf_analyzer("grpc", served.grpc, 16))
         errors = burst(served.grpc, 48)
         assert errors == [], f"{len(errors)} of 48 refused: {errors[0]}"

@@ -54,3 +54,16 @@ def halved(root: int) -> Iterator[set[int]]:
         yield half
     finally:
         pin(process_tree(root), cores)
+
+
+def thread_affinities(root: int) -> list[set[int]]:
+    """The cores each live thread of ``root``'s process tree may run on (a thread that ends
+    while they are read is left out: a server's threads come and go under load)."""
+    found = []
+    for pid in process_tree(root):
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                found.append(os.sched_getaffinity(int(task.name)))
+            except (ProcessLookupError, FileNotFoundError):
+                pass
+    return found
