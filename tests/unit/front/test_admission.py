@@ -108,10 +108,10 @@ def test_the_live_rate_refuses_at_once_what_would_finish_past_its_deadline():
         admission = Admission(slots=4, default_deadline_s=10, clock=clock)
         await measure(admission, clock, per_second=4, seconds=3)
         assert admission.rate() == pytest.approx(4.0)
-        # 4 in flight: the n-th waiting finishes after (4 + n) / 4 s; n <= 28 fits 8 s (the
-        # estimate's headroom: 80 % of the 10 s deadline).
+        # 4 in flight: the n-th waiting finishes after (4 + n) / 4 s; with a 10 s deadline of
+        # the client's, n <= 28 fits 8 s (the estimate's headroom: 80 % of it).
         assert HEADROOM == 0.8
-        tasks = await queued(admission, 40)
+        tasks = await queued(admission, 40, deadline_s=10.0)
         assert [outcome(t) for t in tasks].count("waiting") == 28
         refused = [t for t in tasks if outcome(t) == "refused"]
         assert len(refused) == 12 and admission.refused == 12
@@ -122,6 +122,17 @@ def test_the_live_rate_refuses_at_once_what_would_finish_past_its_deadline():
         short = await queued(admission, 1, "b", deadline_s=1.0)
         assert outcome(short[0]) == "refused"
         assert "past its 1 s deadline; retry later" in str(short[0].exception())
+        for task in tasks:
+            task.cancel()
+        await settle()
+
+        # Without a deadline of the client's (the default, 10 s here) no one gives up at 8 s:
+        # refused only past the default, so n <= 36.
+        tasks = await queued(admission, 40, "c")
+        assert [outcome(t) for t in tasks].count("waiting") == 36
+        refused = [t for t in tasks if outcome(t) == "refused"]
+        message = str(refused[0].exception())
+        assert len(refused) == 4 and "s in all, past its 10 s deadline" in message, message
         for task in tasks:
             task.cancel()
         await settle()
@@ -259,7 +270,7 @@ def test_work_that_came_in_behind_a_request_does_not_shorten_the_estimates():
         assert rate == pytest.approx(4.0, rel=0.1) and admission.serving_rate() == rate
         # 16 in flight: the n-th sent ends after (16 + n) / rate s, within 80 % of 12 s for
         # n <= 22 (at 8 a second, all 24 would be let in).
-        waiting = await queued(admission, 24, "c")
+        waiting = await queued(admission, 24, "c", deadline_s=12.0)
         fit = int(HEADROOM * 12 * rate - 16)
         assert [outcome(t) for t in waiting].count("refused") == 24 - fit > 0
         for task in waiting:
