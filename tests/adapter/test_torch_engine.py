@@ -266,7 +266,9 @@ def test_durations_from_bucket_sized_batches_equal_the_batch_alone(engines, ids,
         net.duration_graphs = None
     for p, b in zip(plain, bucketed):
         assert np.array_equal(p.durations, b.durations)
-    assert max_diff([b.latent for b in bucketed], [p.latent for p in plain]) < 1e-4
+    # Padded to the bucket, the sums run in another order: within the bound of the other
+    # padding checks (1.3e-4 on an AMD EPYC; a padding that leaks into an item moves it by 0.1).
+    assert max_diff([b.latent for b in bucketed], [p.latent for p in plain]) < 1e-3
     assert np.array_equal(alone[0].durations, plain[0].durations)
 
 
