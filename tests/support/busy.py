@@ -6,9 +6,12 @@ here); pinning takes away a known share, and shows that it did."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def process_tree(root: int) -> list[int]:
@@ -28,14 +31,22 @@ def process_tree(root: int) -> list[int]:
     return found
 
 
-def pin(pids: list[int], cores: set[int]) -> None:
-    """Every thread of ``pids`` onto ``cores`` (threads made later inherit it)."""
+def _on_threads(pids: list[int], call: Callable[[int], T]) -> list[T]:
+    """``call(tid)`` for every thread of ``pids``; a thread that ends meanwhile is left out
+    (a server's threads come and go under load)."""
+    found = []
     for pid in pids:
         for task in Path(f"/proc/{pid}/task").glob("*"):
             try:
-                os.sched_setaffinity(int(task.name), cores)
+                found.append(call(int(task.name)))
             except (ProcessLookupError, FileNotFoundError):
-                pass  # a thread that ended meanwhile
+                pass
+    return found
+
+
+def pin(pids: list[int], cores: set[int]) -> None:
+    """Every thread of ``pids`` onto ``cores`` (threads made later inherit it)."""
+    _on_threads(pids, lambda tid: os.sched_setaffinity(tid, cores))
 
 
 def half_of(cores: set[int]) -> set[int]:
@@ -57,13 +68,5 @@ def halved(root: int) -> Iterator[set[int]]:
 
 
 def thread_affinities(root: int) -> list[set[int]]:
-    """The cores each live thread of ``root``'s process tree may run on (a thread that ends
-    while they are read is left out: a server's threads come and go under load)."""
-    found = []
-    for pid in process_tree(root):
-        for task in Path(f"/proc/{pid}/task").glob("*"):
-            try:
-                found.append(os.sched_getaffinity(int(task.name)))
-            except (ProcessLookupError, FileNotFoundError):
-                pass
-    return found
+    """The cores each live thread of ``root``'s process tree may run on."""
+    return _on_threads(process_tree(root), os.sched_getaffinity)
