@@ -29,10 +29,12 @@ from tts_front.security import admin_headers, admin_key
 from tts_launcher.processes import ServerProcess
 from tts_launcher.stub_healing import cpu_seconds, stubs_by_model
 from tts_tools.statistics import model_statistics
+from tts_wire.split import SENTENCE_END
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SMOKE_REQUESTS = 6  # per count window in --smoke
+SMOKE_TEXTS = 6  # the first of tts_mixed.json's texts in --smoke: two of each length
 SMOKE_STREAMS = 2  # the same for tts_stream
 # perf_analyzer has no switch to turn its stability check off; a tolerance this wide does it.
 # (999 % was not enough: the 2.51 Python backend stalls some requests ~500 ms, so a window's
@@ -58,6 +60,11 @@ def perf_analyzer_env() -> dict[str, str]:
 
 def load_texts(path: Path) -> list[str]:
     return [entry["text"][0] for entry in json.loads(path.read_text())["data"]]
+
+
+def write_texts(path: Path, texts: list[str]) -> None:
+    """``texts`` as a perf_analyzer input file (the format :func:`load_texts` reads)."""
+    path.write_text(json.dumps({"data": [{"text": [t]} for t in texts]}))
 
 
 def capture_inputs(grpc_port: int, texts: list[str], out_dir: Path) -> dict[str, Path]:
@@ -234,15 +241,21 @@ def prepare(args, grpc_port: int, work: Path) -> tuple[dict[str, Path], dict[str
     its requests."""
     texts = load_texts(args.texts)
     work.mkdir(parents=True, exist_ok=True)
+    texts_file, paragraphs_file = args.texts, args.paragraphs
+    if args.smoke:
+        # Seconds, not minutes: a few texts of each length, and streams of two sentences
+        # (a whole paragraph took a quarter of the smoke's time; two sentences are two chunks).
+        texts = texts[:SMOKE_TEXTS]
+        paragraphs = load_texts(args.paragraphs)
+        paragraphs = [" ".join(SENTENCE_END.split(p.strip())[:2]) for p in paragraphs]
+        texts_file, paragraphs_file = work / "tts_smoke.json", work / "tts_stream_smoke.json"
+        write_texts(texts_file, texts)
+        write_texts(paragraphs_file, paragraphs)
     # The stages' own inputs, only where a stage is measured (the public models need none).
     stages = set(args.models) & set(STAGES)
     inputs = capture_inputs(grpc_port, texts, work) if stages else {}
-    inputs["tts"] = args.texts
-    inputs["tts_stream"] = args.paragraphs
-    if args.smoke:  # a few seconds, not minutes: only the short paragraphs
-        short = [{"text": [t]} for t in load_texts(args.paragraphs) if len(t) < 600]
-        inputs["tts_stream"] = work / "tts_stream_short.json"
-        inputs["tts_stream"].write_text(json.dumps({"data": short}))
+    inputs["tts"] = texts_file
+    inputs["tts_stream"] = paragraphs_file
     # tts, acoustic and vocoder are loaded with the same texts: one mean duration serves all.
     per_text = mean_audio_seconds(grpc_port, texts)
     seconds = dict.fromkeys(("tts", *STAGES), per_text)

@@ -23,7 +23,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.support.busy import half_of, halved, pin, process_tree, thread_affinities
-from tests.support.launcher import Launcher
+from tests.support.launcher import LIGHT_WARMUP, Launcher
 from tests.support.paths import ROOT
 from tts_front.sample_texts import SENTENCES
 
@@ -246,7 +246,10 @@ def test_a_restart_right_after_a_stop_comes_up_on_the_same_ports(served, tmp_pat
         assert client.get(f"{served.url}/health").status_code == 200
     served.process.send_signal(signal.SIGINT)
     assert served.process.wait(60) == 0, served.log()[-3000:]
-    again = Launcher(served.repository, tmp_path / "again.log", ports=served.ports)
+    # (The warm-up at its lighter setting: the start on the same ports is what is tested.)
+    again = Launcher(
+        served.repository, tmp_path / "again.log", ports=served.ports, warmup_requests=LIGHT_WARMUP
+    )
     try:
         again.wait_ready(timeout=120)
         assert "not free" not in again.log()

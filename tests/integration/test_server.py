@@ -19,6 +19,8 @@ from tts_front.sample_texts import PARAGRAPH, SENTENCES
 from tts_tools.statistics import model_statistics
 
 MODELS = ("phonemizer", "acoustic", "vocoder", "tts")
+EXACT = {"noise_scale": 0.0, "noise_w": 0.0}
+SPEED_TEXT, SPEED_PARAGRAPH = SENTENCES[13], PARAGRAPH[:700]  # speed tests: one, and a stream
 
 
 def raw_request(module, text, speed=None):
@@ -267,19 +269,23 @@ def test_a_requests_priority_reaches_every_step_of_the_ensemble(server):
     assert prepared == {"tts": "1", "phonemizer": "1", "acoustic": "1", "vocoder": "1"}, prepared
 
 
+@pytest.fixture(scope="module")
+def at_speed_one(grpc_client) -> tuple[float, float]:
+    """Seconds of SPEED_TEXT and of SPEED_PARAGRAPH streamed, at speed 1 (once per module)."""
+    one = grpc_client.synthesize(SPEED_TEXT, speed=1.0, **EXACT).duration
+    stream = sum(c.duration for c in grpc_client.stream(SPEED_PARAGRAPH, speed=1.0, **EXACT))
+    return one, stream
+
+
 @pytest.mark.parametrize("speed", [0.5, 0.75, 1.5, 2.0])
-def test_duration_follows_one_over_speed(grpc_client, speed):
+def test_duration_follows_one_over_speed(grpc_client, at_speed_one, speed):
     """OpenAI's `speed` 2.0 is twice as fast. It was 1.6x (and 4.0 only 2x): each phoneme id
     kept at least a whole frame whatever the speed, and the stream's pauses did not shrink.
     Now a text's length at speed s is its length at 1 / s, within a frame per item."""
-    exact = {"noise_scale": 0.0, "noise_w": 0.0}
-    text = SENTENCES[13]
-    one = grpc_client.synthesize(text, speed=1.0, **exact).duration
-    fast = grpc_client.synthesize(text, speed=speed, **exact).duration
+    one, stream_one = at_speed_one
+    fast = grpc_client.synthesize(SPEED_TEXT, speed=speed, **EXACT).duration
     frame = 256 / 22050
     assert abs(fast - one / speed) <= frame, (one, fast)
     # A stream (several chunks, a pause after each sentence) as well.
-    paragraph = PARAGRAPH[:700]
-    stream_one = sum(c.duration for c in grpc_client.stream(paragraph, speed=1.0, **exact))
-    stream_fast = sum(c.duration for c in grpc_client.stream(paragraph, speed=speed, **exact))
+    stream_fast = sum(c.duration for c in grpc_client.stream(SPEED_PARAGRAPH, speed=speed, **EXACT))
     assert stream_fast == pytest.approx(stream_one / speed, rel=0.02), (stream_one, stream_fast)

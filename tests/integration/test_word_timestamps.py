@@ -106,7 +106,8 @@ def test_mixed_speeds_in_one_batch_time_each_item_as_alone(server):
 def test_a_stream_times_its_words_from_its_start(server):
     from tts_front.sample_texts import PARAGRAPH
 
-    text = "At 10:05 am. it cost $5.50, I think. " + PARAGRAPH
+    # Several chunks, in whole sentences (the whole paragraph took twice as long to check).
+    text = "At 10:05 am. it cost $5.50, I think. " + PARAGRAPH[: PARAGRAPH.index(". ", 600) + 1]
     with TTSClient(server.grpc_url) as client:
         short = "Hello there, how are you?"
         (one,) = list(client.stream(short, word_timestamps=True, **EXACT))
