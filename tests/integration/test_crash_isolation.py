@@ -15,6 +15,7 @@ import pytest
 
 from tts_client import InvalidInput, TTSClient
 from tts_triton.probes import stubs_by_model
+from tts_wire import MAX_SPEED
 
 # Shapes that killed the phonemizer's stub before the worker pool (each crashes espeak-ng unshaped).
 CRASHERS = [
@@ -27,9 +28,10 @@ CRASHERS = [
 ]
 NORMAL = ["Hello there, how are you today?", "The meeting is at ten.", "Read it again."]
 MODELS = ["phonemizer", "tts_stream"]
-# The crashers are spoken at 3x: what crashed espeak-ng is the text (the phonemizer's stage);
-# at speed 1 this test took 64 CPU-seconds here (the "a . " * 100 kind is long audio), at 3x 38.
-FAST = 3.0
+# The crashers are spoken at the fastest speed: what crashed espeak-ng is the text (the
+# phonemizer's stage); at speed 1 this test took 64 CPU-seconds here (the "a . " * 100 kind is
+# long audio), at 3x 38.
+FAST = MAX_SPEED
 
 
 def workers(stub_pids: set[int]) -> set[int]:
