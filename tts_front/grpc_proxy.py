@@ -38,6 +38,18 @@ STREAM_METHOD = f"/{SERVICE}/ModelStreamInfer"
 INFER_METHOD = f"/{SERVICE}/ModelInfer"
 
 
+def message_deadline(
+    own_s: float | None, call_left_s: float | None, stream: bool, default_s: float
+) -> float | None:
+    """The deadline a request set (seconds; None: none, the default applies without the
+    headroom kept off a client's own): its timeout parameter or its call's deadline, the
+    sooner. A stream's call deadline is the stream's whole life: a message without a timeout
+    of its own has the default unless the call ends sooner."""
+    if stream and own_s is None and (call_left_s is None or call_left_s >= default_s):
+        return None
+    return min((d for d in (own_s, call_left_s) if d is not None), default=None)
+
+
 def _metadata(
     context: grpc.aio.ServicerContext, inner: dict[str, str]
 ) -> list[tuple[str, str | bytes]]:
@@ -106,9 +118,7 @@ class GrpcProxy:
     ) -> tuple[AdmissionTicket, None] | tuple[None, tuple[grpc.StatusCode, str]]:
         """(ticket, None) for a ModelInferRequest to pass on, or (None, (code, message)).
 
-        Its deadline: Triton's "timeout" parameter or the call's gRPC deadline, the sooner;
-        neither: the default. A stream's call deadline is the stream's whole life, so each of
-        its messages has its own timeout or the default, within what is left of the call."""
+        Its deadline: :func:`message_deadline`."""
         info = infer_request(request)
         if info is None:
             return None, (
@@ -121,9 +131,7 @@ class GrpcProxy:
             return None, (grpc.StatusCode.PERMISSION_DENIED, str(e))
         cost = request_cost(model, info.input_bytes) if model else 0.0
         own = info.timeout_us / 1e6 if info.timeout_us else None
-        if stream:
-            own = own or self.settings.deadline_s
-        deadline_s = min((d for d in (own, call_left_s) if d is not None), default=None)
+        deadline_s = message_deadline(own, call_left_s, stream, self.settings.deadline_s)
         try:
             return await self.gatekeeper.enter(model, cost, info.id, client, deadline_s), None
         except TooMany as e:
