@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import queue
+import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
@@ -33,7 +35,7 @@ def _final_arrives(results: queue.Queue) -> bool:
 class TTSClient(ClientCore):
     """Text to speech over Triton; the URL scheme picks gRPC or HTTP.
 
-    Thread-safe for ``synthesize``; use as a context manager to close connections.
+    Thread-safe; use as a context manager to close connections.
     """
 
     def __init__(
@@ -48,25 +50,60 @@ class TTSClient(ClientCore):
         headers: dict[str, str] | None = None,
     ) -> None:
         """``retry``: how ``synthesize`` retries a request refused for overload (default 3
-        retries with jittered exponential backoff; ``protocol.NO_RETRY`` never retries)."""
+        retries with jittered exponential backoff; ``protocol.NO_RETRY`` never retries).
+        ``concurrency``: requests in flight at once from one thread over HTTP (its connection
+        pool) and the threads ``synthesize_many`` uses over gRPC."""
         super().__init__(url, model, timeout, stream_model, retry, priority, headers)
         self.concurrency = concurrency
+        self._shared = None
+        self._local = threading.local()
+        self._opened: weakref.WeakSet = weakref.WeakSet()
+        self._opened_lock = threading.Lock()
+        if self.endpoint.protocol == "grpc":
+            self._shared = self._connect()
+        else:
+            self._client  # noqa: B018 (connect now, so that a bad address fails here)
+
+    def _connect(self):
         try:
             if self.endpoint.protocol == "grpc":
-                self._client = self._module.InferenceServerClient(self.endpoint.address)
-            else:
-                self._client = self._module.InferenceServerClient(
-                    self.endpoint.address,
-                    concurrency=concurrency,
-                    connection_timeout=timeout,
-                    network_timeout=timeout,
-                )
+                return self._module.InferenceServerClient(self.endpoint.address)
+            return self._module.InferenceServerClient(
+                self.endpoint.address,
+                concurrency=self.concurrency,
+                connection_timeout=self.timeout,
+                network_timeout=self.timeout,
+            )
         except Exception as e:
             raise protocol.map_exception(e, server_alive=False, url=self.url) from None
 
+    @property
+    def _client(self):
+        """The transport for the calling thread. tritonclient's gRPC client is thread-safe and
+        shared; its HTTP client is not (one object, one thread: shared, threads deadlock on its
+        gevent connection pool), so each thread gets its own."""
+        if self._shared is not None:
+            return self._shared
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = self._connect()
+            with self._opened_lock:
+                self._opened.add(client)
+        return client
+
+    @_client.setter
+    def _client(self, transport) -> None:
+        """One transport for every thread (the unit tests' fakes)."""
+        self._shared = transport
+
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
-        self._client.close()
+        if self._shared is not None:
+            self._shared.close()
+        with self._opened_lock:
+            opened = list(self._opened)
+        for client in opened:
+            client.close()
 
     def __enter__(self) -> TTSClient:
         return self

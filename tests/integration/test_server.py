@@ -206,6 +206,34 @@ def test_http_synthesize_many_keeps_order(http_client):
     assert all(abs(d - a) < 0.2 * a for d, a in zip(durations, alone)), (durations, alone)
 
 
+# Run apart: a client that deadlocks would hang the test worker at its exit otherwise.
+SHARED_BY_THREADS = """
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from tts_client import TTSClient
+from tts_client.protocol import NO_RETRY
+with TTSClient(sys.argv[1], concurrency=2, retry=NO_RETRY) as client:
+    with ThreadPoolExecutor(8) as pool:
+        texts = [f"Thread number {i} speaks." for i in range(16)]
+        audio = list(pool.map(lambda t: client.synthesize(t, speed=4.0), texts))
+print(sum(a.duration > 0.3 for a in audio))
+"""
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_one_client_serves_many_threads(server, protocol):
+    """The client says it is thread-safe: eight threads share one, over either protocol, with
+    fewer connections than threads (tritonclient's HTTP client is for one thread only)."""
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    command = [sys.executable, "-c", SHARED_BY_THREADS, url]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("16 requests from 8 threads sharing one client did not end in 120 s")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["16"], result.stdout
+
+
 def test_cli_writes_captions_beside_the_audio(server, tmp_path):
     captions = tmp_path / "hello.vtt"
     command = [sys.executable, "-m", "tts_client", "Hello from the command line.", "-o"]
