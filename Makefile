@@ -150,12 +150,12 @@ check: $(VENV)/.installed export lint
 	  tests/repository $(PYTEST_ARGS)
 
 # --durations: the slowest tests in every run, to keep the suite's time in view. Two workers,
-# one test file each at a time (a file's servers are its own; most of a test's time is a
-# server starting, draining or timing out, so two overlap well even on two cores).
+# one test file each at a time (a file's servers are its own), the benchmarks (marked `bench`)
+# one group on one worker (tests/support/scheduling.py).
 # PYTEST_WORKERS=0 runs them in one process.
 PYTEST_WORKERS ?= 2
 test: test-setup export lint
-	$(PY) -m pytest -rs --durations=15 -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	$(PY) -m pytest -rs --durations=15 -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
 	  $(PYTEST_ARGS)
 
 # The three venvs install side by side (one after another they took 2 minutes of a fresh

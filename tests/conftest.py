@@ -9,8 +9,9 @@ import pytest
 from tests.support.paths import REPOSITORY, ROOT
 from tts_launcher.processes import ServerProcess
 
-# Fixtures kept with their support code: a headless browser for the gateway page's tests.
-pytest_plugins = ["tests.support.browser"]
+# Kept with their support code: a headless browser for the gateway page's tests; which worker
+# runs what.
+pytest_plugins = ["tests.support.browser", "tests.support.scheduling"]
 
 _SERVER: ServerProcess | None = None
 
@@ -103,8 +104,9 @@ def pytest_addoption(parser):
 
 
 # The tiers in the order make test runs them: the longest files first, so the two workers
-# end together instead of one waiting on a late long file (pytest -n 2 --dist loadfile
-# --no-loadscope-reorder: by default xdist would start with the files that have most tests).
+# end together instead of one waiting on a late long file (pytest --dist loadgroup
+# --no-loadscope-reorder, tests/support/scheduling.py: by default xdist would start with the
+# files that have most tests).
 TIER_ORDER = ("reliability", "integration", "repository", "adapter", "unit")
 
 

@@ -204,6 +204,7 @@ def test_a_long_input_starts_early_and_is_spoken_whole(gateway):
     assert first < 0.25 * total
 
 
+@pytest.mark.bench
 def test_100_concurrent_requests_all_succeed_and_are_batched(gateway, server):
     address = f"localhost:{server.grpc_port}"
     before = model_statistics(address, ["acoustic", "vocoder"], server.admin_headers)

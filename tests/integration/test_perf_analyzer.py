@@ -3,7 +3,11 @@
 import csv
 import json
 
+import pytest
+
 from perf_analyzer_configs import run
+
+pytestmark = pytest.mark.bench
 
 
 def test_perf_analyzer_smoke(server, tmp_path, monkeypatch):
