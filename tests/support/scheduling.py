@@ -61,6 +61,7 @@ def pytest_collection_modifyitems(config, items):
     partial.rename(partial.with_suffix(".json"))  # whole, before the controller can read it
 
 
+@pytest.hookimpl(optionalhook=True)  # (xdist's hook: absent under -p no:xdist)
 def pytest_xdist_make_scheduler(config, log):
     """A scheduler that reads the groups once every worker has collected."""
     if config.getoption("dist") != "loadgroup":
