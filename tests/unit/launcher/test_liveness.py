@@ -77,11 +77,11 @@ def test_the_port_bounds_its_connections_and_closes_silent_ones(monkeypatch, cap
     """A connection that sends nothing is closed after the handler's timeout (no traceback),
     and past MAX_CONNECTIONS at once one more is closed at once: no thread per connection
     without end (finding L of the door review); /live answers again once they are gone."""
-    import http.client
     import socket
     import time
     import urllib.request
 
+    from tests.support.browser import wait_for
     from tts_launcher import liveness
     from tts_launcher.commands import free_port
 
@@ -101,18 +101,17 @@ def test_the_port_bounds_its_connections_and_closes_silent_ones(monkeypatch, cap
         assert time.monotonic() - started < 4
         for s in [*idle, over]:
             s.close()
+
+        def live() -> dict | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{LIVE_PATH}", timeout=10) as r:
+                    return json.load(r)
+            except ConnectionError:  # (RemoteDisconnected is one)
+                return None  # refused as over the cap: a slot not yet let go
+
         # Their threads let go of their slots as they see the close, a moment later (at once
         # it was refused as the fifth, once in `make check`): answered within seconds.
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                url = f"http://127.0.0.1:{port}{LIVE_PATH}"
-                with urllib.request.urlopen(url, timeout=10) as reply:
-                    assert json.load(reply)["live"] is True
-                break
-            except (ConnectionError, http.client.RemoteDisconnected):
-                assert time.monotonic() < deadline, "/live still refused 10 s after the close"
-                time.sleep(0.1)
+        assert wait_for(live, 10, "/live after the close")["live"] is True
     finally:
         server.shutdown()
     assert "Traceback" not in capfd.readouterr().err
