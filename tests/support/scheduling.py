@@ -7,7 +7,8 @@ another (a file's module fixtures, its servers, start once), and the benchmarks 
 xdist's own loadgroup tells its scheduler a test's group by appending it to the test's id,
 which pytest 9.2's structured ids ignore (pytest-xdist issue 1386: every group is silently
 ignored), and it schedules a test without a group alone. So the workers write the groups to a
-file the controller names, and the scheduler reads it: a test's group, else its file.
+file the controller names, and the scheduler reads it: a test's group, else its file
+(docs/decisions/0005-test-groups-beside-xdist.md).
 """
 
 from __future__ import annotations
