@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from tts_wire.split import CLAUSE_END, SENTENCE_END, cut_outside_phonemes, inside_phonemes
+from tts_wire.split import CLAUSE_END, SENTENCE_END, PhonemeBlocks, cut_outside_phonemes
 
 from .audio import Audio, AudioChunk, Word
 from .errors import InvalidInput
@@ -38,7 +38,8 @@ class BufferRule:
       ``first_words`` words, if it is the first of a turn (the start, or after a flush or a
       cancel): the first audio comes early, at a place where a pause sounds natural;
     - a clause boundary once the piece holds ``clause_words`` words (long sentences);
-    - the last space before ``max_chars`` characters (text without punctuation).
+    - the last space before ``max_chars`` characters, when no sentence or clause ends within
+      them (text without punctuation, or a sentence longer than that).
 
     With ``cut=False`` nothing is cut: the text is spoken at a flush or at the end.
     """
@@ -65,24 +66,41 @@ class Piece:
     char_start: int
 
 
-def _ends_abbreviation(text: str, end: int) -> bool:
+# How far back the word before a "." is read: longer "words" are no abbreviation.
+_WORD_WINDOW = 64
+
+
+def _ends_abbreviation(text: str, end: int, start: int = 0) -> bool:
     """Whether the "." just before ``end`` closes an abbreviation or an initial."""
-    word = text[:end].rsplit(None, 1)[-1].rstrip(".!?\"')]").lstrip("\"'([")
+    before = text[max(start, end - _WORD_WINDOW) : end].rsplit(None, 1)
+    word = (before[-1] if before else "").rstrip(".!?\"')]").lstrip("\"'([")
     return word.lower() in ABBREVIATIONS or len(word) == 1 or "." in word
 
 
 class TextBuffer:
-    """Text received and not yet spoken; hands out :class:`Piece` s by a :class:`BufferRule`."""
+    """Text received and not yet spoken; hands out :class:`Piece` s by a :class:`BufferRule`.
+
+    Each :meth:`add` reads at most the next ``max_chars`` characters per piece, each once, so
+    its cost is linear in what it receives and what it hands out: it runs on a server's event
+    loop, where a buffer that grows without a cut (an unclosed ``[[``) must not cost more per
+    call."""
 
     def __init__(self, rule: BufferRule | None = None) -> None:
         self.rule = rule or BufferRule()
-        self.text = ""
-        self.start = 0  # where ``text`` begins in the session's text
+        self._text = ""
+        self._at = 0  # where the unspoken text begins in ``_text``
+        self.start = 0  # where the unspoken text begins in the session's text
         self.first = True  # the next piece is the first of a turn
+
+    @property
+    def text(self) -> str:
+        """The text received and not yet spoken."""
+        return self._text[self._at :]
 
     def add(self, text: str) -> list[Piece]:
         """Append ``text``; the pieces it completes."""
-        self.text += text
+        self._text = self._text[self._at :] + text
+        self._at = 0
         pieces = []
         while (cut := self._cut()) is not None:
             pieces += self._take(cut)
@@ -90,45 +108,49 @@ class TextBuffer:
 
     def flush(self) -> list[Piece]:
         """Everything buffered, as one piece (none if nothing speakable); a new turn begins."""
-        pieces = self._take(len(self.text))
+        pieces = self._take(len(self._text))
         self.first = True
         return pieces
 
     def drop(self) -> int:
         """Forget what is buffered (barge-in); the number of characters dropped."""
-        dropped = len(self.text)
-        self._take(dropped)
+        dropped = len(self._text) - self._at
+        self._take(len(self._text))
         self.first = True
         return dropped
 
     def _cut(self) -> int | None:
-        text, rule = self.text, self.rule
+        """Where the next piece ends (an index into ``_text``); None: wait for more text."""
+        text, start, rule = self._text, self._at, self.rule
         if not rule.cut:
             return None
-        cuts = []
-        for match in SENTENCE_END.finditer(text):
-            if inside_phonemes(text, match.end()):
+        end = min(len(text), start + rule.max_chars)
+        blocks, sentence = PhonemeBlocks(text, start), None
+        for match in SENTENCE_END.finditer(text, start, end):
+            if blocks.inside(match.end()):
                 continue
-            if not (text[match.start() - 1] == "." and _ends_abbreviation(text, match.start())):
-                cuts.append(match.end())
+            if not (
+                text[match.start() - 1] == "." and _ends_abbreviation(text, match.start(), start)
+            ):
+                sentence = match.end()
                 break
-        words = rule.first_words if self.first else rule.clause_words
-        for match in CLAUSE_END.finditer(text):
-            if len(text[: match.start()].split()) >= words:
-                if not inside_phonemes(text, match.end()):
-                    cuts.append(match.end())
-                    break
-        if not cuts and len(text) >= rule.max_chars:
-            space = text.rfind(" ", 0, rule.max_chars)
-            cut = space + 1 if space > 0 else rule.max_chars
-            # Before a block it would split, or after it once it is whole.
-            cut = cut_outside_phonemes(text, 0, cut)
-            cuts += [cut] if cut else []
-        return min(cuts) if cuts else None
+        needed = rule.first_words if self.first else rule.clause_words
+        blocks, words, counted = PhonemeBlocks(text, start), 0, start
+        for match in CLAUSE_END.finditer(text, start, sentence or end):
+            words += len(text[counted : match.start()].split())
+            counted = match.start()
+            if words >= needed and not blocks.inside(match.end()):
+                return match.end()  # (before the sentence's end: the search stopped there)
+        if sentence is not None or len(text) - start < rule.max_chars:
+            return sentence
+        space = text.rfind(" ", start, end)
+        # Before a block it would split, or after it once it is whole.
+        return cut_outside_phonemes(text, start, space + 1 if space > start else end)
 
     def _take(self, cut: int) -> list[Piece]:
-        head, self.text = self.text[:cut], self.text[cut:]
-        start, self.start = self.start, self.start + cut
+        head = self._text[self._at : cut]
+        self._at = cut
+        start, self.start = self.start, self.start + len(head)
         spoken = head.strip()
         if not any(c.isalnum() for c in spoken):
             return []  # only spaces or marks: nothing to say

@@ -26,6 +26,26 @@ def inside_phonemes(text: str, cut: int, start: int = 0) -> bool:
     return text.rfind(PHONEMES_OPEN, start, cut) > text.rfind(PHONEMES_CLOSE, start, cut)
 
 
+class PhonemeBlocks:
+    """``inside_phonemes(text, cut, start)`` for cuts asked in increasing order, reading each
+    character once: a scan over every boundary of a long text stays linear in it."""
+
+    def __init__(self, text: str, start: int = 0) -> None:
+        self.text, self.start, self.seen = text, start, start
+        self.opened = self.closed = -1  # the last ``[[`` and ``]]`` before ``seen``
+
+    def inside(self, cut: int) -> bool:
+        if cut < self.seen:
+            raise ValueError(f"cuts must not go back: {cut} after {self.seen}")
+        low = max(self.start, self.seen - 1)  # a mark may straddle the last cut
+        opened = self.text.rfind(PHONEMES_OPEN, low, cut)
+        closed = self.text.rfind(PHONEMES_CLOSE, low, cut)
+        self.opened = opened if opened >= 0 else self.opened
+        self.closed = closed if closed >= 0 else self.closed
+        self.seen = cut
+        return self.opened > self.closed
+
+
 def cut_outside_phonemes(text: str, start: int, cut: int) -> int | None:
     """``cut``; or, inside a block, the block's start, or just past its end when it opens at
     ``start``; None when that block is not closed yet."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from tts_client.session import BufferRule, SpeechSession, TextBuffer
 from tts_gateway.app import create_app
 from tts_gateway.sessions import SessionConfig
 from tts_gateway.settings import GatewaySettings, Voice
+from tts_wire.split import PhonemeBlocks, inside_phonemes
 
 RATE = 22050
 
@@ -75,6 +77,38 @@ def test_a_piece_never_holds_half_of_an_inline_phoneme_block():
     first = buffer.add(long)
     assert [p.text for p in first] == [("word " * 17).strip()]
     assert buffer.text.startswith("[[")
+
+
+def test_a_sentence_longer_than_max_chars_is_cut_at_a_space_within_it():
+    sentence = " ".join(["word"] * 40) + ". Next "  # 205 characters before the ". "
+    pieces, rest = pieces_of([sentence], BufferRule(max_chars=100, first_words=100))
+    assert all(len(p) <= 100 for p in pieces) and len(pieces) == 3
+    assert pieces[-1].endswith("word.") and rest == "Next "
+    assert " ".join(pieces + [rest.strip()]) == sentence.strip()
+
+
+def test_adding_to_a_long_unclosed_phoneme_block_costs_no_more_per_call():
+    # A client's unclosed "[[" full of clause marks: each add() re-split the whole prefix at
+    # every mark, 0.85 s for one character at 30,000 characters, on the gateway's event loop.
+    # Linear now (a few ms for all of it); the bound is two orders of magnitude above that.
+    buffer = TextBuffer()
+    text = "[[" + "a, " * 20_000
+    for k in range(0, len(text), 4000):
+        assert buffer.add(text[k : k + 4000]) == []
+    started = time.perf_counter()
+    for char in "abc":
+        assert buffer.add(char) == []
+    assert time.perf_counter() - started < 0.5
+    assert buffer.add(" ]]. Then") and buffer.text == "Then"
+
+
+def test_phoneme_blocks_scan_answers_as_inside_phonemes_does():
+    text = "a [[ b ]] c [[[ d ]]] e ]] [[ f, g"
+    blocks = PhonemeBlocks(text, 2)
+    for cut in range(2, len(text) + 1):
+        assert blocks.inside(cut) == inside_phonemes(text, cut, 2), cut
+    with pytest.raises(ValueError, match="go back"):
+        blocks.inside(3)
 
 
 def test_flush_speaks_everything_and_a_mark_alone_is_not_spoken():
