@@ -116,11 +116,14 @@ class HttpProxy:
         body, refused = await self._read_body(request)
         if refused is not None:
             return refused
+        header, bad = await _json_header(headers, body)
+        if bad is not None:  # before Triton: its parser crashed on deep nesting (signal 11)
+            return _http_error(400, bad)
         cost = request_cost(model, _http_input_bytes(headers, len(body))) if model else 0.0
         client = self.gatekeeper.client(headers, request.remote or "")
         try:
             ticket = await self.gatekeeper.enter(
-                model, cost, client=client, deadline_s=_timeout_s(headers, body)
+                model, cost, client=client, deadline_s=_timeout_s(header)
             )
         except (TooMany, Refused) as e:
             return _http_error(429, str(e), {"Retry-After": "1"})
@@ -194,6 +197,8 @@ class HttpProxy:
             )
         except aiohttp.ClientPayloadError as e:
             return body, _http_error(400, f"unreadable request body: {e}")
+        except ConnectionError:  # the client went away mid-body: nobody to answer, no news
+            return body, _http_error(400, "the connection closed before the body arrived")
         finally:
             self.buffered -= len(body)  # forwarded as one bytes copy below, then freed
         return body, None
@@ -233,17 +238,52 @@ def _http_input_bytes(headers: dict[str, str], body: int) -> int:
     return max(0, body - JSON_OVERHEAD)
 
 
-def _timeout_s(headers: dict[str, str], body: bytearray) -> float | None:
-    """Triton's "timeout" request parameter (microseconds) of a JSON inference header, in
-    seconds; None when absent or unreadable (Triton answers a malformed body itself)."""
+# Triton's inference JSON nests four levels deep (a tensor's data at most a few more).
+MAX_JSON_DEPTH = 32
+_PARSE_IN_THREAD = 256 * 1024  # a larger JSON part is parsed off the event loop
+
+
+async def _json_header(headers: dict[str, str], body: bytearray) -> tuple[object, str | None]:
+    """A body's JSON part (all of it, or the header of a binary-tensor body) parsed, and why it
+    is refused (None: it is not). Every body Triton's HTTP API takes is JSON."""
     header = headers.get("inference-header-content-length")
     size = int(header) if header and header.isdigit() else len(body)
-    if size > MIB or b'"timeout"' not in body[:size]:  # (a text's JSON is far smaller)
-        return None
+    if size == 0 or size > len(body):
+        return None, None if size == 0 else (
+            f"Inference-Header-Content-Length {size} is over the body's {len(body)} bytes"
+        )
+    part = bytes(body[:size])
     try:
-        timeout = json.loads(bytes(body[:size])).get("parameters", {}).get("timeout")
-    except (ValueError, AttributeError):
-        return None
+        if size > _PARSE_IN_THREAD:
+            value = await asyncio.to_thread(json.loads, part)
+        else:
+            value = json.loads(part)
+    except RecursionError:
+        return None, f"the request's JSON nests deeper than {MAX_JSON_DEPTH} levels"
+    except ValueError as e:
+        return None, f"the request body is not valid JSON: {e}"
+    if json_depth(value) > MAX_JSON_DEPTH:
+        return None, f"the request's JSON nests deeper than {MAX_JSON_DEPTH} levels"
+    return value, None
+
+
+def json_depth(value: object) -> int:
+    """How deep lists and objects nest in ``value`` (a scalar: 0), without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            todo.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest
+
+
+def _timeout_s(header: object) -> float | None:
+    """Triton's "timeout" request parameter (microseconds) of a parsed JSON inference header,
+    in seconds; None when absent."""
+    parameters = header.get("parameters") if isinstance(header, dict) else None
+    timeout = parameters.get("timeout") if isinstance(parameters, dict) else None
     if isinstance(timeout, int) and not isinstance(timeout, bool) and timeout > 0:
         return timeout / 1e6
     return None

@@ -13,7 +13,9 @@ minutes). Each shows the defect straight to Triton, or failed on the front door 
 - item 7: request bodies buffered at once have a total budget;
 - items 8 and 9 (the launcher's supervision): test_attack_on_supervision.py;
 - item 10 (word spans in the text as sent): tests/integration/test_word_timestamps.py;
-- item 11: a body encoded twice is refused with 415, not passed on undecoded.
+- item 11: a body encoded twice is refused with 415, not passed on undecoded;
+- JSON nested 300,000 deep is refused with 400: it crashed tritonserver (signal 11), and with
+  a ``timeout`` parameter the front door's own parser (a 500 and a traceback).
 """
 
 from __future__ import annotations
@@ -402,7 +404,7 @@ def test_the_inner_models_answer_only_to_the_admin_key(server, front):
 def test_buffered_bodies_have_a_total_budget(front):
     """Two bodies of 3 MiB being sent fill the 6 MiB budget: a third is refused at once (the
     probe: 12 bodies of 60 MiB took the front door to 2 GB)."""
-    socks = []
+    socks, logged = [], front.log_path.stat().st_size
     head = (
         b"POST /v2/models/tts/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n" % (4 * 2**20 - 1)
@@ -426,6 +428,9 @@ def test_buffered_bodies_have_a_total_budget(front):
         for s in socks:
             s.close()
     assert served_by(front.grpc_url) > 0.3
+    # The two closed mid-body: no traceback for a client that went away.
+    assert settles(lambda: metric(front, "tts_front_buffered_bytes") == 0)
+    assert b"Traceback" not in front.log_path.read_bytes()[logged:]
 
 
 def test_a_body_encoded_twice_is_refused(front):
@@ -468,3 +473,20 @@ def test_a_path_triton_would_normalize_is_refused_before_routing(front, path):
     served = conn.getresponse()
     assert served.status == 200, served.read()
     conn.close()
+
+
+@pytest.mark.parametrize("before", [b"", b'"parameters":{"timeout":5000000},'])
+def test_deeply_nested_json_is_refused_before_triton(server, front, before):
+    """Six such bodies stopped the service: each crashed tritonserver and the sixth in ten
+    minutes used up the launcher's restarts. Refused here with a message, Triton untouched."""
+    pid, logged = server.process.pid, front.log_path.stat().st_size
+    body = b"{" + before + b'"inputs":' + b"[" * 300_000
+    conn = http.client.HTTPConnection("127.0.0.1", front.http_port, timeout=30)
+    conn.request("POST", "/v2/models/tts/infer", body=body)
+    response = conn.getresponse()
+    answer = response.read()
+    conn.close()
+    assert response.status == 400 and b"nests deeper than 32 levels" in answer, answer
+    assert server.process.poll() is None and server.process.pid == pid
+    assert served_by(front.http_url) > 0.3
+    assert b"Traceback" not in front.log_path.read_bytes()[logged:]

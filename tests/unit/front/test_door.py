@@ -48,3 +48,13 @@ def test_behind_the_edge_the_door_has_room_for_every_edge_connection_and_the_pro
     worker_connections = int(nginx.split("worker_connections ")[1].split(";")[0])
     assert behind.max_connections >= worker_connections + 32  # the probes' room
     assert behind.max_per_client == behind.max_connections  # every connection is the edge's
+
+
+def test_json_depth_counts_lists_and_objects_without_recursion():
+    from tts_front.http_proxy import json_depth
+
+    assert [json_depth(v) for v in (5, "x", [], {}, {"a": [[1], {"b": 2}]})] == [0, 0, 1, 1, 3]
+    deep: list = []
+    for _ in range(5000):  # deeper than Python's recursion limit: the walk does not recurse
+        deep = [deep]
+    assert json_depth(deep) == 5001
