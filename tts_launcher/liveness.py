@@ -11,6 +11,7 @@ by the orchestrator.
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
@@ -80,9 +81,10 @@ def metrics_app(registry: CollectorRegistry, heartbeat: Heartbeat) -> Callable:
 
 
 class _Server(ThreadingMixIn, WSGIServer):
-    """A thread per connection, at most ``MAX_CONNECTIONS`` at once: one over is closed at
-    once (a thread per connection and no limit let 20,000 connections take the launcher's
-    memory and threads)."""
+    """A thread per connection, at most ``MAX_CONNECTIONS`` at once. At the cap, a new
+    connection closes the oldest one whose request head has not arrived yet: connections that
+    send slowly or not at all make room for a probe that asks at once, so no client can hold
+    the port, and threads stay bounded."""
 
     daemon_threads = True
     MAX_CONNECTIONS = 32
@@ -90,23 +92,44 @@ class _Server(ThreadingMixIn, WSGIServer):
 
     def server_activate(self) -> None:
         super().server_activate()
-        self._slots = threading.BoundedSemaphore(self.MAX_CONNECTIONS)
+        self._lock = threading.Lock()
+        self._open = 0
+        self._waiting: dict[socket.socket, None] = {}  # no head yet, oldest first
 
     def process_request(self, request, client_address) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
+        with self._lock:
+            if self._open >= self.MAX_CONNECTIONS:
+                if not self._waiting:  # every one is being answered: they end at once
+                    self.shutdown_request(request)
+                    return
+                oldest = next(iter(self._waiting))
+                del self._waiting[oldest]
+                try:  # its thread reads the end and lets go of its slot
+                    oldest.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            self._open += 1
+            self._waiting[request] = None
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._release(request)
             raise
 
     def process_request_thread(self, request, client_address) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._release(request)
+
+    def head_arrived(self, request: socket.socket) -> None:
+        with self._lock:
+            self._waiting.pop(request, None)
+
+    def _release(self, request: socket.socket) -> None:
+        with self._lock:
+            self._waiting.pop(request, None)
+            self._open -= 1
 
     def handle_error(self, request, client_address) -> None:
         """A connection that timed out or went away is no error worth a traceback (one per
@@ -117,6 +140,11 @@ class _Server(ThreadingMixIn, WSGIServer):
 
 class _QuietHandler(WSGIRequestHandler):
     timeout = 5.0  # a connection that sends nothing, or a request head too slowly, is closed
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        self.server.head_arrived(self.request)
+        return parsed
 
     def log_message(self, *args) -> None:  # a probe every 10 s is not news
         pass
