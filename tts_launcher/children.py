@@ -87,7 +87,7 @@ def supervise(
             return code
     code = _stop_in_order(process, supervisor, launch, drain_s)
     remove_regions(shm_prefix, set(), launch.say)  # what stubs that died along the way left
-    return 1 if any(k and k.gave_up for k in launch.kept) else code
+    return code
 
 
 class _Launch:
@@ -100,13 +100,13 @@ class _Launch:
     ``drain_s``) while Triton still serves them; then the front door the same way (its
     connections to Triton closed, so none holds Triton's exit); then tritonserver. A gateway or
     front door that dies is started again; so is a tritonserver that dies on its own (a crash,
-    an OOM kill), with backoff, until ``restarts`` says it keeps dying; then the launcher exits
-    with its code. ``front_ready``: whether the front door listens yet (it measures a warm-up
+    an OOM kill), with backoff that grows to minutes once ``restarts`` says it keeps dying:
+    none of them is given up on, and the launcher never stops a service it was not asked to
+    stop. ``front_ready``: whether the front door listens yet (it measures a warm-up
     first); the gateway and then the edge (nginx, on the public ports) start after it, so the
     public ports open once there is something to serve. ``front_live``: the front door's own
-    liveness probe; one that stops answering is killed and started again. The front door is
-    never given up on: a proxy that keeps crashing is retried every 30 s while tritonserver
-    keeps running (stopping a healthy server for its proxy took the whole service down).
+    liveness probe; one that stops answering is killed and started again. The front door and
+    the edge are retried at least every 30 s (without them nothing is served).
     ``heartbeat``: beaten at least every second while the launcher's loop runs (its ``/live``,
     liveness.py).
     """
@@ -200,13 +200,12 @@ class _Launch:
             self.child(
                 "the front door",
                 front_cmd,
-                RestartPolicy(),
+                RestartPolicy(slow_s=30.0),
                 # Started again (it crashed or hung), it serves at once: Triton's engines are
                 # warm already and admission measures the live rate, not a warm-up's (a
                 # replaced front door reran its warm-up: 37 s without service).
                 again=["--warmup-requests=0"],
                 live=front_live,
-                give_up=False,
                 restarts=self.metrics.child_restarts.labels("front", "exited"),
                 hangs=self.metrics.child_restarts.labels("front", "hung"),
             )
@@ -218,9 +217,8 @@ class _Launch:
             if gateway_cmd
             else None
         )
-        # Like the front door, never given up on: tritonserver and the proxy behind it are fine.
         self.start_edge = (
-            self.child("the edge (nginx)", edge_cmd, RestartPolicy(), give_up=False)
+            self.child("the edge (nginx)", edge_cmd, RestartPolicy(slow_s=30.0))
             if edge_cmd
             else None
         )
@@ -257,19 +255,18 @@ class _Launch:
         return [k for k in (self.front, self.edge, self.gateway) if k]
 
     def watch(self, process) -> None:
-        """Keep the children while tritonserver runs, until a stop (or a child gave up)."""
+        """Keep the children while tritonserver runs, until a stop."""
         kept = self.kept
         while process.poll() is None and not self.stopping.is_set():
-            if not all(k.check(time.monotonic()) for k in kept):
-                self.stopping.set()
-                break
+            for keeper in kept:
+                keeper.check(time.monotonic())
             end_orphans(keep={process.pid, *(p for k in kept for p in k.pids())})
             self.beat()
             self.stopping.wait(0.5)
 
     def after_death(self, process, supervisor: Supervisor | None) -> int | None:
-        """tritonserver died on its own: clean up, and the launcher's exit code, or None to
-        start it again (after the policy's backoff)."""
+        """tritonserver died on its own: clean up and wait out the policy's backoff; None to
+        start it again, or 0 when a stop came meanwhile."""
         # Its stubs would live on (they were seen for minutes, mapping the dead server's
         # regions): end them, then remove the regions.
         code = process.wait()
@@ -280,14 +277,7 @@ class _Launch:
             self.say(f"launcher: ended {len(orphans)} stub(s) of the dead tritonserver")
         remove_regions(self.shm_prefix, set(), self.say)
         delay = self.restarts.next_delay(time.monotonic())
-        if delay is None:
-            self.say(
-                f"launcher: tritonserver exited ({code}) {self.restarts.describe()}; giving up"
-            )
-            for keeper in self.kept:
-                keeper.stop(self.drain_s)
-            return code or 1
-        self.say(f"launcher: tritonserver exited ({code}); starting it again in {delay:.0f} s")
+        self.say(f"launcher: tritonserver exited ({code}){self.restarts.again(delay)}")
         self.metrics.server_restarts.inc()
         if _pause(delay, self.stopping, self.beat):
             for keeper in self.kept:

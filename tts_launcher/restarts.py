@@ -13,8 +13,8 @@ from .processes import stop_process
 
 class RestartedChild:
     """A child the launcher keeps running (the gateway, the front door): started again after
-    it exits, after the policy's backoff, until the policy gives up (a taken port made it
-    restart once a second for ever before), or, with ``give_up=False``, every 30 s for ever.
+    it exits, after the policy's backoff (a taken port made it restart once a second for ever
+    before); never given up on, since a launcher that stopped turned a crash into an outage.
 
     ``live``: a liveness probe (the child's own answer, not its upstream's); once it has
     answered since its start, a child that does not answer for ``hang_s`` is killed and
@@ -30,18 +30,16 @@ class RestartedChild:
         policy: RestartPolicy,
         say: Callable[[str], None],
         live: Callable[[], bool] | None = None,
-        give_up: bool = True,
         hang_s: float = 10.0,
         start_s: float = 180.0,
         restarts=None,
         hangs=None,
     ) -> None:
         self.name, self.start, self.policy, self.say = name, start, policy, say
-        self.live, self.give_up, self.hang_s, self.start_s = live, give_up, hang_s, start_s
+        self.live, self.hang_s, self.start_s = live, hang_s, start_s
         self._restarts, self._hangs = restarts, hangs  # Prometheus counters, or None
         self.process: subprocess.Popen | None = None
         self.due: float | None = None  # when it is started again
-        self.gave_up = False
         self._run()
 
     def _run(self) -> None:
@@ -72,36 +70,18 @@ class RestartedChild:
     def pids(self) -> list[int]:
         return [self.process.pid] if self.process else []
 
-    def check(self, now: float) -> bool:
-        """Start it again when due; False once it has died too often (the launcher stops)."""
+    def check(self, now: float) -> None:
+        """Start it again when due."""
         if self.process and self.process.poll() is None and self.due is None:
             self._probe(now)
         if self.process and self.process.poll() is not None and self.due is None:
-            code = self.process.returncode
-            delay = self.policy.next_delay(now)
-            if delay is None and self.give_up:
-                self.say(
-                    f"launcher: {self.name} exited ({code}) {self.policy.describe()}; "
-                    "giving up (its error is above)"
-                )
-                self.gave_up = True
-                return False
-            if delay is None:
-                delay = 30.0
-                self.say(
-                    f"launcher: {self.name} exited ({code}) {self.policy.describe()}; "
-                    "tritonserver keeps serving, trying it again every 30 s (its error is above)"
-                )
-            else:
-                self.say(
-                    f"launcher: {self.name} exited ({code}); starting it again in {delay:.0f} s"
-                )
+            code, delay = self.process.returncode, self.policy.next_delay(now)
+            self.say(f"launcher: {self.name} exited ({code}){self.policy.again(delay)}")
             if self._restarts is not None:
                 self._restarts.inc()
             self.due = now + delay
         if self.due is not None and now >= self.due:
             self._run()
-        return True
 
     def stop(self, grace: float, kill: bool = True) -> None:
         if self.process:
@@ -110,19 +90,31 @@ class RestartedChild:
 
 @dataclass
 class RestartPolicy:
-    """Restart a dead tritonserver after 1, 2, 4 ... (at most 30) s, but not more than
-    ``max_restarts`` times within ``window_s``: a server that keeps dying needs a person."""
+    """Restart a dead process after 1, 2, 4 ... (at most 30) s; once it has died more than
+    ``max_restarts`` times within ``window_s``, it keeps dying: the waits go on doubling up to
+    ``slow_s``, and it is still started again (a person is told, the service is not stopped:
+    six crashes in ten minutes made the launcher exit, a crash turned into an outage)."""
 
     max_restarts: int = 5
     window_s: float = 600.0
+    slow_s: float = 300.0
     times: list[float] = field(default_factory=list)
 
-    def next_delay(self, now: float) -> float | None:
+    def next_delay(self, now: float) -> float:
         self.times = [t for t in self.times if now - t < self.window_s]
-        if len(self.times) >= self.max_restarts:
-            return None
         self.times.append(now)
-        return float(min(30, 2 ** (len(self.times) - 1)))
+        longest = self.slow_s if self.keeps_dying else min(30.0, self.slow_s)
+        return float(min(longest, 2 ** (len(self.times) - 1)))
 
-    def describe(self) -> str:
-        return f"{len(self.times)} times within {self.window_s:.0f} s"
+    @property
+    def keeps_dying(self) -> bool:
+        return len(self.times) > self.max_restarts
+
+    def again(self, delay: float) -> str:
+        """The rest of the line that says a process exited: when it starts again."""
+        if not self.keeps_dying:
+            return f"; starting it again in {delay:.0f} s"
+        return (
+            f" {len(self.times)} times within {self.window_s:.0f} s: it keeps dying (its error "
+            f"is above); starting it again in {delay:.0f} s"
+        )

@@ -94,24 +94,35 @@ class FakeProcess:
         return self.returncode
 
 
-def test_a_gateway_that_keeps_dying_is_restarted_with_backoff_then_given_up():
+def test_a_gateway_that_keeps_dying_is_restarted_with_backoff_and_never_given_up():
+    """Past its budget (3 restarts here) the launcher gave up and stopped everything: six
+    crashes in ten minutes were a permanent outage. Now the waits grow and it is tried again,
+    with a line that says it keeps dying."""
     said, starts = [], []
 
     def start():
         starts.append(1)
         return FakeProcess(1)  # dies at once, as on a taken port
 
-    keeper = RestartedChild("the gateway", start, RestartPolicy(max_restarts=3), said.append)
-    clock, checks = 0.0, 0
-    while keeper.check(clock):
+    keeper = RestartedChild(
+        "the gateway", start, RestartPolicy(max_restarts=3, slow_s=20), said.append
+    )
+    clock = 0.0
+    while clock < 200:
+        keeper.check(clock)
         clock += 0.5
-        checks += 1
-        assert checks < 100
-    # Restarted after 1, 2 and 4 s (not every 0.5 s check), then given up.
-    assert len(starts) == 4 and keeper.gave_up
-    assert [s.split("again in ")[1] for s in said[:3]] == ["1 s", "2 s", "4 s"]
-    assert "giving up" in said[-1]
-    assert 7.0 <= clock <= 8.5
+    # 1, 2 and 4 s (not every 0.5 s check), then it keeps dying: 8, 16, then every 20 s.
+    assert [s.split("again in ")[1] for s in said[:6]] == [
+        "1 s",
+        "2 s",
+        "4 s",
+        "8 s",
+        "16 s",
+        "20 s",
+    ]
+    assert "it keeps dying" in said[3] and "it keeps dying" not in said[2]
+    # Started at 0, 1, 3.5, 8, 16.5, 33, then every 20.5 s (a death is seen at the next check).
+    assert len(starts) == 6 + 8
 
 
 def test_stubs_left_by_a_dead_server_are_ended():
@@ -238,12 +249,11 @@ def test_a_front_door_that_keeps_dying_is_retried_every_30_s_never_given_up():
         return FakeProcess(1)
 
     keeper = RestartedChild(
-        "the front door", start, RestartPolicy(max_restarts=3), said.append, give_up=False
+        "the front door", start, RestartPolicy(max_restarts=3, slow_s=30), said.append
     )
     clock = 0.0
     while clock < 100:
-        assert keeper.check(clock)  # the launcher goes on
+        keeper.check(clock)  # the launcher goes on
         clock += 0.5
-    assert not keeper.gave_up
-    assert "trying it again every 30 s" in said[3]
-    assert len(starts) == 1 + 3 + 3  # 1, 2, 4 s, then every 30 s (at 37, 67, 97 s)
+    assert "it keeps dying" in said[3]
+    assert len(starts) == 8  # at 0, 1, 3.5, 8, 16.5, 33, then every 30.5 s (63.5, 94)
