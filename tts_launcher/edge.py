@@ -257,8 +257,10 @@ def edge_command(config: Path) -> list[str]:
 def write_config(settings: FrontSettings, ports: EdgePorts, key: str, folder: Path) -> Path:
     """The launch's configuration file in ``folder`` (readable by its owner only: it holds
     the key)."""
-    # Traversable by nginx's workers (nobody, under a root master), for their body buffers.
-    folder.mkdir(parents=True, exist_ok=True, mode=0o711)
+    # Traversable by nginx's workers (nobody, under a root master), for their body buffers:
+    # set even when it exists (a mkdtemp folder is 0700, and root's workers got 500s).
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o711)
     config = folder / "nginx.conf"
     config.touch(mode=0o600)
     config.write_text(render(settings, ports, key, folder))

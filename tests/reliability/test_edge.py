@@ -152,6 +152,21 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(served):
         sock.close()
 
 
+def test_a_body_nginx_buffers_on_disk_is_served(served):
+    """A body over nginx's in-memory buffer goes to its body temp folder: with the launcher
+    as root (as in many containers) that folder was not reachable by nginx's workers, and
+    every such request got nginx's 500."""
+    body = BODY[:-1] + b" " * (2 * 2**20) + b"}"  # 2 MiB of the JSON's own white space
+    conn = http.client.HTTPConnection("127.0.0.1", served.http, timeout=60)
+    conn.request("POST", "/v2/models/tts/infer", body=body,
+                 headers={"Content-Type": "application/json",
+                          "Inference-Header-Content-Length": str(len(body))})  # fmt: skip
+    response = conn.getresponse()
+    answer = response.read()
+    conn.close()
+    assert response.status == 200, (response.status, answer[:300])
+
+
 def drain(chunks) -> None:
     """Read a response to its end, or until it is closed under the reader."""
     with contextlib.suppress(httpx.HTTPError):
