@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import socket
 import sys
 
 import uvicorn
@@ -26,9 +27,29 @@ def main(argv: list[str] | None = None) -> None:
     if settings.check_voices:
         # Before uvicorn, so a refusal is one line and exit 1, not a lifespan traceback.
         asyncio.run(_check_voices(settings))
-    app = PlannedCuts(create_app(settings))
+    app = PlannedCuts(create_app(settings, wyoming_socket=_wyoming_socket(settings)))
     logging.getLogger("uvicorn.error").addFilter(PlannedCuts.quiet)
     DrainingServer(uvicorn_config(app, settings, log_level)).run()
+
+
+def _wyoming_socket(settings) -> socket.socket | None:
+    """Wyoming's port, bound and listening before uvicorn starts: a taken port is one line
+    and exit 2 (in the app's start-up it was a lifespan traceback, five times over)."""
+    if not settings.wyoming_port:
+        return None
+    host = settings.wyoming_host or settings.host
+    try:
+        family = socket.getaddrinfo(host, settings.wyoming_port, type=socket.SOCK_STREAM)[0][0]
+        return socket.create_server((host, settings.wyoming_port), family=family, backlog=128)
+    except OSError as e:
+        print(
+            f"tts_gateway: cannot listen for Wyoming on {host}:{settings.wyoming_port} "
+            f"({e.strerror or e}); stop what uses it, or choose another port with "
+            "--wyoming-port (make serve: WYOMING_PORT)",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.exit(2)
 
 
 def uvicorn_config(app, settings, log_level: str = "info") -> uvicorn.Config:

@@ -8,6 +8,7 @@ validates, routes and encodes.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -128,7 +129,10 @@ def _validation_error(exc: RequestValidationError) -> APIError:
 def create_app(
     settings: GatewaySettings,
     backend_factory: Callable[[GatewaySettings], SpeechBackend] = default_backend,
+    wyoming_socket: socket.socket | None = None,
 ) -> FastAPI:
+    """The gateway's app; ``wyoming_socket``: Wyoming's port, already listening (bound by the
+    entry point before anything starts), else bound here from the settings."""
     metrics = Metrics()
     service = SpeechService(settings, metrics, backend_factory)
 
@@ -139,7 +143,7 @@ def create_app(
         if settings.wyoming_port:
             from .wyoming import WyomingServer
 
-            wyoming = WyomingServer(settings, service)
+            wyoming = WyomingServer(settings, service, wyoming_socket)
             port = await wyoming.start()
             log.info("gateway: Wyoming (Home Assistant) on %s:%d", wyoming.host, port)
         log.info(

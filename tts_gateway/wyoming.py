@@ -324,8 +324,13 @@ async def advertise(name: str, host: str, port: int) -> AsyncZeroconf:
 class WyomingServer:
     """The TCP server: connections capped in all and per address."""
 
-    def __init__(self, settings: GatewaySettings, service: SpeechService) -> None:
-        self.settings, self.service = settings, service
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        service: SpeechService,
+        sock: socket.socket | None = None,
+    ) -> None:
+        self.settings, self.service, self.sock = settings, service, sock
         self.info = info(settings)
         self.host = settings.wyoming_host or settings.host
         self.by_client: Counter[str] = Counter()
@@ -336,9 +341,14 @@ class WyomingServer:
     async def start(self) -> int:
         """Listen on ``wyoming_host``:``wyoming_port`` (advertised over mDNS when asked); the
         port bound."""
-        self._server = await asyncio.start_server(
-            self._connected, self.host, self.settings.wyoming_port, limit=MAX_LINE
-        )
+        if self.sock is not None:
+            self._server = await asyncio.start_server(
+                self._connected, sock=self.sock, limit=MAX_LINE
+            )
+        else:
+            self._server = await asyncio.start_server(
+                self._connected, self.host, self.settings.wyoming_port, limit=MAX_LINE
+            )
         port = self._server.sockets[0].getsockname()[1]
         if self.settings.wyoming_zeroconf:
             try:

@@ -7,6 +7,8 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+import psutil
+
 from tts_front.security import ADMIN_HEADER, INNER_HEADER
 
 from .environment import (
@@ -123,9 +125,13 @@ def free_ports(n: int, avoid: Iterable[int] = ()) -> list[int]:
     return ports
 
 
-def taken_port(bind: str, ports: list[tuple[int, str]]) -> str | None:
-    """One line naming the first port (0: none) that cannot be bound on ``bind``, and the
-    option or make variable that moves it; None when all are free."""
+def taken_ports(
+    bind: str, ports: list[tuple[int, str]], launchers: Iterable[int] = ()
+) -> list[str]:
+    """A line for each port (0: none) that cannot be bound on ``bind``: who holds it where
+    that can be seen (another launcher among ``launchers``, by its process tree, or any other
+    process), and the option or make variable that moves it."""
+    lines = []
     for port, option in ports:
         if not port:
             continue
@@ -136,11 +142,42 @@ def taken_port(bind: str, ports: list[tuple[int, str]]) -> str | None:
             try:
                 s.bind((bind, port))
                 s.listen()
+                continue
             except OSError as e:
-                return (
-                    f"port {port} on {bind} is not free ({e.strerror}); stop what uses it or "
-                    f"choose another with {option}"
-                )
+                why = e.strerror
+        holder = _holder(port, why, set(launchers))
+        lines.append(f"port {port} on {bind} is not free{holder}, or choose another with {option}")
+    return lines
+
+
+def _holder(port: int, why: str, launchers: set[int]) -> str:
+    """Who listens on ``port``, as the rest of a sentence."""
+    owner = port_owner(port)
+    if owner is None:  # another user's, unseen: only the kernel's word
+        return f" ({why}); stop what uses it"
+    try:
+        tree = [owner.pid, *(p.pid for p in owner.parents())]
+        name = owner.name()
+    except psutil.Error:
+        return f" ({why}); stop what uses it"
+    launcher = next((pid for pid in tree if pid in launchers), None)
+    if launcher is not None:
+        its = "" if launcher == owner.pid else f" ({name}, pid {owner.pid}, is its child)"
+        return (
+            f": another launcher (`make serve`, pid {launcher}) is running and holds it{its}; "
+            "stop it (Ctrl-C)"
+        )
+    return f": {name} (pid {owner.pid}) listens on it; stop it"
+
+
+def port_owner(port: int) -> psutil.Process | None:
+    """The process listening on ``port``, where this user may see it (root sees all)."""
+    try:
+        for conn in psutil.net_connections(kind="inet"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
+                return psutil.Process(conn.pid)
+    except psutil.Error:
+        pass
     return None
 
 

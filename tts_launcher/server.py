@@ -46,7 +46,7 @@ from .commands import (
     front_command,
     gateway_command,
     server_command,
-    taken_port,
+    taken_ports,
 )
 from .edge import EdgePorts, edge_command, write_config
 from .environment import has_gpu, quiet_grpc, server_env
@@ -206,7 +206,7 @@ def refuse_to_start(args: argparse.Namespace, extra: list[str]) -> None:
             flush=True,
         )
         sys.exit(2)
-    taken = taken_port(
+    taken = taken_ports(
         args.bind,
         [
             (args.http_port, "--http-port / HTTP_PORT"),
@@ -216,17 +216,11 @@ def refuse_to_start(args: argparse.Namespace, extra: list[str]) -> None:
             (args.wyoming_port if args.gateway_port else 0, "--wyoming-port / WYOMING_PORT"),
             (args.supervisor_metrics_port, "--supervisor-metrics-port / SUPERVISOR_METRICS_PORT"),
         ],
+        [pid for pid in servers() if pid != os.getpid()],
     )
+    for line in taken:  # every one at once: fixing them one start at a time is slow
+        print(f"launcher: {line}", file=sys.stderr, flush=True)
     if taken:
-        others = [pid for pid in servers() if pid != os.getpid()]
-        if others:  # the likely cause: name it, not only the port it took first
-            taken = (
-                f"{taken.split(';')[0]}: another launcher (`make serve`, pid "
-                f"{', '.join(map(str, others))}) is running; stop it (Ctrl-C), or give this one "
-                "other ports (HTTP_PORT, GRPC_PORT, METRICS_PORT, GATEWAY_PORT, WYOMING_PORT, "
-                "SUPERVISOR_METRICS_PORT)"
-            )
-        print(f"launcher: {taken}", file=sys.stderr, flush=True)
         sys.exit(2)
 
 

@@ -82,6 +82,24 @@ def test_a_taken_port_is_one_clear_line(exported_repository):
     assert f"port {port}" in line and "GATEWAY_PORT" in line, line
 
 
+def test_the_gateway_on_a_taken_wyoming_port_is_one_clear_line():
+    """Taken after the launcher checked it (a second launcher, wyoming-piper), the port made
+    the gateway's start-up fail with a lifespan traceback, five times over."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "tts_gateway", "--triton-url=grpc://127.0.0.1:1",
+             "--port=1", f"--wyoming-port={port}", "--check-voices=false"],
+            capture_output=True, text=True, timeout=60, cwd=ROOT,
+        )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    line = result.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line, line
+    assert f"127.0.0.1:{port}" in line and "WYOMING_PORT" in line, line
+
+
 class FakeProcess:
     """A child that has exited with ``code``."""
 

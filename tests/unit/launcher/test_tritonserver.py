@@ -85,14 +85,45 @@ def test_a_port_in_time_wait_is_free_and_a_listening_one_is_not():
     with socket.socket() as plain:  # what the launcher checked before: "Address already in use"
         with pytest.raises(OSError):
             plain.bind(("127.0.0.1", port))
-    assert commands.taken_port("127.0.0.1", [(port, "--http-port")]) is None
+    assert commands.taken_ports("127.0.0.1", [(port, "--http-port")]) == []
     with socket.socket() as listening:
         listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listening.bind(("127.0.0.1", port))
         listening.listen()
-        message = commands.taken_port("127.0.0.1", [(port, "--http-port")])
-    assert message and f"port {port} on 127.0.0.1 is not free" in message
+        [message] = commands.taken_ports("127.0.0.1", [(port, "--http-port")])
+    assert f"port {port} on 127.0.0.1 is not free" in message
     assert "--http-port" in message
+
+
+def test_a_port_held_by_another_program_names_it_not_a_launcher(tmp_path):
+    """wyoming-piper also listens on 10200: a launcher running elsewhere was blamed for it
+    (its pid named, the port's holder not). Every taken port is named at once."""
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import socket, time\n"
+         "ss = [socket.socket() for _ in range(2)]\n"
+         "for s in ss: s.bind(('127.0.0.1', 0)); s.listen()\n"
+         "print(*(s.getsockname()[1] for s in ss), flush=True); time.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        first, second = map(int, holder.stdout.readline().split())
+        lines = commands.taken_ports(
+            "127.0.0.1",
+            [(first, "--wyoming-port / WYOMING_PORT"), (0, "-"), (second, "--http-port")],
+            launchers=[1 << 22],  # a launcher that holds neither
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    assert len(lines) == 2, lines
+    assert f"port {first} on 127.0.0.1 is not free: python" in lines[0], lines
+    assert f"(pid {holder.pid}) listens on it" in lines[0] and "WYOMING_PORT" in lines[0]
+    assert "another launcher" not in " ".join(lines)
+    assert f"port {second}" in lines[1] and "--http-port" in lines[1]
 
 
 def test_a_second_launcher_names_the_first_not_the_port_it_happened_to_hit(tmp_path):
