@@ -71,6 +71,9 @@ def uvicorn_config(app, settings, log_level: str = "info") -> uvicorn.Config:
         # the largest text message allowed (4 bytes a character, JSON around it) closes with 1009.
         ws="wsproto",
         ws_max_size=4 * settings.session_max_message_chars + 1024,
+        # No permessage-deflate: the size limit is on the frame as sent, and a 255 KB frame
+        # inflated to 250 MiB before it. Messages are short text, the audio binary PCM.
+        ws_per_message_deflate=False,
     )
 
 

@@ -197,3 +197,49 @@ def test_the_example_runs_where_the_docs_say_with_what_they_say_to_install(gatew
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert "sentence_0.wav" in ran.stdout and (tmp_path / "sentence_0.wav").stat().st_size > 1000
+
+
+def test_compressed_frames_are_not_negotiated_so_none_inflates(gateway):
+    """With permessage-deflate a 255 KB frame inflated to 250 MiB inside the gateway before
+    its size limit saw it (RSS 159 -> 510 MB with one connection). Session messages are short
+    text and the audio is binary PCM: compression is not offered, and a compressed frame is a
+    protocol error, closed before anything is inflated."""
+    import base64
+    import os
+    import socket
+    import zlib
+
+    import psutil
+
+    host, port = gateway.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall(
+        f"GET /v1/audio/speech/stream HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+        "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n\r\n".encode()
+    )
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += sock.recv(4096)
+    assert head.startswith(b"HTTP/1.1 101"), head
+    assert b"permessage-deflate" not in head.lower(), head
+    rss = psutil.Process(gateway.process.pid).memory_info().rss
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    bomb = deflate.compress(b"{" + b" " * (64 * 2**20)) + deflate.flush(zlib.Z_SYNC_FLUSH)[:-4]
+    mask = os.urandom(4)
+    masked = bytes(b ^ mask[k % 4] for k, b in enumerate(bomb))
+    # FIN + RSV1 (compressed) + text; masked, 64-bit length.
+    sock.sendall(bytes([0xC1, 0x80 | 127]) + len(bomb).to_bytes(8, "big") + mask + masked)
+    closed = b""
+    sock.settimeout(30)
+    try:
+        while chunk := sock.recv(65536):
+            closed += chunk
+    except ConnectionResetError:
+        pass
+    sock.close()
+    # Closed: with a close frame (1002, protocol error), or at once (unread data: a reset).
+    assert closed == b"" or closed[:4] == b"\x88\x02\x03\xea", closed[:20]
+    grown = psutil.Process(gateway.process.pid).memory_info().rss - rss
+    assert grown < 32 * 2**20, grown
