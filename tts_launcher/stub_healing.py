@@ -39,6 +39,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from tts_triton.probes import STUB, is_live, is_ready, python_models, stubs_by_model
+from tts_wire.tensors import ACOUSTIC, VOCODER
 
 # The flags a supervised tritonserver needs: models loaded at start, reloadable by the API.
 SUPERVISED_ARGS = ("--model-control-mode=explicit", "--load-model=*")
@@ -126,6 +127,10 @@ CANARIES = {
 # Decoupled models get their canary through Triton's generate_stream extension (SSE over HTTP),
 # since its plain HTTP infer cannot call them; checked after the batched models it calls.
 STREAM_CANARIES = {"tts_stream": {"text": "a"}}
+# A model whose stub waits on others (BLS) makes progress through their stubs: under a flood of
+# `tts` the stream's canary queued behind it while its own stub, waiting, used no CPU, and it
+# was killed as hung.
+WAITS_ON = {"tts_stream": (ACOUSTIC, VOCODER)}
 # Below this share of the waited time on CPU, a stub that did not answer is hung, not busy.
 HUNG_CPU_SHARE = 0.02
 
@@ -255,8 +260,10 @@ class Supervisor:
 
     def check_hung(self, model: str) -> bool:
         """Send ``model`` its canary; kill its stubs if it is hung. True when it was."""
-        pids = stubs_by_model(self.server_pid, [model])[model]
-        before, start = cpu_seconds(pids), time.monotonic()
+        watched = [model, *(m for m in WAITS_ON.get(model, ()) if m in self.models)]
+        stubs = stubs_by_model(self.server_pid, watched)
+        pids, working = stubs[model], set().union(*stubs.values())
+        before, start = cpu_seconds(working), time.monotonic()
         if model in STREAM_CANARIES:
             path, body = "generate_stream", STREAM_CANARIES[model]
         else:
@@ -281,12 +288,13 @@ class Supervisor:
             reason = "Triton reports its stub not healthy"
         except OSError:  # no answer in time (or the server went away)
             waited = time.monotonic() - start
-            used = cpu_seconds(pids) - before
+            used = cpu_seconds(working) - before
             if used > HUNG_CPU_SHARE * waited:
-                return False  # busy, not hung
+                return False  # busy (or waiting on stages that are), not hung
+            also = f" and the stubs of {', '.join(watched[1:])}" if watched[1:] else ""
             reason = (
-                f"no answer to its canary in {waited:.0f} s and its stub used {used:.2f} s of "
-                "CPU meanwhile"
+                f"no answer to its canary in {waited:.0f} s; its stub{also} used {used:.2f} s "
+                "of CPU meanwhile"
             )
         if self._stop.is_set() or not pids:
             return False

@@ -94,3 +94,47 @@ def test_a_hung_stub_is_found_by_its_canary_and_comes_back(supervised, model):
     assert pid not in stubs_by_model(supervised.process.pid, [model])[model]
     metrics = supervised.supervisor.metrics
     assert metrics.value("tts_supervisor_outages_total", model=model, cause="hung") >= 1
+
+
+def test_a_flood_of_tts_does_not_get_the_stream_killed_as_hung(supervised):
+    """The stream's stub waits on acoustic and vocoder: behind a flood of `tts` its canary got
+    no answer within the timeout while its own stub used no CPU, and the supervisor killed it
+    as hung, a stream outage made by load. Busy stages it waits on are progress."""
+    from concurrent.futures import ThreadPoolExecutor
+
+
+    metrics = supervised.supervisor.metrics
+    before = metrics.value("tts_supervisor_outages_total", model="tts_stream", cause="hung")
+    logged = supervised.log_path.stat().st_size
+    until = time.monotonic() + 30  # several canary rounds (2 s apart, 5 s timeout) under it
+
+    def flood(_) -> int:
+        served = 0
+        with TTSClient(supervised.grpc_url, retry=NO_RETRY, timeout=300) as client:
+            while time.monotonic() < until:
+                served += client.synthesize(SENTENCE).duration > 1
+        return served
+
+    with ThreadPoolExecutor(FLOODERS + 1) as pool:
+        flooding = pool.map(flood, range(FLOODERS))
+        time.sleep(8)
+        with TTSClient(supervised.grpc_url, retry=NO_RETRY, timeout=60) as client:
+            started = time.monotonic()
+            next(iter(client.stream("a")))
+            waited = time.monotonic() - started
+        served = sum(flooding)
+    print(f"\na stream's first chunk under the flood: {waited:.1f} s; {served} served")
+    # The premise: under this load the stream answers later than the canary waits.
+    assert waited > supervised.supervisor.canary_timeout
+    assert b"tts_stream is hung" not in supervised.log_path.read_bytes()[logged:]
+    assert metrics.value(
+        "tts_supervisor_outages_total", model="tts_stream", cause="hung"
+    ) == before
+
+
+FLOODERS = 48
+# Long for one request (a batch of them takes seconds), short of being streamed.
+SENTENCE = (
+    "The old lighthouse stood at the edge of the cliff for more than a century, and every "
+    "night its beam swept across the dark and restless water."
+)
