@@ -103,6 +103,7 @@ class AdmissionTicket:
     client: str | None = None  # its queue (an address, or the gateway's caller)
     queued: bool = False  # took a slot (streams do not: tts_stream caps them itself)
     ahead: float = 0.0  # the work in Triton as it went in, its own with it
+    interactive: bool = False  # counted in its client's requests above the default priority
 
 
 FREE = AdmissionTicket(None, 0.0)

@@ -9,7 +9,7 @@ import os
 import time
 from collections import Counter
 
-from tts_wire import CALLER_HEADER, FRONT_TOKEN_HEADER, edge_client
+from tts_wire import CALLER_HEADER, FRONT_TOKEN_HEADER, PRIORITY_LEVELS, edge_client
 
 from .admission import (
     FREE,
@@ -32,6 +32,11 @@ from .security import (
     inner_headers,
 )
 from .settings import FrontSettings
+
+
+def raised(priority: int) -> bool:
+    """Whether ``priority`` asks for a level above the models' default (the bulk level)."""
+    return 0 < priority < PRIORITY_LEVELS
 
 
 class Gatekeeper:
@@ -60,6 +65,7 @@ class Gatekeeper:
         # so the per-address connection cap is the edge's to keep (it counts the real ones).
         self.edge_key = os.environ.get(EDGE_KEY_ENV, "")
         self._streams: Counter[str] = Counter()  # streams in progress per client
+        self._interactive: Counter[str] = Counter()  # above the default priority, per client
 
     async def enter(
         self,
@@ -68,10 +74,12 @@ class Gatekeeper:
         rid: str = "",
         client: str = "",
         deadline_s: float | None = None,
+        priority: int = 0,
     ) -> AdmissionTicket:
         """A ticket for a request to ``model`` of ``cost`` from ``client``, once it may go on
         (it may wait in the queue first). Raises Refused for overload, TooMany when the client
-        holds its limit of streams."""
+        holds its limit of streams. ``priority``: the level it asks for; a ticket that is not
+        ``interactive`` for a raised one means it goes at the default level (:meth:`demoted`)."""
         if model is None:
             return FREE
         if model in self.settings.streamed:
@@ -95,15 +103,29 @@ class Gatekeeper:
             self.metrics.refused.labels(model).inc()
             raise
         self.metrics.in_flight.labels(model).inc()
-        return AdmissionTicket(
-            model, time.monotonic(), cost, measured, rid, client, queued=True, ahead=ahead
+        interactive = raised(priority) and (
+            self._interactive[client] < self.settings.max_interactive_per_client
         )
+        self._interactive[client] += interactive
+        return AdmissionTicket(
+            model, time.monotonic(), cost, measured, rid, client, True, ahead, interactive
+        )
+
+    def demoted(self, ticket: AdmissionTicket, priority: int) -> bool:
+        """Whether a request asking for ``priority`` goes at the default level instead: its
+        client holds its share of requests above it (admitted models only; the admin key's
+        and inner calls keep theirs)."""
+        return ticket.queued and raised(priority) and not ticket.interactive
 
     def leave(self, ticket: AdmissionTicket, outcome: str, samples: int | None = None) -> None:
         """A request ended; ``samples``: the audio it produced, when read (its real work)."""
         if ticket.model is None:
             return
         seconds = time.monotonic() - ticket.start
+        if ticket.interactive:
+            self._interactive[ticket.client] -= 1
+            if self._interactive[ticket.client] <= 0:
+                del self._interactive[ticket.client]
         if ticket.queued:
             work = work_done(samples) if samples is not None and ticket.measured else None
             served, measured = outcome == "served", ticket.measured

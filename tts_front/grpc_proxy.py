@@ -10,7 +10,13 @@ from collections.abc import AsyncIterator
 import grpc
 import tritonclient.grpc as grpc_types
 
-from tts_wire import AUDIO, EDGE_KEY_HEADER, FINAL_RESPONSE, stream_error_message
+from tts_wire import (
+    AUDIO,
+    EDGE_KEY_HEADER,
+    FINAL_RESPONSE,
+    PRIORITY_LEVELS,
+    stream_error_message,
+)
 
 from .admission import (
     FREE,
@@ -29,6 +35,7 @@ from .protowire import (
     model_name,
     output_elements,
     stream_response,
+    with_priority,
 )
 from .security import GRPC_HEADER_PREFIX
 from .stubs import StubWatch
@@ -115,8 +122,9 @@ class GrpcProxy:
         client: str,
         call_left_s: float | None,
         stream: bool = False,
-    ) -> tuple[AdmissionTicket, None] | tuple[None, tuple[grpc.StatusCode, str]]:
-        """(ticket, None) for a ModelInferRequest to pass on, or (None, (code, message)).
+    ) -> tuple[AdmissionTicket, bytes] | tuple[None, tuple[grpc.StatusCode, str]]:
+        """(ticket, the request to pass on) for a ModelInferRequest (at the default priority
+        when its client holds its share above it), or (None, (code, message)).
 
         Its deadline: :func:`message_deadline`."""
         info = infer_request(request)
@@ -133,24 +141,30 @@ class GrpcProxy:
         own = info.timeout_us / 1e6 if info.timeout_us else None
         deadline_s = message_deadline(own, call_left_s, stream, self.settings.deadline_s)
         try:
-            return await self.gatekeeper.enter(model, cost, info.id, client, deadline_s), None
+            ticket = await self.gatekeeper.enter(
+                model, cost, info.id, client, deadline_s, info.priority
+            )
         except TooMany as e:
             return None, (grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
         except Refused as e:
             return None, (grpc.StatusCode.UNAVAILABLE, str(e))
+        if self.gatekeeper.demoted(ticket, info.priority):
+            request = with_priority(request, PRIORITY_LEVELS)
+        return ticket, request
 
     async def unary(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         gatekeeper, ticket = self.gatekeeper, FREE
         if method == INFER_METHOD:
             headers = _headers(context)
-            ticket, refused = await self.admit(
+            ticket, passed = await self.admit(
                 request,
                 gatekeeper.is_admin(headers),
                 gatekeeper.client(headers, _peer(context)),
                 context.time_remaining(),
             )
-            if refused:
-                await context.abort(*refused)
+            if ticket is None:
+                await context.abort(*passed)
+            request = passed
         outcome, samples = "error", None
         try:
             call = self._calls.get(method) or self._calls.setdefault(
@@ -306,12 +320,13 @@ class _ProxiedStream:
 
     async def admit(self, request: bytes) -> None:
         """Admit one message: passed on when admitted; its error queued when refused."""
-        ticket, refused = await self.proxy.admit(
+        ticket, passed = await self.proxy.admit(
             request, self.admin, self.client, self.context.time_remaining(), stream=True
         )
-        if refused:
-            self.refusals.put_nowait(_stream_error(request, *refused))
+        if ticket is None:
+            self.refusals.put_nowait(_stream_error(request, *passed))
             return
+        request = passed
         if ticket.model:
             self.tickets.append(ticket)
         model = ticket.model or model_name(request)

@@ -14,7 +14,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from tts_wire import AUDIO, EDGE_KEY_HEADER
+from tts_wire import AUDIO, EDGE_KEY_HEADER, PRIORITY_LEVELS
 
 from .admission import JSON_OVERHEAD, NotPublic, Refused, TooMany, request_cost
 from .connections import ConnectionGuard
@@ -122,8 +122,9 @@ class HttpProxy:
         cost = request_cost(model, _http_input_bytes(headers, len(body))) if model else 0.0
         client = self.gatekeeper.client(headers, request.remote or "")
         try:
+            priority = _priority(header)
             ticket = await self.gatekeeper.enter(
-                model, cost, client=client, deadline_s=_timeout_s(header)
+                model, cost, client=client, deadline_s=_timeout_s(header), priority=priority
             )
         except (TooMany, Refused) as e:
             return _http_error(429, str(e), {"Retry-After": "1"})
@@ -138,6 +139,8 @@ class HttpProxy:
             forwarded.update(
                 (k, v) for k, v in inner.items() if not k.startswith(GRPC_HEADER_PREFIX)
             )
+            if self.gatekeeper.demoted(ticket, priority):
+                body = _at_default_priority(header, body, headers, forwarded)
             url = f"http://{self.settings.triton_http}{request.rel_url}"
             async with self.session.request(
                 request.method, url, data=bytes(body), headers=forwarded
@@ -277,6 +280,28 @@ def json_depth(value: object) -> int:
             deepest = max(deepest, depth)
             todo.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
     return deepest
+
+
+def _priority(header: object) -> int:
+    """Triton's "priority" request parameter of a parsed JSON inference header (0: none)."""
+    parameters = header.get("parameters") if isinstance(header, dict) else None
+    level = parameters.get("priority") if isinstance(parameters, dict) else None
+    return level if isinstance(level, int) and not isinstance(level, bool) else 0
+
+
+def _at_default_priority(
+    header: dict, body: bytearray, headers: dict[str, str], forwarded: dict[str, str]
+) -> bytearray:
+    """The body with its JSON header asking for the default (bulk) level; a binary body's
+    header length in ``forwarded`` follows."""
+    size = int(headers.get("inference-header-content-length") or len(body))
+    header["parameters"]["priority"] = PRIORITY_LEVELS
+    part = json.dumps(header, separators=(",", ":")).encode()
+    if "inference-header-content-length" in headers:
+        for name in [k for k in forwarded if k.lower() == "inference-header-content-length"]:
+            del forwarded[name]
+        forwarded["Inference-Header-Content-Length"] = str(len(part))
+    return bytearray(part) + body[size:]
 
 
 def _timeout_s(header: object) -> float | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 # Field numbers (grpc_service.proto).
 REQUEST_MODEL_NAME, REQUEST_ID, REQUEST_PARAMETERS, REQUEST_RAW_INPUT = 1, 3, 4, 7
-BOOL_PARAM, INT64_PARAM = 1, 2  # InferParameter.bool_param, .int64_param
+BOOL_PARAM, INT64_PARAM, UINT64_PARAM = 1, 2, 5  # InferParameter's bool, int64, uint64
 STREAM_ERROR, STREAM_RESPONSE = 1, 2
 RESPONSE_MODEL_NAME, RESPONSE_ID, RESPONSE_PARAMETERS, RESPONSE_OUTPUTS = 1, 3, 4, 5
 OUTPUT_NAME, OUTPUT_SHAPE = 1, 3  # InferOutputTensor
@@ -86,6 +86,7 @@ class InferRequest:
     id: str
     input_bytes: int  # raw_input_contents, or the whole message when tensors travel inline
     timeout_us: int = 0  # Triton's "timeout" request parameter (0: none)
+    priority: int = 0  # Triton's "priority" request parameter (0: the model's default)
 
 
 def _parameter(entry: memoryview, name: bytes, kind: int) -> int | None:
@@ -108,10 +109,40 @@ def _timeout(entry: memoryview) -> int | None:
     return None if value is None else (value if value < 1 << 63 else 0)
 
 
+def _priority(entry: memoryview) -> int | None:
+    """A "priority" entry's level (tritonclient sends uint64, Triton also takes int64)."""
+    value = _parameter(entry, b"priority", UINT64_PARAM)
+    return value if value is not None else _parameter(entry, b"priority", INT64_PARAM)
+
+
+def _encoded(number: int, kind: int, payload: bytes | int) -> bytes:
+    """One protobuf field: a varint, or length-delimited bytes."""
+
+    def varint(value: int) -> bytes:
+        out = bytearray()
+        while True:
+            out.append((value & 0x7F) | (0x80 if value > 0x7F else 0))
+            value >>= 7
+            if not value:
+                return bytes(out)
+
+    if kind == 0:
+        return varint(number << 3) + varint(payload)  # type: ignore[arg-type]
+    return varint(number << 3 | 2) + varint(len(payload)) + payload  # type: ignore[arg-type]
+
+
+def with_priority(message: bytes, level: int) -> bytes:
+    """``message`` (a ModelInferRequest) sent at ``level``: a "priority" parameter appended,
+    which wins over any before it (protobuf reads the last of a map's duplicate keys)."""
+    value = _encoded(UINT64_PARAM, 0, level)
+    entry = _encoded(1, 2, b"priority") + _encoded(2, 2, value)
+    return bytes(message) + _encoded(REQUEST_PARAMETERS, 2, entry)
+
+
 def infer_request(message: bytes) -> InferRequest | None:
-    """The model, id, input size and timeout of a serialized ModelInferRequest; None when
-    malformed."""
-    model, rid, raw, timeout = None, "", 0, 0
+    """The model, id, input size, timeout and priority of a serialized ModelInferRequest;
+    None when malformed."""
+    model, rid, raw, timeout, priority = None, "", 0, 0, 0
     try:
         for number, _, value in fields(message):
             if number == REQUEST_MODEL_NAME:
@@ -121,11 +152,13 @@ def infer_request(message: bytes) -> InferRequest | None:
             elif number == REQUEST_PARAMETERS and isinstance(value, memoryview):
                 found = _timeout(value)
                 timeout = found if found is not None else timeout
+                level = _priority(value)
+                priority = level if level is not None else priority
             elif number == REQUEST_RAW_INPUT and isinstance(value, memoryview):
                 raw += len(value)
     except Malformed:
         return None
-    return InferRequest(model, rid, raw or len(message), timeout)
+    return InferRequest(model, rid, raw or len(message), timeout, priority)
 
 
 def model_name(message: bytes) -> str | None:

@@ -73,6 +73,10 @@ class FrontSettings:
     # `tts_stream` requests in progress per client address (the gateway, trusted by the
     # launcher's token, caps its own callers): 16 from one client held every stream slot.
     max_streams_per_client: int = 4
+    # Requests per client in flight at a priority above the models' default (1, interactive):
+    # past it a client's further ones go at the default level. Priority was free: one client's
+    # closed loop of 8 at priority 1 jumped every queue and starved everyone else.
+    max_interactive_per_client: int = 2
     # gRPC ModelStreamInfer calls open at once per client address, whatever they carry: 5,000
     # idle ones from one client (5 connections) cost the front door 160 MB and made gRPC
     # cancel other clients' calls (its queue of calls not yet taken overflowed).
@@ -157,6 +161,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-timeout-s", type=float, default=d.idle_timeout_s)
     p.add_argument("--body-timeout-s", type=float, default=d.body_timeout_s)
     p.add_argument("--max-streams-per-client", type=int, default=d.max_streams_per_client)
+    p.add_argument(
+        "--max-interactive-per-client",
+        type=int,
+        default=d.max_interactive_per_client,
+        help="requests per client in flight at priority 1; more go at the default level",
+    )
     p.add_argument("--max-grpc-streams-per-client", type=int, default=d.max_grpc_streams_per_client)
     p.add_argument("--max-streams-per-connection", type=int, default=d.max_streams_per_connection)
     p.add_argument("--max-buffered-mib", type=float, default=d.max_buffered_bytes / MIB)
@@ -202,6 +212,7 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
             max_buffered_bytes=int(a.max_buffered_mib * MIB),
             max_streams_per_connection=a.max_streams_per_connection,
             max_streams_per_client=a.max_streams_per_client,
+            max_interactive_per_client=a.max_interactive_per_client,
             max_grpc_streams_per_client=a.max_grpc_streams_per_client,
             slots=a.slots,
             max_waiting=a.max_waiting,

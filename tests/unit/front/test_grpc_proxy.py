@@ -32,3 +32,51 @@ def test_a_request_is_admitted_against_the_deadline_its_client_set(
     own_s, call_left_s, stream, expected
 ):
     assert message_deadline(own_s, call_left_s, stream, DEFAULT_S) == expected
+
+
+def test_a_priority_is_read_and_a_demotion_wins_as_protobuf_reads_it():
+    import tritonclient.grpc as grpcclient
+    from tritonclient.grpc import service_pb2
+
+    from tts_client.protocol import build_inputs
+    from tts_front.protowire import infer_request, with_priority
+
+    request = service_pb2.ModelInferRequest(model_name="tts", id="7")
+    request.parameters["priority"].uint64_param = 1
+    request.parameters["timeout"].int64_param = 5_000_000
+    for tensor in build_inputs(grpcclient, "Hello."):
+        request.inputs.append(tensor._get_tensor())
+        request.raw_input_contents.append(tensor._get_content())
+    message = request.SerializeToString()
+    assert infer_request(message).priority == 1
+    demoted = with_priority(message, 2)
+    assert infer_request(demoted).priority == 2
+    parsed = service_pb2.ModelInferRequest.FromString(demoted)  # as Triton reads it
+    assert parsed.parameters["priority"].uint64_param == 2
+    assert parsed.parameters["timeout"].int64_param == 5_000_000
+    assert parsed.raw_input_contents == request.raw_input_contents
+    plain = service_pb2.ModelInferRequest(model_name="tts").SerializeToString()
+    assert infer_request(plain).priority == 0
+
+
+def test_each_client_keeps_its_share_of_raised_priority_and_no_more():
+    import asyncio
+
+    from tts_front.gatekeeper import Gatekeeper
+    from tts_front.settings import FrontSettings
+
+    async def main():
+        keeper = Gatekeeper(FrontSettings(max_interactive_per_client=2, warmup_requests=0))
+        mine = [await keeper.enter("tts", 1.0, client="a", priority=1) for _ in range(3)]
+        other = await keeper.enter("tts", 1.0, client="b", priority=1)
+        bulk = await keeper.enter("tts", 1.0, client="a", priority=2)
+        assert [keeper.demoted(t, 1) for t in mine] == [False, False, True]
+        assert not keeper.demoted(other, 1) and not keeper.demoted(bulk, 2)
+        keeper.leave(mine[0], "served")
+        again = await keeper.enter("tts", 1.0, client="a", priority=1)
+        assert not keeper.demoted(again, 1)  # a share freed is a share again
+        for ticket in [*mine[1:], other, bulk, again]:
+            keeper.leave(ticket, "served")
+        assert not keeper._interactive
+
+    asyncio.run(main())
