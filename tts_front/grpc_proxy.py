@@ -279,9 +279,11 @@ def _stream_error(request: bytes, code: grpc.StatusCode, message: str) -> bytes:
 
 def _match(tickets: list[AdmissionTicket], response: StreamResponse) -> AdmissionTicket | None:
     """The admitted request a stream's final response ends: by model and id, else the
-    oldest of its model (clients need not set ids), else (no model named) none."""
+    oldest of its model (clients need not set ids); never another model's (Triton names the
+    model in its errors; a message naming none, reusing an in-flight `tts` id, freed that
+    request's ticket, and Triton queued 70 requests while the door counted 32)."""
     same = [t for t in tickets if t.model == response.model]
-    for ticket in same or tickets:
+    for ticket in same:
         if response.id and ticket.id == response.id:
             return ticket
     return same[0] if same else None

@@ -80,3 +80,16 @@ def test_each_client_keeps_its_share_of_raised_priority_and_no_more():
         assert not keeper._interactive
 
     asyncio.run(main())
+
+
+def test_a_stream_response_ends_only_a_ticket_of_its_own_model():
+    from tts_front.admission import AdmissionTicket
+    from tts_front.grpc_proxy import _match
+    from tts_front.protowire import StreamResponse
+
+    tts = AdmissionTicket("tts", 0.0, id="7", queued=True)
+    other = AdmissionTicket("tts", 0.0, id="8", queued=True)
+    unknown = StreamResponse("Request for unknown model: '' is not found", "", "7", None)
+    assert _match([tts, other], unknown) is None
+    assert _match([tts, other], StreamResponse("bad text", "tts", "8", True)) is other
+    assert _match([tts, other], StreamResponse("", "tts", "", True)) is tts  # no id: oldest
