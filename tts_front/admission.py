@@ -21,10 +21,14 @@ kept: a machine that slows down or speeds up is followed within ``window_s``.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from tts_serving.text.normalize import normalize
+from tts_wire import MAX_SPEED, MIN_SPEED
 
 # The fixed part of a request's cost, in input bytes: a sentence of about this many
 # characters costs the pipeline as much again as its per-request overhead.
@@ -67,6 +71,10 @@ HEADROOM = 0.8
 # behind everything in flight (one client's flood holding every slot kept the others refused;
 # docs/admission.md); the other half is the newcomer's own wait in the front door's queue.
 DEPTH_SHARE = 0.5
+# Without a live rate a full batch goes on, of requests of up to this cost each (a sentence of
+# 180 characters, about the longest `tts` takes): counted by requests, a batch of short texts
+# read slowly (35 s of audio each) put minutes of work ahead of everyone.
+BATCH_ITEM_COST = REQUEST_BASE_COST + 180
 # The columns of Admission._latencies holding the work in Triton as a request ended / went in.
 ENDED, ENTERED = 2, 3
 
@@ -74,6 +82,24 @@ ENDED, ENTERED = 2, 3
 def request_cost(model: str, input_bytes: int) -> float:
     """The cost a request to ``model`` is queued by (units: bytes of text)."""
     return REQUEST_BASE_COST + input_bytes / COST_SCALE.get(model, 1.0)
+
+
+# Of a longer text only this much is written out; the rest counts as it is (no sentence that
+# long is taken whole, and normalizing it would hold the door's event loop).
+NORMALIZED_AT_MOST = 4096
+
+
+def spoken_cost(texts: list[bytes], speed: float | None) -> float:
+    """The cost of speaking ``texts`` at ``speed``, in the units of ``request_cost``: the text
+    as the server writes it out (digits, dates, money), over the speed. By bytes as sent,
+    "9876543 8765432 76" at a quarter of the speed (35 s of audio) cost 18 bytes."""
+    speed = min(MAX_SPEED, max(MIN_SPEED, speed)) if speed and math.isfinite(speed) else 1.0
+    cost = 0.0
+    for raw in texts:
+        text = raw.decode("utf-8", "replace")
+        head, rest = text[:NORMALIZED_AT_MOST], text[NORMALIZED_AT_MOST:]
+        cost += REQUEST_BASE_COST + (len(normalize(head)) + len(rest)) / speed
+    return cost
 
 
 def work_done(samples: int) -> float:
@@ -282,7 +308,9 @@ class Admission:
         drain = self.drain_rate()
         if drain is not None and (self.work + cost) / drain > self.depth_s:
             return False
-        return self.rate() is not None or self.in_flight < self.busy_at
+        if self.rate() is not None:
+            return True
+        return self.in_flight < self.busy_at and self.work + cost <= self.busy_at * BATCH_ITEM_COST
 
     def estimated_wait(self, cost: float, client: str) -> float | None:
         """Seconds until a request of ``cost`` queued now by ``client`` would be served; None

@@ -9,9 +9,17 @@ import os
 import time
 from collections import Counter
 
-from tts_wire import CALLER_HEADER, FRONT_TOKEN_HEADER, PRIORITY_LEVELS, edge_client
+from tts_wire import (
+    CALLER_HEADER,
+    FRONT_TOKEN_HEADER,
+    PRIORITY_LEVELS,
+    SPEED,
+    TEXT,
+    edge_client,
+)
 
 from .admission import (
+    BATCH_ITEM_COST,
     FREE,
     GATEWAY,
     Admission,
@@ -19,6 +27,8 @@ from .admission import (
     NotPublic,
     Refused,
     TooMany,
+    request_cost,
+    spoken_cost,
     work_done,
 )
 from .metrics import FrontMetrics
@@ -32,11 +42,6 @@ from .security import (
     inner_headers,
 )
 from .settings import FrontSettings
-
-
-def raised(priority: int) -> bool:
-    """Whether ``priority`` asks for a level above the models' default (the bulk level)."""
-    return 0 < priority < PRIORITY_LEVELS
 
 
 class Gatekeeper:
@@ -65,7 +70,10 @@ class Gatekeeper:
         # so the per-address connection cap is the edge's to keep (it counts the real ones).
         self.edge_key = os.environ.get(EDGE_KEY_ENV, "")
         self._streams: Counter[str] = Counter()  # streams in progress per client
-        self._interactive: Counter[str] = Counter()  # above the default priority, per client
+        self._interactive: Counter[str] = Counter()  # work at the interactive level, per client
+        self.interactive_work = settings.interactive_work_per_client
+        if self.interactive_work is None:
+            self.interactive_work = 2 * BATCH_ITEM_COST
 
     async def enter(
         self,
@@ -78,8 +86,8 @@ class Gatekeeper:
     ) -> AdmissionTicket:
         """A ticket for a request to ``model`` of ``cost`` from ``client``, once it may go on
         (it may wait in the queue first). Raises Refused for overload, TooMany when the client
-        holds its limit of streams. ``priority``: the level it asks for; a ticket that is not
-        ``interactive`` for a raised one means it goes at the default level (:meth:`demoted`)."""
+        holds its limit of streams. ``priority``: the level it asks for (only bulk is kept as
+        asked); the one it goes at: :meth:`level`."""
         if model is None:
             return FREE
         if model in self.settings.streamed:
@@ -103,19 +111,24 @@ class Gatekeeper:
             self.metrics.refused.labels(model).inc()
             raise
         self.metrics.in_flight.labels(model).inc()
-        interactive = raised(priority) and (
-            self._interactive[client] < self.settings.max_interactive_per_client
+        # The level is the server's: within its client's interactive work, 1; past it, or
+        # asked as bulk, 2.
+        interactive = priority < PRIORITY_LEVELS and (
+            self._interactive[client] + cost <= self.interactive_work
         )
-        self._interactive[client] += interactive
+        if interactive:
+            self._interactive[client] += cost
         return AdmissionTicket(
             model, time.monotonic(), cost, measured, rid, client, True, ahead, interactive
         )
 
-    def demoted(self, ticket: AdmissionTicket, priority: int) -> bool:
-        """Whether a request asking for ``priority`` goes at the default level instead: its
-        client holds its share of requests above it (admitted models only; the admin key's
-        and inner calls keep theirs)."""
-        return ticket.queued and raised(priority) and not ticket.interactive
+    @staticmethod
+    def level(ticket: AdmissionTicket) -> int | None:
+        """The priority an admitted request goes to Triton at (None: as sent: the admin
+        key's and streams, which take no slot)."""
+        if not ticket.queued:
+            return None
+        return 1 if ticket.interactive else PRIORITY_LEVELS
 
     def leave(self, ticket: AdmissionTicket, outcome: str, samples: int | None = None) -> None:
         """A request ended; ``samples``: the audio it produced, when read (its real work)."""
@@ -123,8 +136,8 @@ class Gatekeeper:
             return
         seconds = time.monotonic() - ticket.start
         if ticket.interactive:
-            self._interactive[ticket.client] -= 1
-            if self._interactive[ticket.client] <= 0:
+            self._interactive[ticket.client] -= ticket.cost
+            if self._interactive[ticket.client] <= 1e-9:
                 del self._interactive[ticket.client]
         if ticket.queued:
             work = work_done(samples) if samples is not None and ticket.measured else None
@@ -139,6 +152,17 @@ class Gatekeeper:
         self.metrics.in_flight.labels(ticket.model).dec()
         self.metrics.requests.labels(ticket.model, outcome).inc()
         self.metrics.seconds.labels(ticket.model).observe(seconds)
+
+    def cost(self, model: str, input_bytes: int, inputs: dict[str, list]) -> float:
+        """A request's cost: for `tts`, its ``text`` as spoken at its (slowest) ``speed``
+        (:func:`spoken_cost`), else by its input bytes."""
+        texts, speeds = inputs.get(TEXT), inputs.get(SPEED) or []
+        if model not in self.settings.measured or not texts:
+            return request_cost(model, input_bytes)
+        if not all(isinstance(t, bytes) for t in texts):
+            return request_cost(model, input_bytes)
+        numbers = [float(v) for v in speeds if isinstance(v, int | float)]
+        return spoken_cost(texts, min(numbers) if numbers else None)
 
     def gate(self, model: str | None, admin: bool) -> str | None:
         """The model admission applies to (None: none does: the admin key, or not an

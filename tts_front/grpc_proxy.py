@@ -15,6 +15,8 @@ from tts_wire import (
     EDGE_KEY_HEADER,
     FINAL_RESPONSE,
     PRIORITY_LEVELS,
+    SPEED,
+    TEXT,
     stream_error_message,
 )
 
@@ -26,12 +28,12 @@ from .admission import (
     Refused,
     TooMany,
     audio_work,
-    request_cost,
 )
 from .gatekeeper import Gatekeeper
 from .protowire import (
     StreamResponse,
     infer_request,
+    inputs_named,
     model_name,
     output_elements,
     stream_response,
@@ -70,6 +72,9 @@ def _metadata(
         if not k.startswith(("grpc-", ":")) and k not in drop
     ]
     return passed + [(k, v) for k, v in inner.items() if k.startswith(GRPC_HEADER_PREFIX)]
+
+
+COSTED = {TEXT, SPEED}  # the inputs a request's cost is read from
 
 
 class GrpcProxy:
@@ -137,7 +142,9 @@ class GrpcProxy:
             model = self.gatekeeper.gate(info.model, admin)
         except NotPublic as e:
             return None, (grpc.StatusCode.PERMISSION_DENIED, str(e))
-        cost = request_cost(model, info.input_bytes) if model else 0.0
+        cost = 0.0
+        if model:
+            cost = self.gatekeeper.cost(model, info.input_bytes, inputs_named(request, COSTED))
         own = info.timeout_us / 1e6 if info.timeout_us else None
         deadline_s = message_deadline(own, call_left_s, stream, self.settings.deadline_s)
         try:
@@ -148,8 +155,9 @@ class GrpcProxy:
             return None, (grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
         except Refused as e:
             return None, (grpc.StatusCode.UNAVAILABLE, str(e))
-        if self.gatekeeper.demoted(ticket, info.priority):
-            request = with_priority(request, PRIORITY_LEVELS)
+        level = self.gatekeeper.level(ticket)
+        if level is not None and level != (info.priority or PRIORITY_LEVELS):
+            request = with_priority(request, level)
         return ticket, request
 
     async def unary(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:

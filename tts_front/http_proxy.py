@@ -14,11 +14,12 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from tts_wire import AUDIO, EDGE_KEY_HEADER, PRIORITY_LEVELS
+from tts_wire import AUDIO, EDGE_KEY_HEADER, PRIORITY_LEVELS, SPEED, TEXT
 
-from .admission import JSON_OVERHEAD, NotPublic, Refused, TooMany, request_cost
+from .admission import JSON_OVERHEAD, NotPublic, Refused, TooMany
 from .connections import ConnectionGuard
 from .gatekeeper import Gatekeeper
+from .protowire import Malformed, tensor_values
 from .security import GRPC_HEADER_PREFIX
 from .settings import FRONT_LIVE_PATH, MIB
 
@@ -119,7 +120,10 @@ class HttpProxy:
         header, bad = await _json_header(headers, body)
         if bad is not None:  # before Triton: its parser crashed on deep nesting (signal 11)
             return _http_error(400, bad)
-        cost = request_cost(model, _http_input_bytes(headers, len(body))) if model else 0.0
+        cost = 0.0
+        if model:
+            inputs = _http_inputs(header, body, headers, {TEXT, SPEED})
+            cost = self.gatekeeper.cost(model, _http_input_bytes(headers, len(body)), inputs)
         client = self.gatekeeper.client(headers, request.remote or "")
         try:
             priority = _priority(header)
@@ -139,8 +143,9 @@ class HttpProxy:
             forwarded.update(
                 (k, v) for k, v in inner.items() if not k.startswith(GRPC_HEADER_PREFIX)
             )
-            if self.gatekeeper.demoted(ticket, priority):
-                body = _at_default_priority(header, body, headers, forwarded)
+            level = self.gatekeeper.level(ticket)
+            if level not in (None, priority or PRIORITY_LEVELS) and isinstance(header, dict):
+                body = _at_priority(level, header, body, headers, forwarded)
             url = f"http://{self.settings.triton_http}{request.rel_url}"
             async with self.session.request(
                 request.method, url, data=bytes(body), headers=forwarded
@@ -282,6 +287,50 @@ def json_depth(value: object) -> int:
     return deepest
 
 
+def _http_inputs(
+    header: object, body: bytearray, headers: dict[str, str], names: set[str]
+) -> dict[str, list]:
+    """The inputs ``names`` of a JSON inference request: a BYTES tensor's elements (bytes),
+    an FP32 tensor's values, from its JSON data or its part of the binary body; {} when they
+    cannot be read (Triton answers for a malformed request itself)."""
+    inputs = header.get("inputs") if isinstance(header, dict) else None
+    if not isinstance(inputs, list):
+        return {}
+    size = int(headers.get("inference-header-content-length") or len(body))
+    binary, offset, found = memoryview(body)[size:], 0, {}
+    try:
+        for item in inputs:
+            if not isinstance(item, dict):
+                return {}
+            parameters = item.get("parameters") or {}
+            chunk = parameters.get("binary_data_size") if isinstance(parameters, dict) else None
+            datatype = item.get("datatype", "")
+            if isinstance(chunk, int):
+                values = tensor_values(datatype, binary[offset : offset + chunk])
+                offset += chunk
+            else:
+                values = [
+                    v.encode() if isinstance(v, str) else v for v in _flat(item.get("data", []))
+                ]
+            if item.get("name") in names:
+                found[item["name"]] = values
+    except Malformed:
+        return {}
+    return found
+
+
+def _flat(data: object) -> list:
+    """The values of a JSON tensor's data, nested lists flattened (without recursion)."""
+    out, todo = [], [data]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, list):
+            todo.extend(reversed(item))
+        else:
+            out.append(item)
+    return out
+
+
 def _priority(header: object) -> int:
     """Triton's "priority" request parameter of a parsed JSON inference header (0: none)."""
     parameters = header.get("parameters") if isinstance(header, dict) else None
@@ -289,13 +338,19 @@ def _priority(header: object) -> int:
     return level if isinstance(level, int) and not isinstance(level, bool) else 0
 
 
-def _at_default_priority(
-    header: dict, body: bytearray, headers: dict[str, str], forwarded: dict[str, str]
+def _at_priority(
+    level: int,
+    header: dict,
+    body: bytearray,
+    headers: dict[str, str],
+    forwarded: dict[str, str],
 ) -> bytearray:
-    """The body with its JSON header asking for the default (bulk) level; a binary body's
-    header length in ``forwarded`` follows."""
+    """The body with its JSON header asking for ``level``; a binary body's header length in
+    ``forwarded`` follows."""
     size = int(headers.get("inference-header-content-length") or len(body))
-    header["parameters"]["priority"] = PRIORITY_LEVELS
+    parameters = header.get("parameters")
+    header["parameters"] = {**(parameters if isinstance(parameters, dict) else {}),
+                            "priority": level}  # fmt: skip
     part = json.dumps(header, separators=(",", ":")).encode()
     if "inference-header-content-length" in headers:
         for name in [k for k in forwarded if k.lower() == "inference-header-content-length"]:

@@ -8,11 +8,15 @@ let a request prefixed with another ``model_name`` pass admission as that model)
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 # Field numbers (grpc_service.proto).
 REQUEST_MODEL_NAME, REQUEST_ID, REQUEST_PARAMETERS, REQUEST_RAW_INPUT = 1, 3, 4, 7
+REQUEST_INPUTS = 5
+INPUT_NAME, INPUT_DATATYPE, INPUT_CONTENTS = 1, 2, 5  # InferInputTensor
+CONTENTS_FP32, CONTENTS_BYTES = 6, 8  # InferTensorContents
 BOOL_PARAM, INT64_PARAM, UINT64_PARAM = 1, 2, 5  # InferParameter's bool, int64, uint64
 STREAM_ERROR, STREAM_RESPONSE = 1, 2
 RESPONSE_MODEL_NAME, RESPONSE_ID, RESPONSE_PARAMETERS, RESPONSE_OUTPUTS = 1, 3, 4, 5
@@ -159,6 +163,74 @@ def infer_request(message: bytes) -> InferRequest | None:
     except Malformed:
         return None
     return InferRequest(model, rid, raw or len(message), timeout, priority)
+
+
+def bytes_elements(raw: bytes | memoryview) -> list[bytes]:
+    """The elements of a BYTES tensor's raw contents (each a 4-byte little-endian length, then
+    the bytes). Raises Malformed."""
+    view, i, out = memoryview(raw), 0, []
+    while i < len(view):
+        if i + 4 > len(view):
+            raise Malformed("a BYTES element's length is cut off")
+        size = int.from_bytes(view[i : i + 4], "little")
+        if i + 4 + size > len(view):
+            raise Malformed("a BYTES element runs past its tensor")
+        out.append(bytes(view[i + 4 : i + 4 + size]))
+        i += 4 + size
+    return out
+
+
+def inputs_named(message: bytes, names: set[str]) -> dict[str, list[bytes] | list[float]]:
+    """The inputs ``names`` of a serialized ModelInferRequest: a BYTES tensor's elements, an
+    FP32 tensor's values, from the raw contents or the inline ones; {} when malformed."""
+    order: list[tuple[str, str]] = []  # (name, datatype) of each input, in order
+    found: dict[str, list[bytes] | list[float]] = {}
+    raw: list[memoryview] = []
+    try:
+        for number, _, value in fields(message):
+            if number == REQUEST_INPUTS and isinstance(value, memoryview):
+                name, datatype, inline = "", "", None
+                for inner, _, v in fields(value):
+                    if inner == INPUT_NAME:
+                        name = _text(v)
+                    elif inner == INPUT_DATATYPE:
+                        datatype = _text(v)
+                    elif inner == INPUT_CONTENTS and isinstance(v, memoryview):
+                        inline = v
+                order.append((name, datatype))
+                if name in names and inline is not None:
+                    found[name] = _contents(inline)
+            elif number == REQUEST_RAW_INPUT and isinstance(value, memoryview):
+                raw.append(value)
+        for (name, datatype), contents in zip(order, raw, strict=False):
+            if name in names:
+                found[name] = tensor_values(datatype, contents)
+    except (Malformed, ValueError):
+        return {}
+    return found
+
+
+def tensor_values(datatype: str, raw: bytes | memoryview) -> list[bytes] | list[float]:
+    """A BYTES tensor's elements or an FP32 tensor's values from its raw contents ([] for
+    another type). Raises Malformed."""
+    if datatype == "BYTES":
+        return bytes_elements(raw)
+    if datatype == "FP32":
+        return [x[0] for x in struct.iter_unpack("<f", bytes(raw)[: len(raw) // 4 * 4])]
+    return []
+
+
+def _contents(view: memoryview) -> list[bytes] | list[float]:
+    """An InferTensorContents' bytes elements, else its fp32 values."""
+    strings, floats = [], []
+    for number, kind, value in fields(view):
+        if number == CONTENTS_BYTES and isinstance(value, memoryview):
+            strings.append(bytes(value))
+        elif number == CONTENTS_FP32 and isinstance(value, memoryview):  # packed
+            floats += [x[0] for x in struct.iter_unpack("<f", bytes(value)[: len(value) // 4 * 4])]
+        elif number == CONTENTS_FP32 and kind == 5 and isinstance(value, int):
+            floats.append(struct.unpack("<f", value.to_bytes(4, "little"))[0])
+    return strings or floats
 
 
 def model_name(message: bytes) -> str | None:

@@ -73,10 +73,12 @@ class FrontSettings:
     # `tts_stream` requests in progress per client address (the gateway, trusted by the
     # launcher's token, caps its own callers): 16 from one client held every stream slot.
     max_streams_per_client: int = 4
-    # Requests per client in flight at a priority above the models' default (1, interactive):
-    # past it a client's further ones go at the default level. Priority was free: one client's
-    # closed loop of 8 at priority 1 jumped every queue and starved everyone else.
-    max_interactive_per_client: int = 2
+    # Work per client in flight at the interactive level (Triton's priority 1), in cost units
+    # (admission.request_cost): the door sets every admitted request's level, within it 1,
+    # past it 2 (bulk), so a light client's request goes ahead of a heavy one's queue. Priority
+    # was the client's: one client's closed loop of 8 at priority 1 starved everyone else.
+    # None: two of the longest sentences `tts` takes (2 * admission.BATCH_ITEM_COST).
+    interactive_work_per_client: float | None = None
     # gRPC ModelStreamInfer calls open at once per client address, whatever they carry: 5,000
     # idle ones from one client (5 connections) cost the front door 160 MB and made gRPC
     # cancel other clients' calls (its queue of calls not yet taken overflowed).
@@ -162,10 +164,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--body-timeout-s", type=float, default=d.body_timeout_s)
     p.add_argument("--max-streams-per-client", type=int, default=d.max_streams_per_client)
     p.add_argument(
-        "--max-interactive-per-client",
-        type=int,
-        default=d.max_interactive_per_client,
-        help="requests per client in flight at priority 1; more go at the default level",
+        "--interactive-work-per-client",
+        type=float,
+        default=d.interactive_work_per_client,
+        help="cost per client in flight at priority 1 (the rest goes at 2, bulk)",
     )
     p.add_argument("--max-grpc-streams-per-client", type=int, default=d.max_grpc_streams_per_client)
     p.add_argument("--max-streams-per-connection", type=int, default=d.max_streams_per_connection)
@@ -212,7 +214,7 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
             max_buffered_bytes=int(a.max_buffered_mib * MIB),
             max_streams_per_connection=a.max_streams_per_connection,
             max_streams_per_client=a.max_streams_per_client,
-            max_interactive_per_client=a.max_interactive_per_client,
+            interactive_work_per_client=a.interactive_work_per_client,
             max_grpc_streams_per_client=a.max_grpc_streams_per_client,
             slots=a.slots,
             max_waiting=a.max_waiting,

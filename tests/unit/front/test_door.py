@@ -58,3 +58,65 @@ def test_json_depth_counts_lists_and_objects_without_recursion():
     for _ in range(5000):  # deeper than Python's recursion limit: the walk does not recurse
         deep = [deep]
     assert json_depth(deep) == 5001
+
+
+DIGITS = "9876543 8765432 76"
+
+
+def test_the_door_reads_text_and_speed_as_each_client_library_sends_them():
+    import json
+
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+    from tritonclient.grpc import service_pb2
+
+    from tts_client.protocol import build_inputs
+    from tts_front.http_proxy import _http_inputs
+    from tts_front.protowire import inputs_named
+    from tts_wire import SynthesisOptions
+
+    options = SynthesisOptions(speed=0.25)
+    request = service_pb2.ModelInferRequest(model_name="tts")
+    for tensor in build_inputs(grpcclient, DIGITS, options):
+        request.inputs.append(tensor._get_tensor())
+        request.raw_input_contents.append(tensor._get_content())
+    found = inputs_named(request.SerializeToString(), {"text", "speed"})
+    assert found == {"text": [DIGITS.encode()], "speed": [0.25]}
+    inline = service_pb2.ModelInferRequest(model_name="tts")
+    text = inline.inputs.add(name="text", datatype="BYTES", shape=[1, 1])
+    text.contents.bytes_contents.append(DIGITS.encode())
+    speed = inline.inputs.add(name="speed", datatype="FP32", shape=[1, 1])
+    speed.contents.fp32_contents.append(0.5)
+    assert inputs_named(inline.SerializeToString(), {"text", "speed"}) == {
+        "text": [DIGITS.encode()], "speed": [0.5]
+    }  # fmt: skip
+
+    for binary in (True, False):
+        text = httpclient.InferInput("text", [1, 1], "BYTES")
+        text.set_data_from_numpy(np.array([[DIGITS]], dtype=object), binary_data=binary)
+        speed = httpclient.InferInput("speed", [1, 1], "FP32")
+        speed.set_data_from_numpy(np.array([[0.25]], dtype=np.float32), binary_data=binary)
+        inputs = [text, speed]
+        body, json_size = httpclient.InferenceServerClient.generate_request_body(inputs)
+        headers = {"inference-header-content-length": str(json_size)} if json_size else {}
+        header = json.loads(body[: json_size or len(body)])
+        found = _http_inputs(header, bytearray(body), headers, {"text", "speed"})
+        assert found == {"text": [DIGITS.encode()], "speed": [0.25]}, (binary, found)
+
+
+def test_a_requests_cost_is_its_text_as_spoken_at_its_speed():
+    """The audio these made (joe, the issue's probe): 35 s for the digits at a quarter of the
+    speed. By bytes they cost 18; as spoken, within a fifth of the work that audio took."""
+    from tts_front.admission import request_cost, spoken_cost, work_done
+    from tts_front.sample_texts import SENTENCES
+
+    made = work_done(35 * 22050)
+    estimated = spoken_cost([DIGITS.encode()], 0.25)
+    assert 0.8 * made < estimated < 1.25 * made, (estimated, made)
+    assert request_cost("tts", len(DIGITS)) < made / 8  # what bytes said
+    for sentence in SENTENCES:  # plain English: as its bytes, at speed 1
+        plain = request_cost("tts", len(sentence.encode()))
+        assert abs(spoken_cost([sentence.encode()], None) - plain) < 0.15 * plain
+    assert spoken_cost([b"Hi."], 100.0) == spoken_cost([b"Hi."], 4.0)  # clamped to the range
+    assert spoken_cost([b"Hi."], float("nan")) == spoken_cost([b"Hi."], 1.0)

@@ -59,25 +59,29 @@ def test_a_priority_is_read_and_a_demotion_wins_as_protobuf_reads_it():
     assert infer_request(plain).priority == 0
 
 
-def test_each_client_keeps_its_share_of_raised_priority_and_no_more():
+def test_the_server_sets_each_requests_level_from_its_clients_interactive_work():
+    """Within a client's interactive work in flight, level 1 (whatever it asked, bulk aside);
+    past it, 2: a light client's request goes ahead of a heavy client's queue in Triton."""
     import asyncio
 
     from tts_front.gatekeeper import Gatekeeper
     from tts_front.settings import FrontSettings
 
     async def main():
-        keeper = Gatekeeper(FrontSettings(max_interactive_per_client=2, warmup_requests=0))
-        mine = [await keeper.enter("tts", 1.0, client="a", priority=1) for _ in range(3)]
-        other = await keeper.enter("tts", 1.0, client="b", priority=1)
-        bulk = await keeper.enter("tts", 1.0, client="a", priority=2)
-        assert [keeper.demoted(t, 1) for t in mine] == [False, False, True]
-        assert not keeper.demoted(other, 1) and not keeper.demoted(bulk, 2)
+        keeper = Gatekeeper(FrontSettings(interactive_work_per_client=250.0, warmup_requests=0))
+        mine = [await keeper.enter("tts", 100.0, client="a", priority=1) for _ in range(3)]
+        other = await keeper.enter("tts", 100.0, client="b")
+        bulk = await keeper.enter("tts", 10.0, client="c", priority=2)
+        heavy = await keeper.enter("tts", 600.0, client="d")  # alone, still past the budget
+        assert [keeper.level(t) for t in mine] == [1, 1, 2]
+        assert [keeper.level(t) for t in (other, bulk, heavy)] == [1, 2, 2]
         keeper.leave(mine[0], "served")
-        again = await keeper.enter("tts", 1.0, client="a", priority=1)
-        assert not keeper.demoted(again, 1)  # a share freed is a share again
-        for ticket in [*mine[1:], other, bulk, again]:
+        again = await keeper.enter("tts", 100.0, client="a")
+        assert keeper.level(again) == 1  # work that ended is room again
+        for ticket in [*mine[1:], other, bulk, heavy, again]:
             keeper.leave(ticket, "served")
         assert not keeper._interactive
+        assert keeper.level(await keeper.enter("tts_stream", 1.0, client="a")) is None
 
     asyncio.run(main())
 
