@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,8 +24,7 @@ import numpy as np
 from fastapi.responses import StreamingResponse
 
 from tts_client import protocol
-from tts_client.errors import InvalidInput, ServerUnavailable, TTSError
-from tts_client.session import BufferRule, SpeechSession
+from tts_client.errors import InvalidInput, ServerOverloaded, ServerUnavailable, TTSError
 from tts_wire import FRONT_TOKEN_HEADER, SynthesisOptions
 
 from .admission import CUT, Drain, DrainCut, Slots, cut_message, next_chunk
@@ -43,7 +43,6 @@ class SpeechBackend(Protocol):
     async def sample_rate(self) -> int: ...
     async def synthesize(self, text: str, *, options: SynthesisOptions): ...
     def stream(self, text: str, *, options: SynthesisOptions) -> AsyncIterator: ...
-    def session(self, options: SynthesisOptions, *, rule: BufferRule) -> SpeechSession: ...
     async def is_ready(self) -> bool: ...
     async def close(self) -> None: ...
 
@@ -283,6 +282,29 @@ class SpeechService:
                     del self.streams[job.client]
 
         return release
+
+    @contextlib.contextmanager
+    def long_text(self, client: str, text: str) -> Iterator[None]:
+        """Hold one of ``client``'s long-text requests while ``text`` is spoken, when it is
+        longer than one request takes (it is streamed): a session's pieces count with the
+        caller's HTTP requests (20 sessions of 20,000 characters each from one address held
+        every stream slot). ServerOverloaded at the limit."""
+        if len(text) <= self.settings.direct_max_chars:
+            yield
+            return
+        limit = self.settings.max_streams_per_client
+        if self.streams[client] >= limit:
+            raise ServerOverloaded(
+                f"this client already has {limit} long-text requests in progress (the limit "
+                "per client); wait for one to finish"
+            )
+        self.streams[client] += 1
+        try:
+            yield
+        finally:
+            self.streams[client] -= 1
+            if self.streams[client] <= 0:
+                del self.streams[client]
 
     def refused(self, error: APIError, label: str) -> APIError:
         """Count a request refused before any audio, and return its error to raise."""

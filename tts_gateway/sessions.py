@@ -33,6 +33,7 @@ from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.websockets import WebSocketState
 
+from tts_client.audio import Audio
 from tts_client.errors import ServerOverloaded, ServerUnavailable, TTSError
 from tts_client.session import BufferRule, SpeechSession
 from tts_wire import MAX_SPEED, MIN_SPEED, SynthesisOptions, edge_client
@@ -365,7 +366,13 @@ class Connection:
     def _begin(self) -> None:
         assert self.config is not None and self.made is not None
         options, rule = self.made
-        session = self.sessions.service.backend.session(options, rule=rule)
+        service = self.sessions.service
+
+        async def piece(text: str) -> Audio:
+            with service.long_text(self.client, text):
+                return await service.backend.synthesize(text, options=options)
+
+        session = SpeechSession(piece, rule)
         writer = asyncio.ensure_future(self._write(session, self.config, self.utterances))
         self.utterance = Utterance(self.utterances, session, writer)
         self.utterances += 1

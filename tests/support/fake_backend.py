@@ -15,7 +15,6 @@ import uvicorn
 from starlette.testclient import TestClient
 
 from tts_client.audio import Audio, AudioChunk
-from tts_client.session import SpeechSession
 from tts_gateway.app import create_app
 from tts_gateway.settings import GatewaySettings
 
@@ -58,9 +57,6 @@ class FakeBackend:
             if self.fail and index == (self.fail_after or 0):
                 raise self.fail
             yield AudioChunk(tone(0.1 * len(part) / speed), RATE, part, index)
-
-    def session(self, options, *, rule) -> SpeechSession:
-        return SpeechSession(lambda text: self.synthesize(text, options=options), rule)
 
     async def is_ready(self) -> bool:
         return True
