@@ -214,12 +214,14 @@ class GatewaySettings:
     session_idle_s: float = 30.0
     # Home Assistant's Wyoming protocol (docs/wyoming.md) on this port (0: off), on
     # wyoming_host (empty: the gateway's host); connections in all and per address, and how
-    # long one may stay silent before it is closed. Wyoming has no authentication: keep it on
-    # loopback or a trusted network.
+    # long one may stay silent before it is closed (at the cap in all, a newcomer from an
+    # address holding fewer closes the oldest idle connection of the one holding the most).
+    # Per address: a Home Assistant host speaks for all its satellites from one. Wyoming has no
+    # authentication: keep it on loopback or a trusted network.
     wyoming_port: int = 0
     wyoming_host: str = ""
     wyoming_max_connections: int = 64
-    wyoming_max_connections_per_client: int = 16
+    wyoming_max_connections_per_client: int = 48
     wyoming_idle_s: float = 300.0
     wyoming_write_timeout_s: float = 10.0  # a client that reads nothing this long is dropped
     # A name to advertise the Wyoming port under over mDNS (`_wyoming._tcp`, as wyoming-piper's

@@ -140,6 +140,8 @@ class Handler(AsyncEventHandler):
         self.streaming = False
         self.buffer: TextBuffer | None = None
         self.stream_chars = 0
+        self.busy = False  # speaking: not closed to make room for another address
+        self.evicted = False  # closed to make room; ending
 
     async def run(self) -> None:
         """Events until the client leaves, stays idle past ``wyoming_idle_s``, or sends a
@@ -191,7 +193,11 @@ class Handler(AsyncEventHandler):
         elif Synthesize.is_type(event.type):
             if not self.streaming:  # (in a stream it is the copy sent for older servers)
                 request = Synthesize.from_event(event)
-                await self._speak(_text(request.text, request.text_format), request.voice)
+                text = _text(request.text, request.text_format)
+                if _is_ssml(request.text_format, text):  # one document: cut, its markup breaks
+                    await self._speak(text, request.voice)
+                else:  # plain text: in pieces, each one request
+                    await self._speak_pieces(text, request.voice)
         elif SynthesizeStart.is_type(event.type):
             start = SynthesizeStart.from_event(event)
             self._voice(start.voice)  # an unknown voice: refused now, not at the first sentence
@@ -247,6 +253,16 @@ class Handler(AsyncEventHandler):
 
     async def _speak(self, text: str, wanted: SynthesizeVoice | None) -> None:
         """One text as ``audio-start``, its chunks as they are made, ``audio-stop``."""
+        await self._speak_pieces(text, wanted, whole=True)
+
+    async def _speak_pieces(
+        self, text: str, wanted: SynthesizeVoice | None, whole: bool = False
+    ) -> None:
+        """``text`` as one ``audio-start``, the audio of each of its pieces as it is made
+        (each piece one ``tts`` request, cut as a session's text is, within what one request
+        takes: a 180-character text took one of its address's 4 long-text requests, and a
+        Home Assistant host's 16 satellites got 4 answers), then ``audio-stop``. ``whole``:
+        one piece, however long (SSML)."""
         if not text.strip():
             raise APIError(400, "the text is empty; send the text to speak", code="empty_text")
         if len(text) > self.settings.max_input_chars:
@@ -261,26 +277,48 @@ class Handler(AsyncEventHandler):
             options = voice.options(1.0, caller=self.client or None)
         except ValueError as e:
             raise APIError(400, str(e), code="invalid_voice") from None
-        streamed = len(text) > self.settings.direct_max_chars
-        speech = await self.server.service.open(
-            SpeechJob(text, options, PCM, streamed, self.client)
-        )
+        if whole:
+            pieces = [text]
+        else:
+            buffer = TextBuffer(BufferRule(max_chars=self.settings.direct_max_chars))
+            pieces = [p.text for p in buffer.add(text) + buffer.flush()]
+        started = False
+        self.busy = True
         try:
-            rate = speech.encoder.output_rate
-            await self.write_event(AudioStart(rate=rate, width=2, channels=1).event())
-            async for data in speech.body():
-                if data:
-                    chunk = AudioChunk(rate=rate, width=2, channels=1, audio=data)
-                    await self.write_event(chunk.event())
-            await self.write_event(AudioStop().event())
+            for piece in pieces:
+                streamed = len(piece) > self.settings.direct_max_chars
+                speech = await self.server.service.open(
+                    SpeechJob(piece, options, PCM, streamed, self.client)
+                )
+                try:
+                    rate = speech.encoder.output_rate
+                    if not started:
+                        await self.write_event(AudioStart(rate=rate, width=2, channels=1).event())
+                        started = True
+                    async for data in speech.body():
+                        if data:
+                            chunk = AudioChunk(rate=rate, width=2, channels=1, audio=data)
+                            await self.write_event(chunk.event())
+                finally:
+                    await speech.close()
+            if started:
+                await self.write_event(AudioStop().event())
         finally:
-            await speech.close()
+            self.busy = False
 
 
 def _language(code: str) -> str:
     """espeak-ng's "en-us" as Wyoming voices name languages ("en_US", as wyoming-piper)."""
     language, _, region = code.replace("_", "-").partition("-")
     return f"{language.lower()}_{region.upper()}" if region else language.lower()
+
+
+def _is_ssml(text_format, text: str) -> bool:
+    """Whether a ``synthesize`` text is SSML: said so, or a ``<speak>`` document (as the
+    server reads it)."""
+    return getattr(text_format, "value", text_format) == "ssml" or text.lstrip().startswith(
+        "<speak"
+    )
 
 
 def _text(text: str, text_format) -> str:
@@ -334,7 +372,7 @@ class WyomingServer:
         self.info = info(settings)
         self.host = settings.wyoming_host or settings.host
         self.by_client: Counter[str] = Counter()
-        self.handlers: set[asyncio.Task] = set()
+        self.handlers: dict[asyncio.Task, Handler] = {}  # open connections, oldest first
         self._server: asyncio.Server | None = None
         self._advertised: AsyncZeroconf | None = None
 
@@ -365,29 +403,50 @@ class WyomingServer:
         peer = writer.get_extra_info("peername")
         client = peer[0] if isinstance(peer, tuple) else ""
         s = self.settings
-        if len(self.handlers) >= s.wyoming_max_connections or (
-            self.by_client[client] >= s.wyoming_max_connections_per_client
-        ):
-            refusal = Error(
-                text="this server holds its limit of Wyoming connections; retry later",
-                code="too_many_connections",
+        refused = None
+        if self.by_client[client] >= s.wyoming_max_connections_per_client:
+            refused = (
+                f"this address holds {s.wyoming_max_connections_per_client} Wyoming "
+                "connections (the limit per address); close one or retry later"
             )
+        elif len(self.handlers) >= s.wyoming_max_connections and not self._make_room(client):
+            refused = (
+                f"this server holds its limit of {s.wyoming_max_connections} Wyoming "
+                "connections, all busy or from addresses holding no more than yours; retry later"
+            )
+        if refused:
             with contextlib.suppress(ConnectionError):
-                await async_write_event(refusal.event(), writer)
+                error = Error(text=refused, code="too_many_connections")
+                await async_write_event(error.event(), writer)
             writer.close()
             return
         self.by_client[client] += 1
         task = asyncio.current_task()
-        self.handlers.add(task)
+        handler = Handler(self, client, reader, writer)
+        self.handlers[task] = handler
         try:
-            await Handler(self, client, reader, writer).run()
+            await handler.run()
         except Exception:
             log.exception("wyoming connection failed")
         finally:
-            self.handlers.discard(task)
+            self.handlers.pop(task, None)
             self.by_client[client] -= 1
             if self.by_client[client] <= 0:
                 del self.by_client[client]
+
+    def _make_room(self, client: str) -> bool:
+        """At the cap: close the oldest idle connection of the address holding the most, when
+        it holds more than ``client`` (16 idle connections from each of four addresses kept
+        Home Assistant's own out). False when there is none to close."""
+        holder = max(self.by_client, key=self.by_client.__getitem__, default=None)
+        if holder is None or self.by_client[holder] <= self.by_client[client]:
+            return False
+        for handler in self.handlers.values():  # (oldest first)
+            if handler.client == holder and not (handler.busy or handler.evicted):
+                handler.evicted = True
+                handler.writer.close()  # its reader sees the end; it lets go of its place
+                return True
+        return False
 
     async def close(self) -> None:
         if self._advertised is not None:  # goodbye packets: discovery forgets it at once

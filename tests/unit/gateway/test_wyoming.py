@@ -12,6 +12,7 @@ from wyoming.tts import SynthesizeVoice
 from tts_gateway.errors import APIError
 from tts_gateway.settings import GatewaySettings
 from tts_gateway.wyoming import BoundedReader, Handler, TooLarge, info
+from tts_launcher.commands import free_port
 
 SETTINGS = GatewaySettings(triton_voices="joe=en-us,libri:alice=en-gb,libri:bob=en-gb")
 
@@ -119,3 +120,95 @@ def test_an_advertisement_that_fails_is_logged_and_the_port_serves(monkeypatch, 
 
     assert asyncio.run(main()) > 0
     assert "could not advertise Wyoming over mDNS (OSError: no multicast route)" in caplog.text
+
+
+async def _wyoming(settings: GatewaySettings, backend):
+    from tts_gateway.metrics import Metrics
+    from tts_gateway.service import SpeechService
+    from tts_gateway.wyoming import WyomingServer
+
+    service = SpeechService(settings, Metrics(), lambda _s: backend)
+    await service.start()
+    server = WyomingServer(settings, service)
+    return server, await server.start()
+
+
+async def _connect(port: int, source: str):
+    return await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+
+
+async def _ask(reader, writer, event: Event) -> list[Event]:
+    """Send ``event``; the events answered until an audio-stop, an error or the first reply
+    to a describe."""
+    from wyoming.event import async_read_event, async_write_event
+
+    await async_write_event(event, writer)
+    got = []
+    while (answer := await asyncio.wait_for(async_read_event(reader), 10)) is not None:
+        got.append(answer)
+        if answer.type in ("audio-stop", "error", "info"):
+            break
+    return got
+
+
+def test_a_new_address_gets_a_connection_when_others_hold_every_one():
+    """16 idle connections from each of four addresses took the 64: Home Assistant's own
+    address was refused. A newcomer closes the oldest idle one of the biggest holder."""
+    from wyoming.info import Describe
+
+    from tests.support.fake_backend import FakeBackend
+
+    async def main():
+        settings = GatewaySettings(wyoming_port=free_port(), wyoming_max_connections=8)
+        server, port = await _wyoming(settings, FakeBackend())
+        held = [await _connect(port, f"127.0.0.{2 + k % 4}") for k in range(8)]
+        for reader, writer in held:
+            assert (await _ask(reader, writer, Describe().event()))[0].type == "info"
+        reader, writer = await _connect(port, "127.0.0.9")  # Home Assistant
+        answer = await _ask(reader, writer, Describe().event())
+        assert answer and answer[0].type == "info", answer
+        async def ended(r) -> bool:
+            try:
+                return await asyncio.wait_for(r.read(1), 0.5) == b""
+            except TimeoutError:
+                return False
+
+        closed = [k for k, (r, _) in enumerate(held) if await ended(r)]
+        assert closed == [0], closed  # the oldest of the first of the biggest holders
+        for _, w in [*held, (reader, writer)]:
+            w.close()
+        await server.close()
+
+    asyncio.run(main())
+
+
+def test_one_home_assistant_host_is_answered_for_sixteen_satellites_of_long_texts():
+    """One address's 17th connection was refused (the message named the server's limit), and
+    with 180-character texts only 4 of 16 got audio: each took one of the address's 4
+    long-text requests. A plain text is spoken in pieces, each one request."""
+    from wyoming.tts import Synthesize
+
+    from tests.support.fake_backend import FakeBackend
+
+    text = (
+        "The kitchen lights are on, the front door is locked, and the heating is set to "
+        "twenty degrees. Tomorrow brings light rain in the morning and sun after lunch."
+    )
+    assert len(text) > 150
+
+    async def main():
+        backend = FakeBackend(delay=0.2)
+        server, port = await _wyoming(GatewaySettings(wyoming_port=free_port()), backend)
+        satellites = [await _connect(port, "127.0.0.2") for _ in range(17)]
+        answers = await asyncio.gather(
+            *(_ask(r, w, Synthesize(text=text).event()) for r, w in satellites)
+        )
+        for answer in answers:
+            kinds = [e.type for e in answer]
+            assert kinds[0] == "audio-start" and kinds[-1] == "audio-stop", kinds
+        assert {call[0] for call in backend.calls} == {"synthesize"}  # no long-text stream
+        for _, w in satellites:
+            w.close()
+        await server.close()
+
+    asyncio.run(main())
