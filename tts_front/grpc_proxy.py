@@ -33,7 +33,6 @@ from .gatekeeper import Gatekeeper
 from .protowire import (
     StreamResponse,
     infer_request,
-    inputs_named,
     model_name,
     output_elements,
     stream_response,
@@ -74,7 +73,7 @@ def _metadata(
     return passed + [(k, v) for k, v in inner.items() if k.startswith(GRPC_HEADER_PREFIX)]
 
 
-COSTED = {TEXT, SPEED}  # the inputs a request's cost is read from
+COSTED = frozenset({TEXT, SPEED})  # the inputs a request's cost is read from
 
 
 class GrpcProxy:
@@ -132,7 +131,7 @@ class GrpcProxy:
         when its client holds its share above it), or (None, (code, message)).
 
         Its deadline: :func:`message_deadline`."""
-        info = infer_request(request)
+        info = infer_request(request, COSTED)
         if info is None:
             return None, (
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -144,7 +143,7 @@ class GrpcProxy:
             return None, (grpc.StatusCode.PERMISSION_DENIED, str(e))
         cost = 0.0
         if model:
-            cost = self.gatekeeper.cost(model, info.input_bytes, inputs_named(request, COSTED))
+            cost = self.gatekeeper.cost(model, info.input_bytes, info.inputs)
         own = info.timeout_us / 1e6 if info.timeout_us else None
         deadline_s = message_deadline(own, call_left_s, stream, self.settings.deadline_s)
         try:

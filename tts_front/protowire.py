@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Field numbers (grpc_service.proto).
 REQUEST_MODEL_NAME, REQUEST_ID, REQUEST_PARAMETERS, REQUEST_RAW_INPUT = 1, 3, 4, 7
@@ -91,6 +91,9 @@ class InferRequest:
     input_bytes: int  # raw_input_contents, or the whole message when tensors travel inline
     timeout_us: int = 0  # Triton's "timeout" request parameter (0: none)
     priority: int = 0  # Triton's "priority" request parameter (0: the model's default)
+    # The inputs asked for by name: a BYTES tensor's elements, an FP32 tensor's values ({}
+    # where their contents cannot be read: Triton answers for those).
+    inputs: dict[str, list] = field(default_factory=dict)
 
 
 def _parameter(entry: memoryview, name: bytes, kind: int) -> int | None:
@@ -143,10 +146,13 @@ def with_priority(message: bytes, level: int) -> bytes:
     return bytes(message) + _encoded(REQUEST_PARAMETERS, 2, entry)
 
 
-def infer_request(message: bytes) -> InferRequest | None:
-    """The model, id, input size, timeout and priority of a serialized ModelInferRequest;
-    None when malformed."""
+def infer_request(message: bytes, names: frozenset[str] = frozenset()) -> InferRequest | None:
+    """The model, id, input size, timeout, priority and the inputs ``names`` of a serialized
+    ModelInferRequest, in one walk over it; None when malformed."""
     model, rid, raw, timeout, priority = None, "", 0, 0, 0
+    order: list[tuple[str, str]] = []  # (name, datatype) of each input, in order
+    inline: dict[str, memoryview] = {}
+    contents: list[memoryview] = []
     try:
         for number, _, value in fields(message):
             if number == REQUEST_MODEL_NAME:
@@ -158,11 +164,39 @@ def infer_request(message: bytes) -> InferRequest | None:
                 timeout = found if found is not None else timeout
                 level = _priority(value)
                 priority = level if level is not None else priority
+            elif number == REQUEST_INPUTS and isinstance(value, memoryview) and names:
+                order.append(_input(value, inline))
             elif number == REQUEST_RAW_INPUT and isinstance(value, memoryview):
                 raw += len(value)
+                contents.append(value)
     except Malformed:
         return None
-    return InferRequest(model, rid, raw or len(message), timeout, priority)
+    inputs: dict[str, list] = {}
+    try:
+        for name, view in inline.items():
+            if name in names:
+                inputs[name] = _contents(view)
+        for (name, datatype), view in zip(order, contents, strict=False):
+            if name in names:
+                inputs[name] = tensor_values(datatype, view)
+    except Malformed:
+        inputs = {}
+    return InferRequest(model, rid, raw or len(message), timeout, priority, inputs)
+
+
+def _input(tensor: memoryview, inline: dict[str, memoryview]) -> tuple[str, str]:
+    """An InferInputTensor's (name, datatype); its inline contents, if any, into ``inline``."""
+    name, datatype, contents = "", "", None
+    for number, _, value in fields(tensor):
+        if number == INPUT_NAME:
+            name = _text(value)
+        elif number == INPUT_DATATYPE:
+            datatype = _text(value)
+        elif number == INPUT_CONTENTS and isinstance(value, memoryview):
+            contents = value
+    if contents is not None:
+        inline[name] = contents
+    return name, datatype
 
 
 def bytes_elements(raw: bytes | memoryview) -> list[bytes]:
@@ -178,36 +212,6 @@ def bytes_elements(raw: bytes | memoryview) -> list[bytes]:
         out.append(bytes(view[i + 4 : i + 4 + size]))
         i += 4 + size
     return out
-
-
-def inputs_named(message: bytes, names: set[str]) -> dict[str, list[bytes] | list[float]]:
-    """The inputs ``names`` of a serialized ModelInferRequest: a BYTES tensor's elements, an
-    FP32 tensor's values, from the raw contents or the inline ones; {} when malformed."""
-    order: list[tuple[str, str]] = []  # (name, datatype) of each input, in order
-    found: dict[str, list[bytes] | list[float]] = {}
-    raw: list[memoryview] = []
-    try:
-        for number, _, value in fields(message):
-            if number == REQUEST_INPUTS and isinstance(value, memoryview):
-                name, datatype, inline = "", "", None
-                for inner, _, v in fields(value):
-                    if inner == INPUT_NAME:
-                        name = _text(v)
-                    elif inner == INPUT_DATATYPE:
-                        datatype = _text(v)
-                    elif inner == INPUT_CONTENTS and isinstance(v, memoryview):
-                        inline = v
-                order.append((name, datatype))
-                if name in names and inline is not None:
-                    found[name] = _contents(inline)
-            elif number == REQUEST_RAW_INPUT and isinstance(value, memoryview):
-                raw.append(value)
-        for (name, datatype), contents in zip(order, raw, strict=False):
-            if name in names:
-                found[name] = tensor_values(datatype, contents)
-    except (Malformed, ValueError):
-        return {}
-    return found
 
 
 def tensor_values(datatype: str, raw: bytes | memoryview) -> list[bytes] | list[float]:

@@ -102,7 +102,6 @@ def test_a_flood_of_tts_does_not_get_the_stream_killed_as_hung(supervised):
     as hung, a stream outage made by load. Busy stages it waits on are progress."""
     from concurrent.futures import ThreadPoolExecutor
 
-
     metrics = supervised.supervisor.metrics
     before = metrics.value("tts_supervisor_outages_total", model="tts_stream", cause="hung")
     logged = supervised.log_path.stat().st_size
@@ -127,9 +126,7 @@ def test_a_flood_of_tts_does_not_get_the_stream_killed_as_hung(supervised):
     # The premise: under this load the stream answers later than the canary waits.
     assert waited > supervised.supervisor.canary_timeout
     assert b"tts_stream is hung" not in supervised.log_path.read_bytes()[logged:]
-    assert metrics.value(
-        "tts_supervisor_outages_total", model="tts_stream", cause="hung"
-    ) == before
+    assert metrics.value("tts_supervisor_outages_total", model="tts_stream", cause="hung") == before
 
 
 FLOODERS = 48

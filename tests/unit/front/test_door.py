@@ -73,7 +73,7 @@ def test_the_door_reads_text_and_speed_as_each_client_library_sends_them():
 
     from tts_client.protocol import build_inputs
     from tts_front.http_proxy import _http_inputs
-    from tts_front.protowire import inputs_named
+    from tts_front.protowire import infer_request
     from tts_wire import SynthesisOptions
 
     options = SynthesisOptions(speed=0.25)
@@ -81,14 +81,15 @@ def test_the_door_reads_text_and_speed_as_each_client_library_sends_them():
     for tensor in build_inputs(grpcclient, DIGITS, options):
         request.inputs.append(tensor._get_tensor())
         request.raw_input_contents.append(tensor._get_content())
-    found = inputs_named(request.SerializeToString(), {"text", "speed"})
+    names = frozenset({"text", "speed"})
+    found = infer_request(request.SerializeToString(), names).inputs
     assert found == {"text": [DIGITS.encode()], "speed": [0.25]}
     inline = service_pb2.ModelInferRequest(model_name="tts")
     text = inline.inputs.add(name="text", datatype="BYTES", shape=[1, 1])
     text.contents.bytes_contents.append(DIGITS.encode())
     speed = inline.inputs.add(name="speed", datatype="FP32", shape=[1, 1])
     speed.contents.fp32_contents.append(0.5)
-    assert inputs_named(inline.SerializeToString(), {"text", "speed"}) == {
+    assert infer_request(inline.SerializeToString(), names).inputs == {
         "text": [DIGITS.encode()], "speed": [0.5]
     }  # fmt: skip
 

@@ -167,6 +167,7 @@ def test_a_new_address_gets_a_connection_when_others_hold_every_one():
         reader, writer = await _connect(port, "127.0.0.9")  # Home Assistant
         answer = await _ask(reader, writer, Describe().event())
         assert answer and answer[0].type == "info", answer
+
         async def ended(r) -> bool:
             try:
                 return await asyncio.wait_for(r.read(1), 0.5) == b""
