@@ -318,12 +318,15 @@ def test_one_clients_flood_leaves_room_for_others(front):
                 f"never admitted beside a flood; the last refusal: {text[:300]!r}"
             )
             time.sleep(0.2)
+        # The other client goes ahead (its level is interactive, the flood's bulk): the flood,
+        # kept on, is refused by its deadline.
+        shed = settles(lambda: any(b"server overloaded" in text for _, text in flood), 90)
     finally:
         stop.set()
         for t in threads:
             t.join(300)
     assert {status for status, _ in flood} <= {200, 429}
-    assert any(b"server overloaded" in text for _, text in flood)
+    assert shed, f"the flood was never refused: {len(flood)} served"
 
 
 def test_every_message_of_a_stream_is_admitted(server, front):
