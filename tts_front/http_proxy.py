@@ -254,8 +254,7 @@ _PARSE_IN_THREAD = 256 * 1024  # a larger JSON part is parsed off the event loop
 async def _json_header(headers: dict[str, str], body: bytearray) -> tuple[object, str | None]:
     """A body's JSON part (all of it, or the header of a binary-tensor body) parsed, and why it
     is refused (None: it is not). Every body Triton's HTTP API takes is JSON."""
-    header = headers.get("inference-header-content-length")
-    size = int(header) if header and header.isdigit() else len(body)
+    size = _json_size(headers, len(body))
     if size == 0 or size > len(body):
         return None, None if size == 0 else (
             f"Inference-Header-Content-Length {size} is over the body's {len(body)} bytes"
@@ -273,6 +272,12 @@ async def _json_header(headers: dict[str, str], body: bytearray) -> tuple[object
     if json_depth(value) > MAX_JSON_DEPTH:
         return None, f"the request's JSON nests deeper than {MAX_JSON_DEPTH} levels"
     return value, None
+
+
+def _json_size(headers: dict[str, str], body: int) -> int:
+    """The size of a body's JSON part: its Inference-Header-Content-Length, else all of it."""
+    header = headers.get("inference-header-content-length")
+    return int(header) if header and header.isdigit() else body
 
 
 def json_depth(value: object) -> int:
@@ -296,7 +301,7 @@ def _http_inputs(
     inputs = header.get("inputs") if isinstance(header, dict) else None
     if not isinstance(inputs, list):
         return {}
-    size = int(headers.get("inference-header-content-length") or len(body))
+    size = _json_size(headers, len(body))
     binary, offset, found = memoryview(body)[size:], 0, {}
     try:
         for item in inputs:
@@ -347,7 +352,7 @@ def _at_priority(
 ) -> bytearray:
     """The body with its JSON header asking for ``level``; a binary body's header length in
     ``forwarded`` follows."""
-    size = int(headers.get("inference-header-content-length") or len(body))
+    size = _json_size(headers, len(body))
     parameters = header.get("parameters")
     header["parameters"] = {**(parameters if isinstance(parameters, dict) else {}),
                             "priority": level}  # fmt: skip

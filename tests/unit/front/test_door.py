@@ -121,3 +121,19 @@ def test_a_requests_cost_is_its_text_as_spoken_at_its_speed():
         assert abs(spoken_cost([sentence.encode()], None) - plain) < 0.15 * plain
     assert spoken_cost([b"Hi."], 100.0) == spoken_cost([b"Hi."], 4.0)  # clamped to the range
     assert spoken_cost([b"Hi."], float("nan")) == spoken_cost([b"Hi."], 1.0)
+
+
+def test_a_header_length_that_is_no_number_is_read_as_none():
+    import json
+
+    from tts_front.http_proxy import _at_priority, _http_inputs
+
+    tensor = {"name": "text", "shape": [1, 1], "datatype": "BYTES", "data": ["Hi."]}
+    header = {"inputs": [tensor]}
+    body = bytearray(json.dumps(header).encode())
+    headers = {"inference-header-content-length": "abc"}
+    assert _http_inputs(header, body, headers, {"text"}) == {"text": [b"Hi."]}
+    forwarded: dict[str, str] = {}
+    rewritten = _at_priority(1, header, body, headers, forwarded)
+    assert json.loads(rewritten)["parameters"] == {"priority": 1}
+    assert forwarded["Inference-Header-Content-Length"] == str(len(rewritten))
