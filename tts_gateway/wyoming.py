@@ -282,6 +282,8 @@ class Handler(AsyncEventHandler):
         else:
             buffer = TextBuffer(BufferRule(max_chars=self.settings.direct_max_chars))
             pieces = [p.text for p in buffer.add(text) + buffer.flush()]
+            if not pieces:
+                raise APIError(400, "the text has no word to speak; send words", code="empty_text")
         started = False
         self.busy = True
         try:

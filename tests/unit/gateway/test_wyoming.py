@@ -213,3 +213,19 @@ def test_one_home_assistant_host_is_answered_for_sixteen_satellites_of_long_text
         await server.close()
 
     asyncio.run(main())
+
+
+def test_a_text_of_marks_alone_is_an_error_not_silence():
+    from wyoming.tts import Synthesize
+
+    from tests.support.fake_backend import FakeBackend
+
+    async def main():
+        server, port = await _wyoming(GatewaySettings(wyoming_port=free_port()), FakeBackend())
+        reader, writer = await _connect(port, "127.0.0.2")
+        answer = await _ask(reader, writer, Synthesize(text=" ... !? ").event())
+        assert [e.type for e in answer] == ["error"] and answer[0].data["code"] == "empty_text"
+        writer.close()
+        await server.close()
+
+    asyncio.run(main())
