@@ -19,9 +19,11 @@ from tts_front.security import ADMIN_KEY_ENV, admin_headers
 from .commands import (
     GATEWAY_DRAIN_S,
     free_port,
+    free_ports,
     front_command,
     gateway_command,
     log_tail,
+    port_owner,
     server_command,
 )
 from .environment import server_env
@@ -74,25 +76,36 @@ class ServerProcess(Endpoints):
         self.model_repository = Path(model_repository)
         self.supervise = supervise
         self.supervisor: Supervisor | None = None
-        self.http_port, self.grpc_port, self.metrics_port = ports or (
-            free_port(),
-            free_port(),
-            free_port(),
-        )
+        self.chosen = ports is None  # ports of our own choosing: chosen again if taken
+        self.http_port, self.grpc_port, self.metrics_port = ports or tuple(free_ports(3))
         self.log_path = Path(log_path)
         self.cache_dir = cache_dir
+        self.extra_args = extra_args
         self.shm_prefix = new_shm_prefix()
-        self.command = server_command(
-            model_repository,
+        self.command = self._command()
+        self.process: subprocess.Popen | None = None
+
+    def _command(self) -> list[str]:
+        return server_command(
+            self.model_repository,
             self.http_port,
             self.grpc_port,
             self.metrics_port,
-            cache_dir,
-            extra_args,
-            supervised=supervise,
+            self.cache_dir,
+            self.extra_args,
+            supervised=self.supervise,
             shm_prefix=self.shm_prefix,
         )
-        self.process: subprocess.Popen | None = None
+
+    def _taken(self) -> str | None:
+        """Who else listens on one of this server's ports (None: nobody seen). Triton binds
+        them only once its models are loaded: meanwhile another process (another test
+        worker's server) took one, and its readiness answered for this one."""
+        for port in (self.http_port, self.grpc_port, self.metrics_port):
+            owner = port_owner(port)
+            if owner is not None and owner.pid != self.process.pid:
+                return f"port {port} is held by pid {owner.pid}"
+        return None
 
     @property
     def admin_headers(self) -> dict[str, str]:
@@ -107,6 +120,13 @@ class ServerProcess(Endpoints):
         deadline = time.monotonic() + timeout
         self._spawn()
         while time.monotonic() < deadline:
+            taken = self._taken() if self.chosen else None
+            if taken:  # not ours to wait for: start again on other free ports
+                self.stop()
+                self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+                self.command = self._command()
+                self._spawn()
+                continue
             if self.process.poll() is not None:
                 tail = self.log_tail()
                 raise RuntimeError(f"tritonserver exited ({self.process.returncode}):\n{tail}")

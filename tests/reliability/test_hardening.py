@@ -275,3 +275,24 @@ def test_a_front_door_that_keeps_dying_is_retried_every_30_s_never_given_up():
         clock += 0.5
     assert "it keeps dying" in said[3]
     assert len(starts) == 8  # at 0, 1, 3.5, 8, 16.5, 33, then every 30.5 s (63.5, 94)
+
+
+def test_a_server_whose_port_is_taken_while_it_loads_starts_on_others(
+    exported_repository, tmp_path
+):
+    """Triton binds its ports once its models are loaded: another test worker's server took
+    one meanwhile, its readiness answered for this one, and the admin key check failed: 158
+    tests errored in one busy run. A port held by someone else means other free ports."""
+    server = ServerProcess(
+        exported_repository, tmp_path / "triton.log", cache_dir=ROOT / ".cache" / "triton",
+        supervisor_options={"canary_interval": 0},
+    )  # fmt: skip
+    chosen = server.http_port
+    with socket.socket() as thief:
+        thief.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        thief.bind(("0.0.0.0", chosen))
+        thief.listen()
+        with server:
+            assert server.http_port != chosen
+            with TTSClient(server.http_url, timeout=60) as client:
+                assert client.synthesize("On other ports.").duration > 0.3
