@@ -50,7 +50,7 @@ def supervise(
     front_ready: Callable[[], bool] | None = None,
     front_live: Callable[[], bool] | None = None,
     heartbeat: Heartbeat | None = None,
-    edge_cmd: list[str] | None = None,
+    edge_cmds: dict[str, list[str]] | None = None,
     gateway_ready: Callable[[], bool] | None = None,
 ) -> int:
     """Run tritonserver (and the front door, the edge and the gateway) as children with the
@@ -68,7 +68,7 @@ def supervise(
     launch.listen_for_signals()
     # Stubs of a tritonserver that died are reparented here (not to init) and ended below.
     become_subreaper()
-    launch.plan(front_cmd, front_live, gateway_cmd, gateway_restarts, edge_cmd)
+    launch.plan(front_cmd, front_live, gateway_cmd, gateway_restarts, edge_cmds)
     while True:
         process = _start_server(
             cmd, env, http_port, headers, restricted, launch.stopping, launch.say, launch.beat
@@ -129,10 +129,10 @@ class _Launch:
         self.drained = threading.Event()  # the front door has drained, but waits for Triton
         self.say = functools.partial(print, flush=True)
         self.front: RestartedChild | None = None
-        self.edge: RestartedChild | None = None
+        self.edges: list[RestartedChild] = []  # one nginx per public port
         self.gateway: RestartedChild | None = None
         self.start_front: Callable[[], RestartedChild] | None = None
-        self.start_edge: Callable[[], RestartedChild] | None = None
+        self.start_edges: list[Callable[[], RestartedChild]] = []
         self.start_gateway: Callable[[], RestartedChild] | None = None
         self.server: subprocess.Popen | None = None  # the tritonserver running now
 
@@ -194,7 +194,7 @@ class _Launch:
 
         return start
 
-    def plan(self, front_cmd, front_live, gateway_cmd, gateway_restarts, edge_cmd=None) -> None:
+    def plan(self, front_cmd, front_live, gateway_cmd, gateway_restarts, edge_cmds=None) -> None:
         """What serve() starts once tritonserver first answers (None: not that child)."""
         self.start_front = (
             self.child(
@@ -217,11 +217,10 @@ class _Launch:
             if gateway_cmd
             else None
         )
-        self.start_edge = (
-            self.child("the edge (nginx)", edge_cmd, RestartPolicy(slow_s=30.0))
-            if edge_cmd
-            else None
-        )
+        self.start_edges = [
+            self.child(f"the edge (nginx, {port} port)", cmd, RestartPolicy(slow_s=30.0))
+            for port, cmd in (edge_cmds or {}).items()
+        ]
 
     def serve(self, process, front_ready, gateway_ready=None) -> Supervisor:
         """tritonserver is up: its supervisor, then the front door (waited for: it measures a
@@ -246,13 +245,13 @@ class _Launch:
             self.gateway = self.start_gateway()
             if gateway_ready:
                 _wait_for(gateway_ready, self.gateway, self.stopping, self.beat, timeout_s=60.0)
-        if self.start_edge and self.edge is None:
-            self.edge = self.start_edge()
+        if self.start_edges and not self.edges:
+            self.edges = [start() for start in self.start_edges]
         return supervisor
 
     @property
     def kept(self) -> list[RestartedChild]:
-        return [k for k in (self.front, self.edge, self.gateway) if k]
+        return [k for k in (self.front, *self.edges, self.gateway) if k]
 
     def watch(self, process) -> None:
         """Keep the children while tritonserver runs, until a stop."""
@@ -387,13 +386,15 @@ def _stop_in_order(
 ) -> int:
     """Stop the edge's ports, the gateway, the front door and tritonserver in that order;
     tritonserver's code."""
-    front, gateway, edge = launch.front, launch.gateway, launch.edge
+    front, gateway = launch.front, launch.gateway
+    edges = [e.process for e in launch.edges if e.process]
     drained, say = launch.drained, launch.say
     # nginx's graceful stop (SIGQUIT): its ports close at once, what it carries finishes
     # (its worker_shutdown_timeout bounds it), and it exits by itself.
     edge_until = time.monotonic() + EDGE_STOP_S
-    if edge and edge.process and edge.process.poll() is None:
-        edge.process.send_signal(signal.SIGQUIT)
+    for edge in edges:
+        if edge.poll() is None:
+            edge.send_signal(signal.SIGQUIT)
     # The gateway drains into the front door, the front door into Triton: in that order. A
     # front door that holds streams of dead stubs exits only once Triton has (see front/door.py).
     if gateway:
@@ -423,8 +424,8 @@ def _stop_in_order(
         say(f"launcher: ended {len(orphans)} stub(s) tritonserver left behind")
     if front:
         front.stop(10.0)
-    if edge and edge.process:
-        _finish_edge(edge.process, edge_until, say)
+    for edge in edges:
+        _finish_edge(edge, edge_until, say)
     if supervisor:
         supervisor.stop()
     return code

@@ -4,8 +4,10 @@ What a maintained proxy does well is left to one (docs/decisions/0003-nginx-edge
 connections (how many in all and per address, how long a request head, a body or an idle
 connection may take), HTTP/2's limits, the path normalized before anything routes on it,
 request bodies buffered to disk rather than memory, and the forwarding headers written by
-the edge alone. The front door behind it keeps what nginx cannot do: admission by cost,
-per-client queues and stream caps, the model gate, Triton's inner key.
+the edge alone. Each public port is an nginx of its own (its own worker and connections), so
+no port's clients can use up another's connections. The front door behind it keeps what
+nginx cannot do: admission by cost, per-client queues and stream caps, the model gate,
+Triton's inner key.
 
 Every limit is a front door setting (tts_front/settings.py), defined there once: the
 launcher renders this file's configuration from them, and a front door without an edge
@@ -154,31 +156,9 @@ def _http_server(
   }}"""
 
 
-def render(settings: FrontSettings, ports: EdgePorts, key: str, folder: Path) -> str:
-    """nginx's configuration for one launch (``folder``: its pid file and body buffers)."""
-    s = settings
-    worker_connections = s.edge_connections()
-    body = f"{max(1, round(s.max_request_bytes / MIB))}m"
-    # On the gRPC port a connection carries many calls and limit_conn counts calls: as many
-    # per address as admission would queue and serve for one client, no fewer.
-    grpc_per_client = max(s.max_connections_per_client, s.max_waiting_per_client + s.slots)
-    per_client = s.max_connections_per_client
-    refusals = _refusals(s, per_client)
-    front_keepalive = max(1, int(s.idle_timeout_s / 2))
-    gateway = ""
-    if ports.gateway:  # uvicorn closes idle connections after 5 s
-        gateway = _upstream("gateway", ports.gateway_inner, 4) + _http_server(
-            _listen(ports.bind, ports.gateway), "gateway", per_client,
-            _errors("openai", refusals), "gateway", key, upgrade=True,
-        )  # fmt: skip
-    http = _http_server(
-        _listen(ports.bind, ports.http), "http", per_client,
-        _errors("triton", refusals), "front_http", key, upgrade=False,
-    )  # fmt: skip
-    grpc_refusals = {k: v for k, v in _refusals(s, grpc_per_client).items() if k != 413}
-    return f"""# Rendered by tts_launcher/edge.py for one launch; edit the front door's
-# settings (FRONT_ARGS), not this file.
-daemon off;
+def _main(worker_connections: int, folder: Path) -> str:
+    """What every port's nginx has: one worker of its own and its own files."""
+    return f"""daemon off;
 master_process on;
 worker_processes 1;
 worker_rlimit_nofile {2 * worker_connections + 256};
@@ -191,9 +171,12 @@ worker_shutdown_timeout {int(EDGE_STOP_S)}s;
 events {{
   worker_connections {worker_connections};
 }}
+"""
 
-http {{
-  access_log off;
+
+def _http_common(s: FrontSettings, folder: Path, zone: str) -> str:
+    body = f"{max(1, round(s.max_request_bytes / MIB))}m"
+    return f"""  access_log off;
   server_tokens off;
   client_body_temp_path {folder}/body;
   proxy_temp_path {folder}/proxy;
@@ -201,11 +184,9 @@ http {{
   uwsgi_temp_path {folder}/uwsgi;
   scgi_temp_path {folder}/scgi;
 
-  # Requests in progress per address and port (gRPC: calls), over it 429 at once; a
-  # refusal is not logged (one line per refusal is a lever to fill the disk).
-  limit_conn_zone $binary_remote_addr zone=http:4m;
-  limit_conn_zone $binary_remote_addr zone=grpc:4m;
-  limit_conn_zone $binary_remote_addr zone=gateway:4m;
+  # Requests in progress per address (gRPC: calls), over it 429 at once; a refusal is not
+  # logged (one line per refusal is a lever to fill the disk).
+  limit_conn_zone $binary_remote_addr zone={zone}:4m;
   limit_conn_status 429;
   limit_conn_log_level info;
   client_header_timeout {s.header_timeout_s:g}s;
@@ -219,15 +200,28 @@ http {{
   # Paths are normalized (dot segments, duplicate slashes, percent-encoding) before any
   # location matches, and the normalized path is what goes upstream (proxy_pass with a URI).
   merge_slashes on;
+"""
 
-  map $http_upgrade $connection_upgrade {{
-    default upgrade;
-    '' '';
-  }}
-{_upstream("front_http", ports.front_http, front_keepalive)}
-{_upstream("front_grpc", ports.front_grpc, front_keepalive)}
-{http}
 
+def render(settings: FrontSettings, ports: EdgePorts, key: str, folder: Path) -> dict[str, str]:
+    """nginx's configuration for one launch, one per public port ("http", "grpc", "gateway"):
+    each port is its own nginx with its own connections, so connections held on one port
+    (21,000 half-sent heads on the gateway's) cannot take another's. ``folder``: each port's
+    pid file and body buffers go in a folder of that port's name there."""
+    s = settings
+    worker_connections = s.edge_connections()
+    # On the gRPC port a connection carries many calls and limit_conn counts calls: as many
+    # per address as admission would queue and serve for one client, no fewer.
+    grpc_per_client = max(s.max_connections_per_client, s.max_waiting_per_client + s.slots)
+    per_client = s.max_connections_per_client
+    refusals = _refusals(s, per_client)
+    front_keepalive = max(1, int(s.idle_timeout_s / 2))
+    http = _http_server(
+        _listen(ports.bind, ports.http), "http", per_client,
+        _errors("triton", refusals), "front_http", key, upgrade=False,
+    )  # fmt: skip
+    grpc_refusals = {k: v for k, v in _refusals(s, grpc_per_client).items() if k != 413}
+    grpc = f"""
   server {{
     {_listen(ports.bind, ports.grpc, http2=True)}
     limit_conn grpc {grpc_per_client};
@@ -243,10 +237,32 @@ http {{
       grpc_read_timeout {UPSTREAM_READ_S}s;
       grpc_send_timeout {UPSTREAM_READ_S}s;
     }}
-  }}
-{gateway}
+  }}"""
+    servers = {
+        "http": _upstream("front_http", ports.front_http, front_keepalive) + http,
+        "grpc": _upstream("front_grpc", ports.front_grpc, front_keepalive) + grpc,
+    }
+    if ports.gateway:  # uvicorn closes idle connections after 5 s
+        servers["gateway"] = _upstream("gateway", ports.gateway_inner, 4) + _http_server(
+            _listen(ports.bind, ports.gateway), "gateway", per_client,
+            _errors("openai", refusals), "gateway", key, upgrade=True,
+        )  # fmt: skip
+    upgrade = """
+  map $http_upgrade $connection_upgrade {
+    default upgrade;
+    '' '';
+  }"""
+    return {
+        name: f"""# Rendered by tts_launcher/edge.py for one launch: the edge on the {name} port.
+# Edit the front door's settings (FRONT_ARGS), not this file.
+{_main(worker_connections, folder / name)}
+http {{
+{_http_common(s, folder / name, name)}{upgrade if name == "gateway" else ""}
+{server}
 }}
 """
+        for name, server in servers.items()
+    }
 
 
 def edge_command(config: Path) -> list[str]:
@@ -254,14 +270,20 @@ def edge_command(config: Path) -> list[str]:
     return [nginx_binary(), "-p", str(config.parent), "-e", "stderr", "-c", str(config)]
 
 
-def write_config(settings: FrontSettings, ports: EdgePorts, key: str, folder: Path) -> Path:
-    """The launch's configuration file in ``folder`` (readable by its owner only: it holds
-    the key)."""
+def write_config(
+    settings: FrontSettings, ports: EdgePorts, key: str, folder: Path
+) -> dict[str, Path]:
+    """Each public port's configuration file in a folder of its own under ``folder``
+    (readable by its owner only: it holds the key), by the port's name."""
     # Traversable by nginx's workers (nobody, under a root master), for their body buffers:
     # set even when it exists (a mkdtemp folder is 0700, and root's workers got 500s).
-    folder.mkdir(parents=True, exist_ok=True)
-    folder.chmod(0o711)
-    config = folder / "nginx.conf"
-    config.touch(mode=0o600)
-    config.write_text(render(settings, ports, key, folder))
-    return config
+    written = {}
+    for name, text in render(settings, ports, key, folder).items():
+        for path in (folder, folder / name):
+            path.mkdir(parents=True, exist_ok=True)
+            path.chmod(0o711)
+        config = folder / name / "nginx.conf"
+        config.touch(mode=0o600)
+        config.write_text(text)
+        written[name] = config
+    return written

@@ -305,22 +305,23 @@ def edge_ports(args: argparse.Namespace, inner: list[int]) -> EdgePorts | None:
     )
 
 
-def edge_child(args: argparse.Namespace, ports: EdgePorts, folder: Path) -> list[str]:
-    """nginx's command line on this launch's configuration, rendered from the front door's
-    settings (FRONT_ARGS); the key it shows the front door and the gateway, in the
-    environment the children inherit."""
+def edge_children(args: argparse.Namespace, ports: EdgePorts, folder: Path) -> dict[str, list[str]]:
+    """nginx's command lines, one per public port by its name, on this launch's
+    configuration rendered from the front door's settings (FRONT_ARGS); the key it shows
+    the front door and the gateway, in the environment the children inherit."""
     key = secrets.token_urlsafe(32)
     os.environ[EDGE_KEY_ENV] = os.environ[GATEWAY_EDGE_KEY_ENV] = key
     settings = front_settings(shlex.split(args.front_args))
-    config = write_config(settings, ports, key, folder)
+    configs = write_config(settings, ports, key, folder)
     print(
         f"edge: nginx on {args.bind}:{ports.http} (HTTP), :{ports.grpc} (gRPC)"
         + (f", :{ports.gateway} (gateway)" if ports.gateway else "")
-        + f"; {settings.max_connections} connections, {settings.max_connections_per_client} "
-        f"per address, {settings.header_timeout_s:g} s for a request head (FRONT_ARGS sets them)",
+        + f"; {settings.max_connections} connections per port, "
+        f"{settings.max_connections_per_client} per address, "
+        f"{settings.header_timeout_s:g} s for a request head (FRONT_ARGS sets them)",
         flush=True,
     )
-    return edge_command(config)
+    return {name: edge_command(config) for name, config in configs.items()}
 
 
 def supervisor_metrics(args: argparse.Namespace) -> tuple[SupervisorMetrics, Heartbeat]:
@@ -388,7 +389,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     edge = edge_ports(args, inner_port)
     folder = Path(tempfile.mkdtemp(prefix="tts-edge-")) if edge else None
     try:
-        edge_cmd = edge_child(args, edge, folder) if edge and folder else None
+        edge_cmds = edge_children(args, edge, folder) if edge and folder else {}
     except FileNotFoundError as e:  # no nginx: say how to get it
         print(f"launcher: {e}", file=sys.stderr, flush=True)
         return 2
@@ -430,7 +431,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             front_ready=front_ready,
             front_live=live,
             heartbeat=heartbeat,
-            edge_cmd=edge_cmd,
+            edge_cmds=edge_cmds,
             gateway_ready=(lambda: port_open("127.0.0.1", edge.gateway_inner))
             if edge and edge.gateway_inner
             else None,

@@ -11,6 +11,7 @@ import http.client
 import json
 import os
 import runpy
+import select
 import socket
 import threading
 import time
@@ -27,9 +28,11 @@ from tts_front.sample_texts import PARAGRAPH, SENTENCES
 
 HEADER_TIMEOUT_S = 2
 PER_ADDRESS = 32  # HTTP requests in progress per address (the 48 below: 24 of them)
+MAX_CONNECTIONS = 128  # per port: nginx's worker_connections 2 x 128 + 64 (small to fill)
 FRONT_ARGS = (
     f"--warmup-requests {LIGHT_WARMUP} --header-timeout-s {HEADER_TIMEOUT_S} "
-    f"--body-timeout-s 3 --max-connections-per-client {PER_ADDRESS} --max-request-mib 4"
+    f"--body-timeout-s 3 --max-connections-per-client {PER_ADDRESS} --max-request-mib 4 "
+    f"--max-connections {MAX_CONNECTIONS}"
 )
 BOUND_S = 30  # far over every timeout above
 HEAD = b"POST /v2/models/tts/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -232,3 +235,71 @@ def test_many_clients_at_once_are_all_served(served):
 
     with ThreadPoolExecutor(48) as pool:
         assert all(samples > 5000 for samples in pool.map(one, range(48)))
+
+
+def test_connections_held_on_one_port_leave_the_others_theirs(served):
+    """Finding 9: half-sent request heads on the gateway's port, kept at more than all the
+    connections its nginx has (each closed at the header timeout is opened again, from 4
+    addresses), while raw tritonclient gRPC and HTTP requests go to the other two ports, no
+    retries: one nginx for every port was one pool, and gRPC clients got "failed to
+    connect". Each port is its own nginx now, and the gateway is back once it stops."""
+    target = 2 * MAX_CONNECTIONS + 64 + 64
+    stop = threading.Event()
+    opened = [0]
+
+    def hold() -> None:
+        held: list[socket.socket] = []
+        try:
+            while not stop.is_set():
+                for sock in [s for s in held if s.fileno() < 0 or _closed(s)]:
+                    held.remove(sock)
+                    sock.close()
+                while len(held) < target and not stop.is_set():
+                    try:
+                        sock = socket.create_connection(
+                            ("127.0.0.1", served.gateway),
+                            timeout=0.2,
+                            source_address=(f"127.0.0.{2 + len(held) % 4}", 0),
+                        )
+                        sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nX-A: ")
+                    except OSError:  # the port's backlog is full: that is the point
+                        break
+                    held.append(sock)
+                    opened[0] += 1
+                stop.wait(0.05)
+        finally:
+            for sock in held:
+                sock.close()
+
+    attacker = threading.Thread(target=hold, daemon=True)
+    attacker.start()
+    try:
+        until = time.monotonic() + 20
+        while opened[0] < 2 * MAX_CONNECTIONS + 64 and time.monotonic() < until:
+            time.sleep(0.1)
+        assert opened[0] >= 2 * MAX_CONNECTIONS + 64, opened  # the gateway's nginx is full
+        # Over several header timeouts, so the attack is refilled meanwhile.
+        for k in range(6):
+            grpc = tritongrpc.InferenceServerClient(f"127.0.0.1:{served.grpc}")
+            http_ = tritonhttp.InferenceServerClient(f"127.0.0.1:{served.http}", network_timeout=30)
+            try:
+                for client, module in ((grpc, tritongrpc), (http_, tritonhttp)):
+                    text = module.InferInput("text", [1, 1], "BYTES")
+                    text.set_data_from_numpy(np.array([[SENTENCES[k].encode()]], dtype=object))
+                    kwargs = {"client_timeout": 30} if module is tritongrpc else {}
+                    assert client.infer("tts", [text], **kwargs).as_numpy("audio").size > 5000
+            finally:
+                grpc.close()
+                http_.close()
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        attacker.join(timeout=30)
+    health = httpx.get(f"{served.url}/health", timeout=BOUND_S)
+    assert health.status_code == 200
+
+
+def _closed(sock: socket.socket) -> bool:
+    """nginx ended it (its header timeout): readable, with a 408, nothing, or an error."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable)

@@ -191,12 +191,13 @@ def test_a_killed_launcher_takes_its_children_with_it(exported_repository, tmp_p
         launcher.wait_ready()
         triton = launcher.triton_pid()
         children = launcher.children()
-        # + the front door, the gateway and the edge (nginx), whose workers must go too
-        assert triton in children and len(children) == 4, children
+        # + the front door, the gateway and the edge (an nginx per public port), whose
+        # workers must go too
+        assert triton in children and len(children) == 6, children
         for child in list(children):
             found = subprocess.run(["pgrep", "-P", str(child), "nginx"], capture_output=True)
             children += [int(pid) for pid in found.stdout.split()]
-        assert len(children) >= 5, children
+        assert len(children) >= 9, children
         launcher.process.kill()
         launcher.process.wait()
         deadline = time.monotonic() + 90  # Triton's own exit takes up to its 30 s timeout

@@ -44,7 +44,7 @@ def test_behind_the_edge_the_door_has_room_for_every_edge_connection_and_the_pro
     assert (alone.max_connections, alone.max_per_client) == (1000, 10)
     monkeypatch.setenv(EDGE_KEY_ENV, "the-edge-key")
     behind = Front(settings)._guard.limits
-    nginx = render(settings, EdgePorts("127.0.0.1", 1, 2, 0, 4, 5, 0), "k", tmp_path)
+    nginx = render(settings, EdgePorts("127.0.0.1", 1, 2, 0, 4, 5, 0), "k", tmp_path)["http"]
     worker_connections = int(nginx.split("worker_connections ")[1].split(";")[0])
     assert behind.max_connections >= worker_connections + 32  # the probes' room
     assert behind.max_per_client == behind.max_connections  # every connection is the edge's
