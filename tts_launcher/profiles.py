@@ -16,6 +16,9 @@ config.pbtxt's ``input`` and ``output`` blocks are generated too, from the decla
 - ``cpu-int8``: the vocoder in int8 (ONNX Runtime static quantization, the last stage in
   float32; ``export/quantize.py``), within the quality gates of ``bench.cpu_variants``; not the
   default (docs/performance.md, "Cheaper arithmetic", says why).
+- ``cpu-padded``: BENCHMARK BASELINE, the CPU default's batches padded into calls on one
+  multi-thread session (``items_side_by_side`` false), what ``bench.compare`` measures the
+  default's items side by side against.
 - ``host-ceiling``, ``gpu-host-ceiling``: BENCHMARK ONLY, the default's and the gpu profile's
   batching with the null engine (silence, no network): the host path's own ceiling.
 """
@@ -91,6 +94,13 @@ PROFILES: dict[str, dict[str, Override]] = {
     "torch-cpu": {
         "acoustic": Override(parameters={"engine": "torch", "device": "cpu"}),
         "vocoder": Override(parameters={"engine": "torch", "device": "cpu"}),
+    },
+    "cpu-padded": {
+        stage: Override(
+            parameters={"items_side_by_side": "false"},
+            why="BENCHMARK BASELINE: each batch padded into calls on one 2-thread session",
+        )
+        for stage in ("acoustic", "vocoder")
     },
     "cpu-int8": {
         "vocoder": Override(

@@ -73,6 +73,15 @@ class EngineSettings:
         default=2, metadata=doc("CPU threads per instance, ORT or torch (0 = the engine's default)")
     )
     inter_op_threads: int = field(default=1, metadata=doc("ORT inter-op threads (0 = default)"))
+    items_side_by_side: bool = field(
+        default=True,
+        metadata=doc(
+            "ORT on the CPU: a batch of several items runs one item per call on "
+            "`intra_op_threads` single-thread sessions side by side (no padding, no threads "
+            "waiting on each other), a lone item on one session of `intra_op_threads` threads; "
+            "false: padded calls within `max_padded_length`. Other engines ignore it"
+        ),
+    )
     allow_spinning: bool = field(
         default=False,
         metadata=doc("let ORT threads busy-wait (costs the other model's cycles on a small CPU)"),

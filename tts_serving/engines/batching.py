@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Executor, wait
 from typing import TypeVar
 
 import numpy as np
@@ -168,3 +170,35 @@ def halve_on_error(
     return halve_on_error(run_batch, items[:mid], retry) + halve_on_error(
         run_batch, items[mid:], retry
     )
+
+
+def run_side_by_side(
+    items: Sequence,
+    lengths: Sequence[int],
+    runners: Sequence[Callable[[list], list]],
+    pool: Executor,
+) -> list:
+    """Each item alone (``runner([item])``, no padding), longest first, on whichever of
+    ``runners`` is free, side by side on ``pool``'s threads; results in the input order.
+
+    On a CPU one single-thread session per core, each on its own item, does more per second
+    than one multi-thread session on a padded batch: its threads wait on each other at every
+    operator and padding is work too (docs/performance.md).
+    """
+    order = iter(sort_by_length(lengths))
+    lock = threading.Lock()
+    results: list = [None] * len(items)
+
+    def work(run: Callable[[list], list]) -> None:
+        while True:
+            with lock:
+                index = next(order, None)
+            if index is None:
+                return
+            (results[index],) = run([items[index]])
+
+    futures = [pool.submit(work, run) for run in runners[: len(items)]]
+    wait(futures)  # every runner has stopped before an error is raised
+    for future in futures:
+        future.result()
+    return results

@@ -8,19 +8,27 @@ the item's own length. A bucket that runs out of accelerator memory is retried i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
-from tts_serving.engines.batching import halve_on_error, pad_stack, run_in_buckets, split_by_lengths
+from tts_serving.engines.batching import (
+    halve_on_error,
+    pad_stack,
+    run_in_buckets,
+    run_side_by_side,
+    split_by_lengths,
+)
 
 from ..errors import ModelConfigError
 from ..settings import EngineSettings
 from . import INT8_FILE, WEIGHTS_FILE
 from .null import NullAcousticNet, NullVocoderNet
-from .onnx import OrtAcousticNet, OrtVocoderNet, create_session
+from .onnx import OrtAcousticNet, OrtVocoderNet, create_session, providers
 
 
 def model_file(options: EngineSettings) -> str:
@@ -68,7 +76,8 @@ def load_acoustic(path: str | Path, options: EngineSettings, device_id: int = 0)
         return AcousticModel(net, options)
     if options.engine == "null":
         return AcousticModel(NullAcousticNet(), options)
-    return AcousticModel(OrtAcousticNet(create_session(path, options)), options)
+    items = [OrtAcousticNet(create_session(path, o)) for o in _item_sessions(options)]
+    return AcousticModel(OrtAcousticNet(create_session(path, options)), options, items)
 
 
 def load_vocoder(
@@ -83,7 +92,37 @@ def load_vocoder(
         return Vocoder(net, hop_length, options)
     if options.engine == "null":
         return Vocoder(NullVocoderNet(hop_length), hop_length, options)
-    return Vocoder(OrtVocoderNet(create_session(path, options)), hop_length, options)
+    items = [OrtVocoderNet(create_session(path, o)) for o in _item_sessions(options)]
+    return Vocoder(OrtVocoderNet(create_session(path, options)), hop_length, options, items)
+
+
+def _item_sessions(options: EngineSettings) -> list[EngineSettings]:
+    """The options of each single-thread session that runs items side by side: one per
+    ``intra_op_threads``, on ONNX Runtime on the CPU with ``items_side_by_side`` (none on
+    CUDA, where one padded call uses the device best, or with one thread)."""
+    if not options.items_side_by_side or options.intra_op_threads < 2:
+        return []
+    if providers(options)[0] != "CPUExecutionProvider":
+        return []
+    return [replace(options, intra_op_threads=1)] * options.intra_op_threads
+
+
+class _SideBySide:
+    """A half's sessions that run several items one each, side by side (``nets``), with
+    the threads that call them; a lone item goes to the half's multi-thread session."""
+
+    def __init__(self, nets: Sequence) -> None:
+        self.nets = list(nets)
+        self.pool = ThreadPoolExecutor(len(self.nets)) if len(self.nets) > 1 else None
+
+    def applies(self, count: int) -> bool:
+        return self.pool is not None and count > 1
+
+    def run(self, items: Sequence, lengths: Sequence[int], call) -> list:
+        """``call(net, [item]) -> [result]`` for each item on a free net."""
+        assert self.pool is not None
+        runners = [partial(call, net) for net in self.nets]
+        return run_side_by_side(items, lengths, runners, self.pool)
 
 
 @dataclass(frozen=True)
@@ -107,9 +146,11 @@ def with_speed(scales: np.ndarray) -> np.ndarray:
 class AcousticModel:
     """Phoneme ids + per-item scales (+ speakers) -> latent frames [192, T_i] per item."""
 
-    def __init__(self, net, options: EngineSettings) -> None:
-        """``net``: an OrtAcousticNet, a TorchAcousticNet, or an ONNX Runtime session."""
+    def __init__(self, net, options: EngineSettings, item_nets: Sequence = ()) -> None:
+        """``net``: an OrtAcousticNet, a TorchAcousticNet, or an ONNX Runtime session;
+        ``item_nets``: single-thread nets that run several items side by side (CPU)."""
         self.net = OrtAcousticNet(net) if isinstance(net, ort.InferenceSession) else net
+        self.side_by_side = _SideBySide(item_nets)
         self.options = options
         # The torch engine can keep the latents on its device (the DLPack hand-off).
         self.net_options = {"on_device": True} if options.device_tensors else {}
@@ -131,25 +172,29 @@ class AcousticModel:
         sids = speaker_ids(self.multi_speaker, speakers, len(ids))
         items = [(np.asarray(x, dtype=np.int64), scales[i], sids[i]) for i, x in enumerate(ids)]
 
-        def run(bucket: list[tuple[np.ndarray, np.ndarray, int]]) -> list[AcousticResult]:
-            padded, lengths = pad_stack([b[0] for b in bucket])
-            scales = np.stack([b[1] for b in bucket])
-            options = dict(self.net_options)
-            if self.multi_speaker:
-                options["speakers"] = np.array([b[2] for b in bucket], np.int64)
-            latent, frames, durations = self.net(padded, lengths, scales, **options)
-            latents = split_by_lengths(latent, frames)
-            return [
-                AcousticResult(lat, durations[k, : lengths[k]].astype(np.int32))
-                for k, lat in enumerate(latents)
-            ]
+        lengths = [len(x) for x in ids]
+        if self.side_by_side.applies(len(items)):
+            return self.side_by_side.run(items, lengths, self._call)
 
         def run_halving(bucket: list) -> list[AcousticResult]:
-            return halve_on_error(run, bucket, self.net.is_out_of_memory)
+            return halve_on_error(partial(self._call, self.net), bucket, self.net.is_out_of_memory)
 
-        lengths = [len(x) for x in ids]
         o = self.options
         return run_in_buckets(items, lengths, run_halving, o.bucket_max_waste, o.max_padded_length)
+
+    def _call(self, net, bucket: list[tuple[np.ndarray, np.ndarray, int]]) -> list[AcousticResult]:
+        """One padded call of ``net`` on ``bucket``'s items (ids, scales, speaker)."""
+        padded, lengths = pad_stack([b[0] for b in bucket])
+        scales = np.stack([b[1] for b in bucket])
+        options = dict(self.net_options)
+        if self.multi_speaker:
+            options["speakers"] = np.array([b[2] for b in bucket], np.int64)
+        latent, frames, durations = net(padded, lengths, scales, **options)
+        latents = split_by_lengths(latent, frames)
+        return [
+            AcousticResult(lat, durations[k, : lengths[k]].astype(np.int32))
+            for k, lat in enumerate(latents)
+        ]
 
 
 def speaker_ids(multi_speaker: bool, speakers: Sequence[int] | None, count: int) -> list[int]:
@@ -166,9 +211,13 @@ def speaker_ids(multi_speaker: bool, speakers: Sequence[int] | None, count: int)
 class Vocoder:
     """Latent frames [192, T_i] (+ speakers) -> audio, exactly T_i * hop_length samples per item."""
 
-    def __init__(self, net, hop_length: int, options: EngineSettings) -> None:
-        """``net``: an OrtVocoderNet, a TorchVocoderNet, or an ONNX Runtime session."""
+    def __init__(
+        self, net, hop_length: int, options: EngineSettings, item_nets: Sequence = ()
+    ) -> None:
+        """``net``: an OrtVocoderNet, a TorchVocoderNet, or an ONNX Runtime session;
+        ``item_nets``: single-thread nets that run several items side by side (CPU)."""
         self.net = OrtVocoderNet(net) if isinstance(net, ort.InferenceSession) else net
+        self.side_by_side = _SideBySide(item_nets)
         self.hop_length = hop_length
         self.options = options
         self.multi_speaker = bool(getattr(self.net, "takes_speakers", False))
@@ -178,21 +227,23 @@ class Vocoder:
     ) -> list[np.ndarray]:
         """``speakers``: each item's speaker id of a multi-speaker voice (None: the first)."""
         sids = speaker_ids(self.multi_speaker, speakers, len(latents))
-
-        def run(bucket: list[tuple[np.ndarray, int]]) -> list[np.ndarray]:
-            padded, frames = pad_stack([b[0] for b in bucket], axis=-1)
-            if self.multi_speaker:
-                audio = self.net(padded, np.array([b[1] for b in bucket], np.int64))
-            else:
-                audio = self.net(padded)
-            # Past an item's own frames a padded batch holds a non-silent tail: cut it off.
-            return split_by_lengths(audio, frames * self.hop_length)
+        items = list(zip(latents, sids))
+        lengths = [lat.shape[-1] for lat in latents]
+        if self.side_by_side.applies(len(items)):
+            return self.side_by_side.run(items, lengths, self._call)
 
         def run_halving(bucket: list) -> list[np.ndarray]:
-            return halve_on_error(run, bucket, self.net.is_out_of_memory)
+            return halve_on_error(partial(self._call, self.net), bucket, self.net.is_out_of_memory)
 
-        lengths = [lat.shape[-1] for lat in latents]
         o = self.options
-        return run_in_buckets(
-            list(zip(latents, sids)), lengths, run_halving, o.bucket_max_waste, o.max_padded_length
-        )
+        return run_in_buckets(items, lengths, run_halving, o.bucket_max_waste, o.max_padded_length)
+
+    def _call(self, net, bucket: list[tuple[np.ndarray, int]]) -> list[np.ndarray]:
+        """One padded call of ``net`` on ``bucket``'s items (latent, speaker)."""
+        padded, frames = pad_stack([b[0] for b in bucket], axis=-1)
+        if self.multi_speaker:
+            audio = net(padded, np.array([b[1] for b in bucket], np.int64))
+        else:
+            audio = net(padded)
+        # Past an item's own frames a padded batch holds a non-silent tail: cut it off.
+        return split_by_lengths(audio, frames * self.hop_length)

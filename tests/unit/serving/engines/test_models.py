@@ -75,3 +75,54 @@ def test_multi_speaker_voices_run_on_onnxruntime_float32_only(engine, dtype):
     check_speakers("trio", 3, EngineSettings())
     with pytest.raises(ModelConfigError, match="voice 'trio' has 3 speakers: multi-speaker"):
         check_speakers("trio", 3, EngineSettings(engine=engine, dtype=dtype))
+
+
+def test_several_items_run_one_each_side_by_side_and_a_lone_item_on_the_main_net():
+    """On the CPU each of several items goes alone to a free single-thread net, in parallel
+    (no padding: each call holds one item); a lone item takes the multi-thread net."""
+    import threading
+
+    lengths = [3, 9, 5, 12, 2, 7]
+    speakers = [2, 0, 1, 1, 2, 0]
+    main, items = AcousticNet(), [AcousticNet(), AcousticNet()]
+    both_busy = threading.Barrier(2, timeout=10)
+
+    class Waiting(AcousticNet):
+        def __init__(self, into: AcousticNet) -> None:
+            self.into = into
+            self.calls = into.calls
+
+        def __call__(self, ids, lengths, scales, speakers):
+            if not self.calls:  # each net's first call waits for the other's: side by side
+                both_busy.wait()
+            return self.into(ids, lengths, scales, speakers)
+
+    acoustic = AcousticModel(main, OPTIONS, [Waiting(n) for n in items])
+    latents = acoustic([np.zeros(n, np.int64) for n in lengths], np.ones((6, 4)), speakers)
+    for latent, n, s in zip(latents, lengths, speakers):
+        assert latent.shape == (192, n) and np.all(latent == s)
+    assert main.calls == []
+    calls = items[0].calls + items[1].calls
+    assert sorted(map(len, calls)) == [1] * 6 and items[0].calls and items[1].calls
+    (alone,) = acoustic([np.zeros(4, np.int64)], np.ones((1, 4)), [1])
+    assert main.calls == [[1]] and alone.shape == (192, 4)
+
+
+def test_an_items_error_is_raised_once_every_net_has_stopped():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tts_serving.engines.batching import run_side_by_side
+
+    done: list[int] = []
+
+    def run(items):
+        if items[0] == 5:
+            raise ValueError("item 5")
+        done.append(items[0])
+        return [items[0] * 10]
+
+    with ThreadPoolExecutor(2) as pool:
+        assert run_side_by_side([1, 2, 3], [1, 2, 3], [run, run], pool) == [10, 20, 30]
+        with pytest.raises(ValueError, match="item 5"):
+            run_side_by_side([5, 1, 2, 3], [9, 1, 2, 3], [run, run], pool)
+    assert sorted(done) == [1, 1, 2, 2, 3, 3]  # the other items still ran

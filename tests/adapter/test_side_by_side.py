@@ -1,0 +1,40 @@
+"""Items side by side (one single-thread ONNX Runtime session per item, the CPU default)
+through model.py as Triton loads it: the same audio, item for item, as the padded calls."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tests.support import pb_utils as pb
+from tests.support.models import load_model, text_request
+from tests.support.speech import TEXTS
+from tts_serving.model_config import pbtxt_parameters
+
+SENTENCES = TEXTS[:6]
+
+
+def test_side_by_side_serves_what_padded_calls_serve(exported_repository):
+    defaults = pbtxt_parameters(exported_repository / "vocoder/config.pbtxt")
+    assert defaults["items_side_by_side"] == "true" and int(defaults["intra_op_threads"]) > 1
+    phonemizer = load_model(exported_repository, "phonemizer")
+    acoustic = load_model(exported_repository, "acoustic")
+    ids = [
+        phonemizer.execute([text_request(t.encode())])[0].output("phoneme_ids") for t in SENTENCES
+    ]
+    # The voice's own noise, drawn once: both vocoders get the same latents.
+    latents = [
+        r.output("latent")
+        for r in acoustic.execute([pb.InferenceRequest(phoneme_ids=x) for x in ids])
+    ]
+    audio = {}
+    for side_by_side in ("true", "false"):
+        vocoder = load_model(
+            exported_repository, "vocoder", {**defaults, "items_side_by_side": side_by_side}
+        )
+        _, (model, _) = next(iter(vocoder.voices))
+        assert len(model.side_by_side.nets) == (2 if side_by_side == "true" else 0)
+        responses = vocoder.execute([pb.InferenceRequest(latent=lat) for lat in latents])
+        audio[side_by_side] = [r.output("audio").ravel() for r in responses]
+    for alone, padded, latent in zip(audio["true"], audio["false"], latents):
+        assert alone.shape == padded.shape and alone.size > 5000
+        np.testing.assert_allclose(alone, padded, atol=2e-3)
