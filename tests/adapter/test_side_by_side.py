@@ -36,5 +36,5 @@ def test_side_by_side_serves_what_padded_calls_serve(exported_repository):
         responses = vocoder.execute([pb.InferenceRequest(latent=lat) for lat in latents])
         audio[side_by_side] = [r.output("audio").ravel() for r in responses]
     for alone, padded, latent in zip(audio["true"], audio["false"], latents):
-        assert alone.shape == padded.shape and alone.size > 5000
+        assert alone.shape == padded.shape == (latent.shape[-1] * 256,)
         np.testing.assert_allclose(alone, padded, atol=2e-3)
