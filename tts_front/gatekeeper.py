@@ -112,10 +112,15 @@ class Gatekeeper:
             raise
         self.metrics.in_flight.labels(model).inc()
         # The level is the server's: within its client's interactive work, 1; past it, or
-        # asked as bulk, 2.
-        interactive = priority < PRIORITY_LEVELS and (
-            self._interactive[client] + cost <= self.interactive_work
-        )
+        # asked as bulk, 2. The gateway's level is its own (it holds the launcher's token): a
+        # text's first piece at 1, the rest at 2, so every listener's first audio goes ahead
+        # of the rest of anyone's text.
+        if client.startswith(GATEWAY) and priority in (1, PRIORITY_LEVELS):
+            interactive = priority == 1
+        else:
+            interactive = priority < PRIORITY_LEVELS and (
+                self._interactive[client] + cost <= self.interactive_work
+            )
         if interactive:
             self._interactive[client] += cost
         return AdmissionTicket(

@@ -44,7 +44,8 @@ from wyoming.tts import (
 from zeroconf import Error as ZeroconfError
 from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
-from tts_client.session import BufferRule, TextBuffer
+from tts_client.session import FIRST_PIECE_WORDS, BufferRule, TextBuffer
+from tts_wire import PRIORITY_LEVELS, SynthesisOptions
 
 from .encoding import FORMATS
 from .errors import APIError
@@ -140,6 +141,7 @@ class Handler(AsyncEventHandler):
         self.streaming = False
         self.buffer: TextBuffer | None = None
         self.stream_chars = 0
+        self.stream_spoken = False
         self.busy = False  # speaking: not closed to make room for another address
         self.evicted = False  # closed to make room; ending
 
@@ -202,7 +204,8 @@ class Handler(AsyncEventHandler):
             start = SynthesizeStart.from_event(event)
             self._voice(start.voice)  # an unknown voice: refused now, not at the first sentence
             self.streaming, self.stream_voice, self.stream_chars = True, start.voice, 0
-            self.buffer = TextBuffer(BufferRule())  # the WebSocket sessions' rule
+            self.stream_spoken = False  # a piece of this stream spoken yet
+            self.buffer = TextBuffer(BufferRule(first_piece_words=FIRST_PIECE_WORDS))
         elif SynthesizeChunk.is_type(event.type):
             if self.buffer is None:
                 raise APIError(400, "synthesize-chunk before synthesize-start", code="no_stream")
@@ -215,12 +218,14 @@ class Handler(AsyncEventHandler):
                     code="string_above_max_length",
                 )
             for piece in self.buffer.add(chunk):
-                await self._speak(piece.text, self.stream_voice)
+                await self._speak(piece.text, self.stream_voice, self.stream_spoken)
+                self.stream_spoken = True
         elif SynthesizeStop.is_type(event.type):
             if self.buffer is None:
                 raise APIError(400, "synthesize-stop before synthesize-start", code="no_stream")
             for piece in self.buffer.flush():
-                await self._speak(piece.text, self.stream_voice)
+                await self._speak(piece.text, self.stream_voice, self.stream_spoken)
+                self.stream_spoken = True
             self.streaming, self.buffer = False, None
             await self.write_event(SynthesizeStopped().event())
         else:
@@ -251,12 +256,23 @@ class Handler(AsyncEventHandler):
             400, f"unknown voice {which!r}; voices: {', '.join(names)}", code="voice_not_found"
         )
 
-    async def _speak(self, text: str, wanted: SynthesizeVoice | None) -> None:
-        """One text as ``audio-start``, its chunks as they are made, ``audio-stop``."""
-        await self._speak_pieces(text, wanted, whole=True)
+    async def _speak(self, text: str, wanted: SynthesizeVoice | None, later: bool = False) -> None:
+        """One text as ``audio-start``, its chunks as they are made, ``audio-stop``
+        (``later``: not the first piece of its turn)."""
+        await self._speak_pieces(text, wanted, whole=True, later=later)
+
+    @staticmethod
+    def _level(options: SynthesisOptions, later: bool) -> SynthesisOptions:
+        """A turn's first piece interactive, the rest bulk: every listener's first audio is
+        made before the rest of anyone's text (the front door keeps the gateway's level)."""
+        return dataclasses.replace(options, priority=PRIORITY_LEVELS if later else 1)
 
     async def _speak_pieces(
-        self, text: str, wanted: SynthesizeVoice | None, whole: bool = False
+        self,
+        text: str,
+        wanted: SynthesizeVoice | None,
+        whole: bool = False,
+        later: bool = False,
     ) -> None:
         """``text`` as one ``audio-start``, the audio of each of its pieces as it is made
         (each piece one ``tts`` request, cut as a session's text is, within what one request
@@ -280,7 +296,10 @@ class Handler(AsyncEventHandler):
         if whole:
             pieces = [text]
         else:
-            buffer = TextBuffer(BufferRule(max_chars=self.settings.direct_max_chars))
+            rule = BufferRule(
+                max_chars=self.settings.direct_max_chars, first_piece_words=FIRST_PIECE_WORDS
+            )
+            buffer = TextBuffer(rule)
             pieces = [p.text for p in buffer.add(text) + buffer.flush()]
             if not pieces:
                 raise APIError(400, "the text has no word to speak; send words", code="empty_text")
@@ -290,8 +309,9 @@ class Handler(AsyncEventHandler):
             for piece in pieces:
                 streamed = len(piece) > self.settings.direct_max_chars
                 speech = await self.server.service.open(
-                    SpeechJob(piece, options, PCM, streamed, self.client)
+                    SpeechJob(piece, self._level(options, later), PCM, streamed, self.client)
                 )
+                later = True
                 try:
                     rate = speech.encoder.output_rate
                     if not started:

@@ -7,7 +7,7 @@ import numpy as np
 
 from bench.cpu_variants import GATES, report
 from tests.support import pb_utils as pb
-from tests.support.models import load_model, text_request
+from tests.support.models import load_model, served_latents
 from tests.support.speech import TEXTS
 from tts_serving.model_config import pbtxt_parameters
 
@@ -19,16 +19,7 @@ def test_the_int8_profile_serves_the_exported_int8_vocoder_within_the_gates(
 ):
     params = pbtxt_parameters(exported_repository / "vocoder/configs/cpu-int8.pbtxt")
     assert params["dtype"] == "int8"
-    phonemizer = load_model(exported_repository, "phonemizer")
-    acoustic = load_model(exported_repository, "acoustic")
-    ids = [
-        phonemizer.execute([text_request(t.encode())])[0].output("phoneme_ids") for t in EVALUATION
-    ]
-    # The voice's own noise, drawn once: both vocoders get the same latents, as served.
-    latents = [
-        r.output("latent")
-        for r in acoustic.execute([pb.InferenceRequest(phoneme_ids=x) for x in ids])
-    ]
+    latents = served_latents(exported_repository, EVALUATION)
     audio = {}
     for name, vocoder_params in (("float32", None), ("int8", params)):
         vocoder = load_model(exported_repository, "vocoder", vocoder_params)

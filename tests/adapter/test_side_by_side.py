@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tests.support import pb_utils as pb
-from tests.support.models import load_model, text_request
+from tests.support.models import load_model, served_latents
 from tests.support.speech import TEXTS
 from tts_serving.model_config import pbtxt_parameters
 
@@ -16,16 +16,7 @@ SENTENCES = TEXTS[:6]
 def test_side_by_side_serves_what_padded_calls_serve(exported_repository):
     defaults = pbtxt_parameters(exported_repository / "vocoder/config.pbtxt")
     assert defaults["items_side_by_side"] == "true" and int(defaults["intra_op_threads"]) > 1
-    phonemizer = load_model(exported_repository, "phonemizer")
-    acoustic = load_model(exported_repository, "acoustic")
-    ids = [
-        phonemizer.execute([text_request(t.encode())])[0].output("phoneme_ids") for t in SENTENCES
-    ]
-    # The voice's own noise, drawn once: both vocoders get the same latents.
-    latents = [
-        r.output("latent")
-        for r in acoustic.execute([pb.InferenceRequest(phoneme_ids=x) for x in ids])
-    ]
+    latents = served_latents(exported_repository, SENTENCES)
     audio = {}
     for side_by_side in ("true", "false"):
         vocoder = load_model(

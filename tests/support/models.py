@@ -43,3 +43,15 @@ def load_model(repository, name, params=None, max_batch_size=16):
 
 def text_request(text: bytes) -> pb.InferenceRequest:
     return pb.InferenceRequest(text=np.array([[text]], dtype=object))
+
+
+def served_latents(repository, texts) -> list[np.ndarray]:
+    """Each text's latent through the phonemizer and acoustic model.py, with the voice's own
+    noise drawn once: vocoders compared on them get the same input, as served."""
+    phonemizer = load_model(repository, "phonemizer")
+    acoustic = load_model(repository, "acoustic")
+    ids = [phonemizer.execute([text_request(t.encode())])[0].output("phoneme_ids") for t in texts]
+    return [
+        r.output("latent")
+        for r in acoustic.execute([pb.InferenceRequest(phoneme_ids=x) for x in ids])
+    ]

@@ -86,6 +86,33 @@ def test_the_server_sets_each_requests_level_from_its_clients_interactive_work()
     asyncio.run(main())
 
 
+def test_the_gateways_first_pieces_and_rest_keep_the_level_it_sends():
+    """The gateway (the launcher's token) sends a text's first piece at 1 and the rest at 2:
+    kept whatever its caller's work in flight, so every listener's first audio goes ahead of
+    the rest of anyone's text; an ordinary client's 1 stays within its budget."""
+    import asyncio
+
+    from tts_front.admission import GATEWAY
+    from tts_front.gatekeeper import Gatekeeper
+    from tts_front.settings import FrontSettings
+
+    async def main():
+        keeper = Gatekeeper(FrontSettings(interactive_work_per_client=250.0, warmup_requests=0))
+        caller = f"{GATEWAY}203.0.113.7"
+        first = [await keeper.enter("tts", 100.0, client=caller, priority=1) for _ in range(5)]
+        rest = await keeper.enter("tts", 10.0, client=caller, priority=2)
+        unsaid = await keeper.enter("tts", 100.0, client=f"{GATEWAY}x")  # 0: the budget's
+        direct = [await keeper.enter("tts", 100.0, client="a", priority=1) for _ in range(3)]
+        assert [keeper.level(t) for t in first] == [1] * 5
+        assert [keeper.level(t) for t in (rest, unsaid)] == [2, 1]
+        assert [keeper.level(t) for t in direct] == [1, 1, 2]
+        for ticket in [*first, rest, unsaid, *direct]:
+            keeper.leave(ticket, "served")
+        assert not keeper._interactive
+
+    asyncio.run(main())
+
+
 def test_a_stream_response_ends_only_a_ticket_of_its_own_model():
     from tts_front.admission import AdmissionTicket
     from tts_front.grpc_proxy import _match

@@ -50,6 +50,38 @@ def test_the_first_piece_of_a_turn_ends_at_a_clause_once_it_has_enough_words():
     assert pieces == ["Well, I looked at your order, and it ships on Monday, before noon."]
 
 
+def test_with_first_piece_words_a_turn_starts_with_a_few_words_where_no_clause_ends():
+    rule = BufferRule(first_piece_words=4)
+    text = "Scientists discovered a new species of frog in the rainforest. It was green. "
+    # Word by word: cut once as many words again have arrived; later pieces wait as before.
+    pieces, rest = pieces_of([w + " " for w in text.split()], rule)
+    assert pieces == ["Scientists discovered a new", "species of frog in the rainforest.",
+                      "It was green."] and rest == ""  # fmt: skip
+    # A whole text (a flush): its first four words, then the rest; a short one stays whole.
+    for whole, want in (
+        (
+            "Turn left at the second light and go on.",
+            ["Turn left at the", "second light and go on."],
+        ),
+        ("Turn left at the second light.", ["Turn left at the second light."]),  # 6 < 2 x 4
+        ("She sells sea shells.", ["She sells sea shells."]),
+        ("Well, I looked at your order today.", ["Well, I looked at your order today."]),
+    ):
+        buffer = TextBuffer(rule)
+        assert [p.text for p in buffer.add(whole) + buffer.flush()] == want, whole
+    # A clause that ends sooner still wins; and never inside an inline phoneme block.
+    assert pieces_of(["Yes, we open at nine tomorrow morning. "], rule)[0] == [
+        "Yes, we open at nine tomorrow morning."
+    ]
+    for whole in ("Say [[ h @ l oU w er l d ]] to all of them", "Say hi to [[ w er l d ]] and all"):
+        buffer = TextBuffer(rule)
+        assert [p.text for p in buffer.add(whole) + buffer.flush()] == [whole]
+    # Off by default: a session cuts only at clauses and sentences.
+    assert pieces_of(["Turn left at the second light and then go. "])[0] == [
+        "Turn left at the second light and then go."
+    ]
+
+
 def test_abbreviations_initials_and_numbers_are_not_sentence_ends():
     text = "Dr. Smith met J. R. Jones at 5 p.m. today, e.g. on St. Mark's square. Next"
     pieces, rest = pieces_of([text], BufferRule(first_words=100))

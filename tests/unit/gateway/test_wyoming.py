@@ -229,3 +229,46 @@ def test_a_text_of_marks_alone_is_an_error_not_silence():
         await server.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_texts_first_few_words_go_first_and_ahead_of_the_rest(streaming):
+    """A sentence with no clause to cut at was one request: 16 satellites heard nothing until
+    16 whole sentences were made. Its first few words are now a request of their own at the
+    interactive level, the rest at the bulk level (the front door keeps the gateway's)."""
+    from wyoming.event import async_read_event, async_write_event
+    from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
+
+    from tests.support.fake_backend import FakeBackend
+    from tts_client.session import FIRST_PIECE_WORDS
+
+    text = "Scientists discovered a new species of frog in the rainforest last year."
+    if streaming:
+        words = text.split(" ")
+        events = [SynthesizeStart().event()]
+        events += [
+            SynthesizeChunk(text=w if i == 0 else f" {w}").event() for i, w in enumerate(words)
+        ]
+        events += [SynthesizeStop().event()]
+    else:
+        events = [Synthesize(text=text).event()]
+
+    async def main():
+        backend = FakeBackend()
+        server, port = await _wyoming(GatewaySettings(wyoming_port=free_port()), backend)
+        reader, writer = await _connect(port, "127.0.0.2")
+        for event in events:
+            await async_write_event(event, writer)
+        kinds, last = [], "synthesize-stopped" if streaming else "audio-stop"
+        while not kinds or kinds[-1] != last:
+            kinds.append((await asyncio.wait_for(async_read_event(reader), 10)).type)
+        assert kinds.count("audio-chunk") == 2, kinds
+        writer.close()
+        await server.close()
+        return backend
+
+    backend = asyncio.run(main())
+    texts = [call[1] for call in backend.calls]
+    words = text.split()
+    assert texts == [" ".join(words[:FIRST_PIECE_WORDS]), " ".join(words[FIRST_PIECE_WORDS:])]
+    assert [o.priority for o in backend.options] == [1, 2]
