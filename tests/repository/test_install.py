@@ -102,10 +102,9 @@ def test_the_built_wheels_alone_start_every_entry_point(tmp_path):
     the image and `make serve` run imports and answers --help. The wheel once listed its
     packages by hand and left out tts_front, tts_triton and export, which the launcher
     imports: it worked only from the checkout."""
+    import shutil
     import site
     import zipfile
-
-    import shutil
 
     # Built from a copy of the sources (every package folder at the top, and the client): a
     # build in the checkout reuses its build/ folder, which may hold what the list left out.
