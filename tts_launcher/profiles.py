@@ -136,6 +136,9 @@ for _base in ("gpu", "torch-cpu"):
 # ensemble and the phonemizer carry at all (perf_analyzer_configs.host_ceiling). No other
 # profile may select that engine, and the launcher refuses to serve these.
 BENCHMARK_PROFILES = ("host-ceiling", "gpu-host-ceiling")
+# The stages that batch the voice's work, and their max_batch_size in config.pbtxt.
+BATCHED = ("acoustic", "vocoder")
+CPU_BATCH = 16
 _NULL_WHY = "BENCHMARK ONLY: the null engine serves silence (perf_analyzer_configs.host_ceiling)"
 PROFILES["host-ceiling"] = {
     model: Override(parameters={"engine": "null"}, why=_NULL_WHY)
@@ -155,6 +158,18 @@ PROFILES["gpu-host-ceiling"] = {
         if model != "phonemizer"
     },
 }
+
+
+def front_slots(profile: str | None) -> int:
+    """``tts`` requests the front door passes on to Triton at once under ``profile`` (None:
+    config.pbtxt): on a CPU one full batch of the batched stages, so a newcomer waits behind
+    one batch rather than two (a bystander beside one client's flood: p50 1.5 s with two
+    batches of 16, 0.8 s with one; `python -m bench.flood`); on a GPU two, one computed while
+    the next forms."""
+    stages = [o for name, o in PROFILES.get(profile or "", {}).items() if name in BATCHED]
+    batch = max([o.max_batch_size or CPU_BATCH for o in stages] or [CPU_BATCH])
+    gpu = any(o.parameters.get("device") == "cuda" for o in stages)
+    return 2 * batch if gpu else batch
 
 
 def check_engines(profiles: dict[str, dict[str, Override]] = PROFILES) -> None:

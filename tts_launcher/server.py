@@ -51,7 +51,7 @@ from .commands import (
 from .edge import EdgePorts, edge_command, write_config
 from .environment import has_gpu, quiet_grpc, server_env
 from .liveness import LIVE_PATH, Heartbeat, serve as serve_metrics
-from .profiles import BENCHMARK_PROFILES
+from .profiles import BENCHMARK_PROFILES, front_slots
 from .repository import gateway_voices
 from .security import DEFAULT_BIND, RESTRICTED
 from .stub_healing import (
@@ -120,11 +120,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     return parser.parse_known_args(argv)
 
 
-def benchmark_profile(extra: list[str]) -> str | None:
-    """The BENCHMARK_PROFILES name among tritonserver's flags, if one is asked for."""
+def profile_name(extra: list[str]) -> str | None:
+    """The profile among tritonserver's flags (``--model-config-name``), if one is asked for."""
     flags = argparse.ArgumentParser(add_help=False)
     flags.add_argument("--model-config-name")
-    name = flags.parse_known_args(extra)[0].model_config_name
+    return flags.parse_known_args(extra)[0].model_config_name
+
+
+def benchmark_profile(extra: list[str]) -> str | None:
+    """The BENCHMARK_PROFILES name among tritonserver's flags, if one is asked for."""
+    name = profile_name(extra)
     return name if name in BENCHMARK_PROFILES else None
 
 
@@ -238,8 +243,10 @@ def front_door(
     triton_http: int,
     shm_prefix: str,
     edge: EdgePorts | None,
+    profile: str | None = None,
 ) -> list[str]:
-    """The front door's command line (and the token the gateway shows it, in the environment)."""
+    """The front door's command line (and the token the gateway shows it, in the environment):
+    its slots the profile's (FRONT_ARGS may set them still)."""
     # The gateway shows the front door this token (the children inherit it; a process's
     # environment is readable by its own user only): its callers are capped per address
     # by the gateway, not lumped together as one client of the front door. A token given
@@ -253,7 +260,7 @@ def front_door(
         triton_http,
         *front_listens(args, edge),
         shm_prefix,
-        ["--notify-parent", *shlex.split(args.front_args)],
+        ["--notify-parent", f"--slots={front_slots(profile)}", *shlex.split(args.front_args)],
     )
 
 
@@ -393,7 +400,11 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     except FileNotFoundError as e:  # no nginx: say how to get it
         print(f"launcher: {e}", file=sys.stderr, flush=True)
         return 2
-    front = None if args.no_front else front_door(args, triton_grpc, triton_http, shm_prefix, edge)
+    front = (
+        None
+        if args.no_front
+        else front_door(args, triton_grpc, triton_http, shm_prefix, edge, profile_name(extra))
+    )
     print(
         f"tritonserver: HTTP on {args.bind}:{args.http_port}, gRPC on {args.bind}:{args.grpc_port}"
         f"{'' if args.no_front else ' (through the front door)'}, metrics on "

@@ -18,8 +18,9 @@ from tts_serving.settings import SETTINGS, AcousticSettings, knob_table
 MODELS = ["phonemizer", "acoustic", "vocoder", "tts", "tts_stream"]
 
 
-def load(name: str) -> model_config_pb2.ModelConfig:
-    return read_model_config(REPO / name / "config.pbtxt")
+def load(name: str, profile: str | None = None) -> model_config_pb2.ModelConfig:
+    path = REPO / name / (f"configs/{profile}.pbtxt" if profile else "config.pbtxt")
+    return read_model_config(path)
 
 
 def settings(name: str):
@@ -127,13 +128,19 @@ def test_batched_stages_batch_ragged_inputs(name):
     assert ragged and all(i.allow_ragged_batch for i in ragged)
 
 
-def test_the_front_door_passes_on_two_full_batches_of_the_batched_stages():
-    """Fewer than one batch in flight starves the batcher; two keep one computed while the
-    next forms, and the rate admission refuses by is measured from one batch in flight."""
+def test_the_front_door_passes_on_one_full_batch_on_a_cpu_and_two_on_a_gpu():
+    """Fewer than one batch in flight starves the batcher; on a CPU more than one makes a
+    newcomer wait behind two; on a GPU two keep one computed while the next forms."""
     from tts_front.settings import FrontSettings
+    from tts_launcher.profiles import BATCHED, CPU_BATCH, front_slots
 
-    batch = max(load(name).max_batch_size for name in ("acoustic", "vocoder"))
-    assert FrontSettings.slots == 2 * batch
+    batch = max(load(name).max_batch_size for name in BATCHED)
+    assert FrontSettings.slots == front_slots(None) == batch == CPU_BATCH
+    for profile in ("cpu-int8", "cpu-padded", "torch-cpu"):
+        assert front_slots(profile) == batch, profile
+    for profile in ("gpu", "gpu-dlpack"):
+        gpu = max(load(name, profile).max_batch_size for name in BATCHED)
+        assert front_slots(profile) == 2 * gpu == 128, profile
 
 
 def test_tts_stream_is_decoupled_and_speaks_the_tts_contract():

@@ -97,7 +97,8 @@ def test_the_gateways_first_pieces_and_rest_keep_the_level_it_sends():
     from tts_front.settings import FrontSettings
 
     async def main():
-        keeper = Gatekeeper(FrontSettings(interactive_work_per_client=250.0, warmup_requests=0))
+        settings = FrontSettings(interactive_work_per_client=250.0, warmup_requests=0, slots=32)
+        keeper = Gatekeeper(settings)
         caller = f"{GATEWAY}203.0.113.7"
         first = [await keeper.enter("tts", 100.0, client=caller, priority=1) for _ in range(5)]
         rest = await keeper.enter("tts", 10.0, client=caller, priority=2)
