@@ -9,6 +9,9 @@ flight for ``--seconds`` (a closed loop: each answer is followed by the next req
 - ``gateway``: the same sentences to the gateway's /v1/audio/speech (wav), with the bystander
   on the gateway too.
 
+``--flood-text`` and ``--flood-speed`` make the flood one text at one speed (work the text's
+length does not show: digits at speed 0.25).
+
 Prints the bystander's p50/p90 quiet and during the flood and their ratio (the goal: a p50
 within 2x its quiet one), what the flood got served, and refusals. ``default`` is
 config.pbtxt; any other name is a profile (``--model-config-name``).
@@ -23,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx2 as httpx
@@ -82,8 +86,19 @@ class Bystander:
             k += 1
 
 
-def flood(launcher: Launcher, through: str, clients: int, stop: threading.Event) -> list[int]:
-    """``clients`` closed loops from 127.0.0.1 until ``stop``; [served, refused or failed]."""
+@dataclass(frozen=True)
+class Flood:
+    """What the flooder sends: ``clients`` requests in flight of ``text`` (None: the short
+    sentences in turn) at ``speed``."""
+
+    clients: int
+    text: str | None = None
+    speed: float = 1.0
+
+
+def flood(launcher: Launcher, through: str, load: Flood, stop: threading.Event) -> list[int]:
+    """``load.clients`` closed loops from 127.0.0.1 until ``stop``; [served, refused or
+    failed]."""
     counts = [0, 0]
     lock = threading.Lock()
 
@@ -95,19 +110,26 @@ def flood(launcher: Launcher, through: str, clients: int, stop: threading.Event)
         k = i
         try:
             while not stop.is_set():
-                text = SHORT[k % len(SHORT)]
+                text = load.text or SHORT[k % len(SHORT)]
                 k += 1
                 try:
                     if through == "gateway":
                         r = client.post(
                             "/v1/audio/speech",
-                            json={"model": "tts-1", "voice": "joe", "input": text},
+                            json={
+                                "model": "tts-1",
+                                "voice": "joe",
+                                "input": text,
+                                "speed": load.speed,
+                            },
                         )
                         ok = r.status_code == 200
                     else:
                         t = grpcclient.InferInput("text", [1, 1], "BYTES")
                         t.set_data_from_numpy(np.array([[text.encode()]], dtype=object))
-                        client.infer("tts", [t], client_timeout=300)
+                        speed = grpcclient.InferInput("speed", [1, 1], "FP32")
+                        speed.set_data_from_numpy(np.array([[load.speed]], dtype=np.float32))
+                        client.infer("tts", [t, speed], client_timeout=300)
                         ok = True
                 except Exception:  # counted, and the loop goes on as a flood would
                     ok = False
@@ -118,7 +140,7 @@ def flood(launcher: Launcher, through: str, clients: int, stop: threading.Event)
         finally:
             client.close()
 
-    threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(clients)]
+    threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(load.clients)]
     for thread in threads:
         thread.start()
     stop.wait()
@@ -131,13 +153,13 @@ def quantile(values: list[float], q: float) -> float:
     return float(np.quantile(values, q)) if values else float("nan")
 
 
-def measure(launcher: Launcher, through: str, clients: int, seconds: float, quiet_n: int) -> dict:
+def measure(launcher: Launcher, through: str, load: Flood, seconds: float, quiet_n: int) -> dict:
     quiet = Bystander(launcher, through)
     quiet.run(quiet_n)
     stop = threading.Event()
     counts: list[int] = []
     flooder = threading.Thread(
-        target=lambda: counts.extend(flood(launcher, through, clients, stop)), daemon=True
+        target=lambda: counts.extend(flood(launcher, through, load, stop)), daemon=True
     )
     flooder.start()
     time.sleep(min(5.0, seconds / 4))  # the flood fills every queue first
@@ -168,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profiles", nargs="+", default=["default"])
     p.add_argument("--through", nargs="+", default=["tts", "gateway"], choices=["tts", "gateway"])
     p.add_argument("--flood", type=int, default=64, help="the flooder's requests in flight")
+    p.add_argument("--flood-text", help="one text the flooder sends (default: short sentences)")
+    p.add_argument("--flood-speed", type=float, default=1.0)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--quiet", type=int, default=12, help="bystander requests alone first")
     p.add_argument("--repository", type=Path, default=ROOT / "model_repository")
@@ -182,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
                 launcher.wait_ready()
                 for through in a.through:
                     clients = a.flood if through == "tts" else a.flood // 2
-                    r = measure(launcher, through, clients, a.seconds, a.quiet)
+                    load = Flood(clients, a.flood_text, a.flood_speed)
+                    r = measure(launcher, through, load, a.seconds, a.quiet)
                     rows.append((profile, through, clients, r))
                     print(
                         f"{profile:>10} {through:>7} flood c={clients}: bystander p50 "

@@ -41,11 +41,10 @@ class FrontSettings:
     measured: tuple[str, ...] = ("tts",)
     # Models whose requests are streams (decoupled): admitted at the cost of their first chunk.
     streamed: tuple[str, ...] = ("tts_stream",)
-    # Requests passed on to Triton at once; the rest wait in the front door's queue. One full
-    # batch of the batched stages on a CPU (acoustic's and vocoder's max_batch_size, 16), so a
-    # newcomer waits behind one batch; the launcher gives a GPU profile two
-    # (tts_launcher/profiles.py: front_slots).
-    slots: int = 16
+    # Requests passed on to Triton at once; the rest wait in the front door's queue. Two full
+    # batches of the batched stages (acoustic's and vocoder's max_batch_size, 16): one being
+    # computed while the next forms; the launcher sets a profile's own (front_slots).
+    slots: int = 32
     # Requests waiting in the queue, in all and per client (the gateway's callers are one):
     # past either a request is refused at once. The gateway sends at most its
     # max_concurrent_requests (256).

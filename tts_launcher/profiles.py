@@ -162,14 +162,12 @@ PROFILES["gpu-host-ceiling"] = {
 
 def front_slots(profile: str | None) -> int:
     """``tts`` requests the front door passes on to Triton at once under ``profile`` (None:
-    config.pbtxt): on a CPU one full batch of the batched stages, so a newcomer waits behind
-    one batch rather than two (a bystander beside one client's flood: p50 1.5 s with two
-    batches of 16, 0.8 s with one; `python -m bench.flood`); on a GPU two, one computed while
-    the next forms."""
+    config.pbtxt): two full batches of the batched stages, one computed while the next forms.
+    One batch on a CPU halved a bystander's wait beside a flood (`python -m bench.flood`) but
+    left requests on half the cores waiting in the front door 16 s before their refusal
+    (docs/admission.md)."""
     stages = [o for name, o in PROFILES.get(profile or "", {}).items() if name in BATCHED]
-    batch = max([o.max_batch_size or CPU_BATCH for o in stages] or [CPU_BATCH])
-    gpu = any(o.parameters.get("device") == "cuda" for o in stages)
-    return 2 * batch if gpu else batch
+    return 2 * max([o.max_batch_size or CPU_BATCH for o in stages] or [CPU_BATCH])
 
 
 def check_engines(profiles: dict[str, dict[str, Override]] = PROFILES) -> None:

@@ -128,16 +128,17 @@ def test_batched_stages_batch_ragged_inputs(name):
     assert ragged and all(i.allow_ragged_batch for i in ragged)
 
 
-def test_the_front_door_passes_on_one_full_batch_on_a_cpu_and_two_on_a_gpu():
-    """Fewer than one batch in flight starves the batcher; on a CPU more than one makes a
-    newcomer wait behind two; on a GPU two keep one computed while the next forms."""
+def test_the_front_door_passes_on_two_full_batches_of_the_profiles_batched_stages():
+    """Fewer than one batch in flight starves the batcher; two keep one computed while the
+    next forms, and the rate admission refuses by is measured from one batch in flight. A
+    GPU profile's batches are larger: the launcher gives the front door its own."""
     from tts_front.settings import FrontSettings
     from tts_launcher.profiles import BATCHED, CPU_BATCH, front_slots
 
     batch = max(load(name).max_batch_size for name in BATCHED)
-    assert FrontSettings.slots == front_slots(None) == batch == CPU_BATCH
+    assert FrontSettings.slots == front_slots(None) == 2 * batch == 2 * CPU_BATCH
     for profile in ("cpu-int8", "cpu-padded", "torch-cpu"):
-        assert front_slots(profile) == batch, profile
+        assert front_slots(profile) == 2 * batch, profile
     for profile in ("gpu", "gpu-dlpack"):
         gpu = max(load(name, profile).max_batch_size for name in BATCHED)
         assert front_slots(profile) == 2 * gpu == 128, profile
