@@ -46,3 +46,23 @@ def test_the_layout_names_every_module_of_the_package_and_no_other(package, foll
     assert named <= {m.stem for m in modules}, named - {m.stem for m in modules}
     folders = set(re.findall(r"^ +(\w+)/", block, re.M))
     assert folders == {p.name for p in root.iterdir() if (p / "__init__.py").exists()}
+
+
+def test_no_doc_names_an_issue_of_ours_readers_cannot_see():
+    """Issue numbers are this team's tracker's, which a reader of the project does not have:
+    a doc says what holds and why (history goes to commits and docs/decisions/). A number
+    of another project's tracker names that project."""
+    import re
+
+    from tests.support.paths import ROOT
+
+    docs = [*ROOT.glob("docs/**/*.md"), ROOT / "README.md", ROOT / "CHANGELOG.md"]
+    upstream = ("pytest-xdist issue",)  # another tracker's, named
+    found = [
+        f"{path.relative_to(ROOT)}: {m.group(0)}"
+        for path in docs
+        for text in [path.read_text()]
+        for m in re.finditer(r"\b[Ii]ssues? \d+", text)
+        if not text[: m.end()].rstrip("0123456789 ").endswith(upstream)
+    ]
+    assert found == [], found
