@@ -303,15 +303,28 @@ class Handler(AsyncEventHandler):
             pieces = [p.text for p in buffer.add(text) + buffer.flush()]
             if not pieces:
                 raise APIError(400, "the text has no word to speak; send words", code="empty_text")
+        jobs = [
+            SpeechJob(
+                piece,
+                self._level(options, later or k > 0),
+                PCM,
+                len(piece) > self.settings.direct_max_chars,
+                self.client,
+            )
+            for k, piece in enumerate(pieces)
+        ]
         started = False
         self.busy = True
+        opening: asyncio.Future | None = asyncio.ensure_future(self.server.service.open(jobs[0]))
         try:
-            for piece in pieces:
-                streamed = len(piece) > self.settings.direct_max_chars
-                speech = await self.server.service.open(
-                    SpeechJob(piece, self._level(options, later), PCM, streamed, self.client)
-                )
-                later = True
+            for k in range(len(jobs)):
+                assert opening is not None
+                speech = await opening
+                # The next piece is made while this one is sent, one ahead at most: a client
+                # that stops reading holds back what is made for it.
+                opening = None
+                if k + 1 < len(jobs):
+                    opening = asyncio.ensure_future(self.server.service.open(jobs[k + 1]))
                 try:
                     rate = speech.encoder.output_rate
                     if not started:
@@ -327,6 +340,17 @@ class Handler(AsyncEventHandler):
                 await self.write_event(AudioStop().event())
         finally:
             self.busy = False
+            if opening is not None:
+                await _abandon(opening)
+
+
+async def _abandon(opening: asyncio.Future) -> None:
+    """A piece opened ahead and not needed (an error, a closed connection): cancelled, or
+    closed if it was already open, so its request and its slot end."""
+    opening.cancel()
+    (speech,) = await asyncio.gather(opening, return_exceptions=True)
+    if not isinstance(speech, BaseException):
+        await speech.close()
 
 
 def _language(code: str) -> str:

@@ -272,3 +272,39 @@ def test_a_texts_first_few_words_go_first_and_ahead_of_the_rest(streaming):
     words = text.split()
     assert texts == [" ".join(words[:FIRST_PIECE_WORDS]), " ".join(words[FIRST_PIECE_WORDS:])]
     assert [o.priority for o in backend.options] == [1, 2]
+
+
+def test_the_next_piece_is_made_while_one_is_sent_and_dropped_with_the_connection():
+    """Each piece but the last opens the next (one ahead, no more); a client that leaves
+    mid-text leaves no request or slot behind."""
+    from wyoming.tts import Synthesize
+
+    from tests.support.fake_backend import FakeBackend
+
+    text = " ".join(f"Sentence number {k} has a few words in it." for k in range(6))
+
+    async def main():
+        backend = FakeBackend(delay=0.3)
+        settings = GatewaySettings(wyoming_port=free_port())
+        server, port = await _wyoming(settings, backend)
+        service = server.service
+        reader, writer = await _connect(port, "127.0.0.2")
+        answer = await _ask(reader, writer, Synthesize(text=text).event())
+        assert [e.type for e in answer].count("audio-chunk") == 7  # 4 words, then 6 pieces
+        writer.close()
+        reader, writer = await _connect(port, "127.0.0.2")
+        from wyoming.event import async_read_event, async_write_event
+
+        await async_write_event(Synthesize(text=text).event(), writer)
+        while (await async_read_event(reader)).type != "audio-chunk":
+            pass
+        assert service.slots.used <= 2  # the piece being sent and the one after it
+        writer.close()
+        for _ in range(50):  # the handler sees the close, cancels what it opened ahead
+            await asyncio.sleep(0.1)
+            if service.slots.used == 0:
+                break
+        assert service.slots.used == 0
+        await server.close()
+
+    asyncio.run(main())
