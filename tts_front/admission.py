@@ -54,16 +54,14 @@ MIN_SAMPLES = 8
 # their milliseconds would be a batch over nothing.
 MIN_BUSY_S = 0.5
 # The completions that end a busy spell's first batch come within this of its first one (tens
-# of milliseconds apart, on 2 busy cores): they are the end of the pipeline's filling, not
-# work done in time measured, and counting them overstated the rate by half a batch a window.
+# of milliseconds apart): they are the end of the pipeline's filling, not work done in time
+# measured, and counting them would overstate the rate by half a batch a window.
 GROUP_S = 0.2
 # A request with a deadline of its client's is admitted only when its estimate is within this
-# share of it: on 2 cores with other work beside the server, estimates from the rate and the
-# latencies of a window ran up to about a fifth short (a batch formed later than the rate
-# said, the machine slowed in between), and the requests they admitted missed their clients'
-# deadlines. One without (the default deadline) is refused only when its estimate passes the
-# default: no client gives up on it then, and with this share too a burst of 48 on half of 2
-# busy cores had one refused at an estimate of 49 s of 60 (CI) while all the others came back.
+# share of it: estimates from the rate and the latencies of a window run up to about a fifth
+# short on a shared machine (a batch forms later than the rate says, the machine slows in
+# between). One without (the default deadline) is refused only when its estimate passes the
+# default: no client gives up on it sooner (docs/admission.md has the measurements).
 HEADROOM = 0.8
 # The share of the default deadline's headroom the work in Triton may take, at the rate Triton
 # works through it (Admission.drain_rate):
@@ -283,10 +281,8 @@ class Admission:
         """The rate estimates are made by: the live rate, or ``through_rate`` where that is
         higher; None without a live rate (nothing is refused on a guess). The live rate counts
         a burst's first batch filling as slowness when a request let through alone ended the
-        lull (a burst of 48 on 2 busy cores read a third of what it was served at: two were
-        refused that came back within 18 s of 60); the work each request found ahead of it
-        over its time in Triton does not. (``drain_rate`` counts what came in behind too: at
-        2x load with 10 s deadlines its estimates let in requests that ran past them.)"""
+        lull; the work each request found ahead of it over its time in Triton does not.
+        (``drain_rate`` counts what came in behind too, and its estimates run short.)"""
         rate = self.rate()
         if rate is None:
             return None
@@ -298,9 +294,8 @@ class Admission:
         The work in flight, this one's with it, must be worked through within ``depth_s``
         (``drain_rate``). Then, without a live rate to refuse by, up to a full batch (what is
         never refused), so a burst on a cold or idle server cannot put more in flight than it
-        could be seen to serve in time (a rate guessed from the latencies before it, a full
-        batch per latency, let 32 in after a lone request's 0.4 s: 17 of them missed a 10 s
-        deadline on 2 busy cores); with one, every slot."""
+        could be seen to serve in time (a rate guessed from a lone request's latency is no
+        rate); with one, every slot."""
         if not self.in_flight:
             return True
         if self.in_flight >= self.slots:
@@ -351,8 +346,8 @@ class Admission:
             return self._take(cost)
         wait = None if light else self.estimated_wait(cost, client)
         if wait is not None and wait > latest_s:
-            # A free slot too: 32 in flight took 10 s on 2 busy cores, and requests that took
-            # the last free slots ran past their clients' deadlines.
+            # A free slot too: the last free slots are behind everything in flight, which may
+            # take longer than the client's deadline.
             self.refused += 1
             raise Refused(self._refusal(wait, deadline_s))
         if not self._waiting and self.room(cost):

@@ -31,8 +31,7 @@ class FrontSettings:
     # The deadline of a request whose client set none (a gRPC deadline or Triton's "timeout"
     # parameter set one; perf_analyzer and plain tritonclient set none): what a proxy in front
     # waits for a reply by default (nginx's proxy_read_timeout, 60 s), so a request predicted
-    # to come back later, which such a proxy would cut anyway, is refused at once instead. At
-    # 30 s a server on half of 2 busy cores refused 7 of 48 concurrent sentences in CI.
+    # to come back later, which such a proxy would cut anyway, is refused at once instead.
     deadline_s: float = 60.0
     # Models served on the public ports ("*": all); the others answer only to the admin key
     # (an operator's perf_analyzer on one stage). Each public one is admitted by its cost.
