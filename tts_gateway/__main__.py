@@ -10,8 +10,8 @@ import sys
 
 import uvicorn
 
-from .admission import CUT
 from .app import create_app
+from .drain import CUT
 from .service import check_voices, default_backend
 from .settings import parse_args
 

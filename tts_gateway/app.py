@@ -31,7 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from tts_wire import MAX_SPEED, MIN_SPEED, edge_client
 
 from . import sessions
-from .admission import CUT, cut_message
+from .drain import CUT, cut_message
 from .encoding import FORMATS, served_formats
 from .errors import APIError, bad_request
 from .metrics import Metrics

@@ -10,7 +10,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from .admission import CUT, cut_message
+from .drain import CUT, cut_message
 
 if TYPE_CHECKING:
     from .service import Speech

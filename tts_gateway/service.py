@@ -27,8 +27,8 @@ from tts_client import protocol
 from tts_client.errors import InvalidInput, ServerOverloaded, ServerUnavailable, TTSError
 from tts_wire import FRONT_TOKEN_HEADER, SynthesisOptions
 
-from .admission import CUT, Drain, DrainCut, Slots, cut_message, next_chunk
 from .bodies import captioned_lines_body, marks_json, sse_body, word_json
+from .drain import CUT, Drain, DrainCut, Slots, cut_message, next_chunk
 from .encoding import AudioFormat, Encoder
 from .errors import APIError, from_tts_error, timeout
 from .metrics import Metrics

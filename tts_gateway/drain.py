@@ -1,6 +1,7 @@
-"""Admission and drain for the gateway's speech requests: a process-wide count of requests in
-flight (``Slots``; a full house is refused with 429 by the service), and the drain a SIGTERM
-begins (``Drain``): streams still running when its time runs out are cut with ``DrainCut``.
+"""The gateway's speech requests in flight and their drain: a process-wide count (``Slots``;
+a full house is refused with 429 by the service), and the drain a SIGTERM begins
+(``Drain``): streams still running when its time runs out are cut with ``DrainCut``. (The
+front door's admission by cost is tts_front/admission.py.)
 """
 
 from __future__ import annotations
