@@ -14,6 +14,7 @@ import re
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from itertools import islice
 
 from tts_wire.split import CLAUSE_END, SENTENCE_END, PhonemeBlocks, cut_outside_phonemes
 
@@ -30,7 +31,7 @@ ABBREVIATIONS = frozenset(
 
 # The first piece of a whole text or a turn, in words, where no clause ends sooner: about a
 # second of speech, made while the rest waits behind every listener's first piece
-# (bench.wyoming: 16 satellites' first audio p90 0.95 s against 1.74 s for whole sentences).
+# (docs/performance.md, "Home Assistant": 16 satellites' first audio p90 halved).
 FIRST_PIECE_WORDS = 4
 
 
@@ -91,8 +92,9 @@ def _ends_abbreviation(text: str, end: int, start: int = 0) -> bool:
 
 def _after_words(text: str, start: int, end: int, words: int) -> int | None:
     """Where ``text[start:end]`` goes on after its first ``words`` words (the next word's
-    start), when at least as many words follow; None otherwise."""
-    spans = [m.start() for m in _WORD.finditer(text, start, end)]
+    start), when at least as many words follow; None otherwise. Reads no further than
+    those words (each add() of a buffer must cost no more as it grows)."""
+    spans = [m.start() for m in islice(_WORD.finditer(text, start, end), 2 * words)]
     if len(spans) < 2 * words:
         return None
     return spans[words]
@@ -173,7 +175,7 @@ class TextBuffer:
             if words >= needed and not blocks.inside(match.end()):
                 return match.end()  # (before the sentence's end: the search stopped there)
         if self.first and rule.first_piece_words:
-            until = len(text) if sentence is None else sentence
+            until = end if sentence is None else sentence  # within max_chars, as above
             cut = _after_words(text, start, until, rule.first_piece_words)
             if cut is not None and not PhonemeBlocks(text, start).inside(cut):
                 return cut

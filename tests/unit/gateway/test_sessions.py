@@ -119,16 +119,18 @@ def test_a_sentence_longer_than_max_chars_is_cut_at_a_space_within_it():
     assert " ".join(pieces + [rest.strip()]) == sentence.strip()
 
 
-def test_adding_to_a_long_unclosed_phoneme_block_costs_no_more_per_call():
+@pytest.mark.parametrize("rule", [BufferRule(), BufferRule(first_piece_words=4)])
+def test_adding_to_a_long_unclosed_phoneme_block_costs_no_more_per_call(rule):
     # A client's unclosed "[[" full of clause marks: each add() re-split the whole prefix at
     # every mark, 0.85 s for one character at 30,000 characters, on the gateway's event loop.
     # Linear now (a few ms for all of it); the bound is two orders of magnitude above that.
-    buffer = TextBuffer()
+    # The first-piece rule reads only its few words (all of the buffer: seconds here).
+    buffer = TextBuffer(rule)
     text = "[[" + "a, " * 20_000
     for k in range(0, len(text), 4000):
         assert buffer.add(text[k : k + 4000]) == []
     started = time.perf_counter()
-    for char in "abc":
+    for char in "abc" * 300:
         assert buffer.add(char) == []
     assert time.perf_counter() - started < 0.5
     assert buffer.add(" ]]. Then") and buffer.text == "Then"
