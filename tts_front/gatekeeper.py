@@ -162,9 +162,8 @@ class Gatekeeper:
         """A request's cost: for `tts`, its ``text`` as spoken at its (slowest) ``speed``
         (:func:`spoken_cost`), else by its input bytes."""
         texts, speeds = inputs.get(TEXT), inputs.get(SPEED) or []
-        if model not in self.settings.measured or not texts:
-            return request_cost(model, input_bytes)
-        if not all(isinstance(t, bytes) for t in texts):
+        measured = model in self.settings.measured and texts
+        if not measured or not all(isinstance(t, bytes) for t in texts):
             return request_cost(model, input_bytes)
         numbers = [float(v) for v in speeds if isinstance(v, int | float)]
         return spoken_cost(texts, min(numbers) if numbers else None)

@@ -336,11 +336,17 @@ def _flat(data: object) -> list:
     return out
 
 
+def _int_parameter(header: object, name: str) -> int | None:
+    """An integer request parameter of a parsed JSON inference header (None: absent or not
+    an integer)."""
+    parameters = header.get("parameters") if isinstance(header, dict) else None
+    value = parameters.get(name) if isinstance(parameters, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _priority(header: object) -> int:
     """Triton's "priority" request parameter of a parsed JSON inference header (0: none)."""
-    parameters = header.get("parameters") if isinstance(header, dict) else None
-    level = parameters.get("priority") if isinstance(parameters, dict) else None
-    return level if isinstance(level, int) and not isinstance(level, bool) else 0
+    return _int_parameter(header, "priority") or 0
 
 
 def _at_priority(
@@ -367,11 +373,8 @@ def _at_priority(
 def _timeout_s(header: object) -> float | None:
     """Triton's "timeout" request parameter (microseconds) of a parsed JSON inference header,
     in seconds; None when absent."""
-    parameters = header.get("parameters") if isinstance(header, dict) else None
-    timeout = parameters.get("timeout") if isinstance(parameters, dict) else None
-    if isinstance(timeout, int) and not isinstance(timeout, bool) and timeout > 0:
-        return timeout / 1e6
-    return None
+    timeout = _int_parameter(header, "timeout")
+    return timeout / 1e6 if timeout is not None and timeout > 0 else None
 
 
 def _http_error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:

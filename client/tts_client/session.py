@@ -136,11 +136,8 @@ class TextBuffer:
         """Everything buffered, as one piece (none if nothing speakable; two when it is the
         first of a turn long enough for ``first_piece_words``); a new turn begins."""
         pieces = []
-        if self.first and self.rule.cut and self.rule.first_piece_words:
-            end = len(self._text)
-            cut = _after_words(self._text, self._at, end, self.rule.first_piece_words)
-            if cut is not None and not PhonemeBlocks(self._text, self._at).inside(cut):
-                pieces = self._take(cut)
+        if self.rule.cut and (cut := self._first_piece(len(self._text))) is not None:
+            pieces = self._take(cut)
         pieces += self._take(len(self._text))
         self.first = True
         return pieces
@@ -174,16 +171,25 @@ class TextBuffer:
             counted = match.start()
             if words >= needed and not blocks.inside(match.end()):
                 return match.end()  # (before the sentence's end: the search stopped there)
-        if self.first and rule.first_piece_words:
-            until = end if sentence is None else sentence  # within max_chars, as above
-            cut = _after_words(text, start, until, rule.first_piece_words)
-            if cut is not None and not PhonemeBlocks(text, start).inside(cut):
-                return cut
+        first = self._first_piece(end if sentence is None else sentence)  # within max_chars
+        if first is not None:
+            return first
         if sentence is not None or len(text) - start < rule.max_chars:
             return sentence
         space = text.rfind(" ", start, end)
         # Before a block it would split, or after it once it is whole.
         return cut_outside_phonemes(text, start, space + 1 if space > start else end)
+
+    def _first_piece(self, until: int) -> int | None:
+        """Where a turn's first piece ends by ``first_piece_words`` (reading up to ``until``),
+        never inside an inline phoneme block; None: not by that rule."""
+        words = self.rule.first_piece_words
+        if not (self.first and words):
+            return None
+        cut = _after_words(self._text, self._at, until, words)
+        if cut is None or PhonemeBlocks(self._text, self._at).inside(cut):
+            return None
+        return cut
 
     def _take(self, cut: int) -> list[Piece]:
         head = self._text[self._at : cut]
