@@ -16,6 +16,8 @@ config.pbtxt's ``input`` and ``output`` blocks are generated too, from the decla
 - ``cpu-int8``: the vocoder in int8 (ONNX Runtime static quantization, the last stage in
   float32; ``export/quantize.py``), within the quality gates of ``bench.cpu_variants``; not the
   default (docs/performance.md, "Cheaper arithmetic", says why).
+- ``cpu-whole-items``: BENCHMARK BASELINE, the vocoder's items whole (``split_items``
+  false): what ``bench.compare`` measures the default's equal stretches per session against.
 - ``cpu-padded``: BENCHMARK BASELINE, the CPU default's batches padded into calls on one
   multi-thread session (``items_side_by_side`` false), what ``bench.compare`` measures the
   default's items side by side against.
@@ -101,6 +103,12 @@ PROFILES: dict[str, dict[str, Override]] = {
             why="BENCHMARK BASELINE: each batch padded into calls on one 2-thread session",
         )
         for stage in ("acoustic", "vocoder")
+    },
+    "cpu-whole-items": {
+        "vocoder": Override(
+            parameters={"split_items": "false"},
+            why="BENCHMARK BASELINE: whole items side by side, a lone one on the 2-thread session",
+        ),
     },
     "cpu-int8": {
         "vocoder": Override(

@@ -245,6 +245,15 @@ class VocoderSettings(EngineSettings):
     max_frames: int = field(
         default=4000, metadata=doc("latent frames accepted per request (about 46 s)")
     )
+    split_items: bool = field(
+        default=True,
+        metadata=doc(
+            "ORT on the CPU with `items_side_by_side`: a batch's items, end to end, cut into "
+            "one equal stretch per session, each computed with the network's reach (measured "
+            "at load) of context either side, so the audio is the same; a lone item long "
+            "enough runs on every session too. false: whole items"
+        ),
+    )
     loudness: str = field(
         default="voice",
         metadata=doc(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Executor, wait
+from dataclasses import dataclass
+from itertools import pairwise
 from typing import TypeVar
 
 import numpy as np
@@ -202,3 +204,56 @@ def run_side_by_side(
     for future in futures:
         future.result()
     return results
+
+
+@dataclass(frozen=True)
+class FrameSpan:
+    """A stretch of one item's frames computed alone: it keeps ``start:end`` and is computed
+    from ``lo:hi`` (``context`` frames more on each side where the item has them)."""
+
+    item: int
+    start: int
+    end: int
+    lo: int
+    hi: int
+
+
+def split_for_lanes(
+    lengths: Sequence[int], lanes: int, context: int, min_span: int
+) -> list[FrameSpan]:
+    """The items, laid end to end, cut into ``lanes`` stretches of about equal length; an item
+    a cut falls in is computed as two spans, each with ``context`` frames of the other side
+    (a convolutional network's receptive field: the kept frames then equal the whole item's).
+    So every lane gets the same work, whatever the items' lengths (a lone item runs on all of
+    them), for at most ``lanes - 1`` cuts of ``2 * context`` frames' extra work. No span keeps
+    fewer than ``min_span`` frames: a cut nearer an item's end moves to it."""
+    total = sum(lengths)
+    stretch = -(-total // max(1, lanes))  # ceil
+    cuts = {k * stretch for k in range(1, lanes)}
+    spans: list[FrameSpan] = []
+    offset = 0
+    for item, n in enumerate(lengths):
+        inside = sorted(c - offset for c in cuts if offset < c < offset + n)
+        bounds = [0]
+        for cut in inside:
+            if cut - bounds[-1] >= min_span and n - cut >= min_span:
+                bounds.append(cut)
+        bounds.append(n)
+        for start, end in pairwise(bounds):
+            lo = max(0, start - context) if start else 0
+            hi = min(n, end + context) if end < n else n
+            spans.append(FrameSpan(item, start, end, lo, hi))
+        offset += n
+    return spans
+
+
+def join_spans(
+    spans: Sequence[FrameSpan], outputs: Sequence[np.ndarray], count: int, scale: int
+) -> list[np.ndarray]:
+    """Each of ``count`` items' output from its spans' (``outputs[k]`` computed from
+    ``spans[k].lo:hi``, ``scale`` output samples per frame): the kept parts, in order."""
+    parts: list[list[np.ndarray]] = [[] for _ in range(count)]
+    for span, out in sorted(zip(spans, outputs), key=lambda so: (so[0].item, so[0].start)):
+        offset = span.start - span.lo
+        parts[span.item].append(out[..., offset * scale : (offset + span.end - span.start) * scale])
+    return [p[0] if len(p) == 1 else np.concatenate(p, axis=-1) for p in parts]

@@ -18,14 +18,16 @@ import onnxruntime as ort
 
 from tts_serving.engines.batching import (
     halve_on_error,
+    join_spans,
     pad_stack,
     run_in_buckets,
     run_side_by_side,
     split_by_lengths,
+    split_for_lanes,
 )
 
 from ..errors import ModelConfigError
-from ..settings import EngineSettings
+from ..settings import EngineSettings, VocoderSettings
 from . import INT8_FILE, WEIGHTS_FILE
 from .null import NullAcousticNet, NullVocoderNet
 from .onnx import OrtAcousticNet, OrtVocoderNet, create_session, providers
@@ -93,7 +95,9 @@ def load_vocoder(
     if options.engine == "null":
         return Vocoder(NullVocoderNet(hop_length), hop_length, options)
     items = [OrtVocoderNet(create_session(path, o)) for o in _item_sessions(options)]
-    return Vocoder(OrtVocoderNet(create_session(path, options)), hop_length, options, items)
+    split = not isinstance(options, VocoderSettings) or options.split_items
+    net = OrtVocoderNet(create_session(path, options))
+    return Vocoder(net, hop_length, options, items, split_items=split)
 
 
 def _item_sessions(options: EngineSettings) -> list[EngineSettings]:
@@ -212,15 +216,27 @@ class Vocoder:
     """Latent frames [192, T_i] (+ speakers) -> audio, exactly T_i * hop_length samples per item."""
 
     def __init__(
-        self, net, hop_length: int, options: EngineSettings, item_nets: Sequence = ()
+        self,
+        net,
+        hop_length: int,
+        options: EngineSettings,
+        item_nets: Sequence = (),
+        split_items: bool = True,
     ) -> None:
         """``net``: an OrtVocoderNet, a TorchVocoderNet, or an ONNX Runtime session;
-        ``item_nets``: single-thread nets that run several items side by side (CPU)."""
+        ``item_nets``: single-thread nets that run several items side by side (CPU);
+        ``split_items``: items cut into equal stretches over them (``split_for_lanes``)."""
         self.net = OrtVocoderNet(net) if isinstance(net, ort.InferenceSession) else net
         self.side_by_side = _SideBySide(item_nets)
         self.hop_length = hop_length
         self.options = options
         self.multi_speaker = bool(getattr(self.net, "takes_speakers", False))
+        # Frames of context a span of an item is computed with to equal the whole item's
+        # audio there (None: the network's reach is too wide to split items; they run whole).
+        self.context = None
+        if split_items and self.side_by_side.pool is not None:
+            reach = receptive_field(partial(self._call, self.side_by_side.nets[0]), hop_length)
+            self.context = None if reach is None else reach + CONTEXT_MARGIN
 
     def __call__(
         self, latents: Sequence[np.ndarray], speakers: Sequence[int] | None = None
@@ -229,7 +245,16 @@ class Vocoder:
         sids = speaker_ids(self.multi_speaker, speakers, len(latents))
         items = list(zip(latents, sids))
         lengths = [lat.shape[-1] for lat in latents]
-        if self.side_by_side.applies(len(items)):
+        if self.context is not None:
+            # Every lane the same work: the items end to end, cut in equal stretches (a lone
+            # item long enough runs on every lane too; docs/performance.md).
+            lanes = len(self.side_by_side.nets)
+            spans = split_for_lanes(lengths, lanes, self.context, MIN_SPAN_CONTEXTS * self.context)
+            if len(spans) > 1:
+                units = [(items[s.item][0][..., s.lo : s.hi], items[s.item][1]) for s in spans]
+                outputs = self.side_by_side.run(units, [s.hi - s.lo for s in spans], self._call)
+                return join_spans(spans, outputs, len(items), self.hop_length)
+        elif self.side_by_side.applies(len(items)):
             return self.side_by_side.run(items, lengths, self._call)
 
         def run_halving(bucket: list) -> list[np.ndarray]:
@@ -247,3 +272,33 @@ class Vocoder:
             audio = net(padded)
         # Past an item's own frames a padded batch holds a non-silent tail: cut it off.
         return split_by_lengths(audio, frames * self.hop_length)
+
+
+# Frames of context beyond the network's measured reach (its last frames' influence is tiny).
+CONTEXT_MARGIN = 2
+# A span keeps at least this many contexts of frames: shorter ones cost more in context than
+# a second lane saves (docs/performance.md, "Equal stretches per session").
+MIN_SPAN_CONTEXTS = 3
+# The widest reach an item is split at (frames each side; Piper's vocoders reach about 10).
+MAX_REACH = 48
+
+
+def receptive_field(call, hop_length: int, channels: int = 192) -> int | None:
+    """Frames each side a latent frame changes the vocoder's audio at, measured: one frame of
+    a random latent changed, the frames whose audio differs counted (a convolutional
+    network's reach is finite; past it the audio is bit for bit the same). None when it
+    reaches the window's ends (wider than MAX_REACH). ``call([(latent, speaker)])`` runs one
+    item."""
+    frames = 2 * MAX_REACH + 9
+    middle = frames // 2
+    rng = np.random.default_rng(0)
+    latent = (0.8 * rng.standard_normal((channels, frames))).astype(np.float32)
+    changed = latent.copy()
+    changed[:, middle] += 1.0
+    (before,) = call([(latent, 0)])
+    (after,) = call([(changed, 0)])
+    differs = np.abs(after - before).reshape(frames, hop_length).max(axis=1) > 0
+    where = np.nonzero(differs)[0]
+    if not len(where) or where[0] == 0 or where[-1] == frames - 1:
+        return None
+    return int(max(middle - where[0], where[-1] - middle))

@@ -1,12 +1,17 @@
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
 from tts_serving.engines.batching import (
+    FrameSpan,
+    join_spans,
     length_buckets,
     pad_stack,
     run_in_buckets,
     sort_by_length,
     split_by_lengths,
+    split_for_lanes,
 )
 
 
@@ -147,3 +152,62 @@ def test_halve_on_error_splits_until_it_fits_and_keeps_order():
         halve_on_error(lambda items: (_ for _ in ()).throw(MemoryError()), [1], retry)
     with pytest.raises(ValueError):  # other errors are not retried
         halve_on_error(lambda items: (_ for _ in ()).throw(ValueError()), [1, 2], retry)
+
+
+def _spans_by_item(spans: list[FrameSpan]) -> dict[int, list[FrameSpan]]:
+    by_item: dict[int, list[FrameSpan]] = {}
+    for span in spans:
+        by_item.setdefault(span.item, []).append(span)
+    return by_item
+
+
+@pytest.mark.parametrize(
+    "lengths,lanes",
+    [([250], 2), ([300, 100], 2), ([100] * 16, 2), ([40, 3000, 40], 4), ([7], 2), ([90, 91], 3)],
+)
+def test_split_for_lanes_keeps_every_frame_once_with_context_inside_the_item(lengths, lanes):
+    context, min_span = 12, 36
+    spans = split_for_lanes(lengths, lanes, context, min_span)
+    by_item = _spans_by_item(spans)
+    assert sorted(by_item) == list(range(len(lengths)))
+    for item, n in enumerate(lengths):
+        kept = by_item[item]
+        assert kept[0].start == 0 and kept[-1].end == n
+        assert all(a.end == b.start for a, b in pairwise(kept))
+        for span in kept:
+            assert span.end - span.start >= min(min_span, n)
+            assert span.lo == max(0, span.start - context) and span.hi == min(n, span.end + context)
+    assert len(spans) - len(lengths) <= lanes - 1  # at most one cut per lane boundary
+
+
+def test_split_for_lanes_gives_every_lane_the_same_work():
+    # A lone item: one half each (plus context); items of 300 and 100 frames: 200 each.
+    assert [(s.start, s.end) for s in split_for_lanes([250], 2, 12, 36)] == [(0, 125), (125, 250)]
+    spans = split_for_lanes([300, 100], 2, 12, 36)
+    assert [(s.item, s.start, s.end) for s in spans] == [(0, 0, 200), (0, 200, 300), (1, 0, 100)]
+    # Whole items already even: no cut. A cut within min_span of an end moves to it.
+    assert len(split_for_lanes([100] * 16, 2, 12, 36)) == 16
+    assert len(split_for_lanes([210, 10], 2, 12, 36)) == 3  # the cut at 110 stays
+    assert len(split_for_lanes([120, 100], 2, 12, 36)) == 2  # the cut at 110 is 10 from the end
+
+
+def _convolve(latent: np.ndarray, reach: int, scale: int) -> np.ndarray:
+    """A convolutional "network" that reaches ``reach`` frames each side, ``scale`` samples a
+    frame, zero-padded at the ends as a real one is."""
+    kernel = np.arange(1, 2 * reach + 2, dtype=np.float64)
+    frames = np.convolve(latent, kernel, mode="same")
+    return np.repeat(frames, scale)
+
+
+def test_spans_computed_with_the_reach_as_context_join_into_the_whole_items_output():
+    rng = np.random.default_rng(1)
+    lengths, reach, scale = [300, 100, 57], 5, 4
+    items = [rng.standard_normal(n) for n in lengths]
+    whole = [_convolve(x, reach, scale) for x in items]
+    for context, equal in ((reach, True), (reach - 2, False)):
+        spans = split_for_lanes(lengths, 3, context, 3 * context)
+        assert len(spans) > len(lengths)
+        outputs = [_convolve(items[s.item][s.lo : s.hi], reach, scale) for s in spans]
+        joined = join_spans(spans, outputs, len(items), scale)
+        assert [len(j) for j in joined] == [n * scale for n in lengths]
+        assert all(np.allclose(j, w) for j, w in zip(joined, whole)) is equal

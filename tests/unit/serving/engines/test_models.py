@@ -126,3 +126,58 @@ def test_an_items_error_is_raised_once_every_net_has_stopped():
         with pytest.raises(ValueError, match="item 5"):
             run_side_by_side([5, 1, 2, 3], [9, 1, 2, 3], [run, run], pool)
     assert sorted(done) == [1, 1, 2, 2, 3, 3]  # the other items still ran
+
+
+class ConvVocoderNet:
+    """A fake vocoder that reaches ``reach`` frames each side (a convolution over frames of
+    the latent's channel sum, zero-padded, ``hop`` samples a frame); ``calls``: the frames of
+    each call."""
+
+    takes_speakers = False
+
+    def __init__(self, reach: int, hop: int, barrier=None) -> None:
+        self.kernel = np.arange(1, 2 * reach + 2, dtype=np.float32)
+        self.hop, self.barrier = hop, barrier
+        self.calls: list[int] = []
+
+    def __call__(self, latent):
+        if self.barrier is not None and not self.calls:  # both nets busy at once
+            self.barrier.wait()
+        self.calls.append(latent.shape[-1])
+        frames = [np.convolve(x, self.kernel, mode="same") for x in latent.sum(axis=1)]
+        return np.repeat(np.stack(frames), self.hop, axis=-1)
+
+    @staticmethod
+    def is_out_of_memory(error: BaseException) -> bool:
+        return False
+
+
+def test_the_vocoder_measures_its_reach_and_runs_a_lone_item_on_every_lane():
+    import threading
+
+    from tts_serving.engines.models import CONTEXT_MARGIN
+
+    main = ConvVocoderNet(7, 4)
+    lanes = [ConvVocoderNet(7, 4), ConvVocoderNet(7, 4)]
+    vocoder = Vocoder(main, 4, OPTIONS, lanes)  # measures the reach on a lane
+    assert vocoder.context == 7 + CONTEXT_MARGIN
+    both_busy = threading.Barrier(2, timeout=10)
+    for lane in lanes:
+        lane.calls, lane.barrier = [], both_busy
+    latent = np.random.default_rng(2).standard_normal((192, 300)).astype(np.float32)
+    (audio,) = vocoder([latent])
+    assert main.calls == [] and lanes[0].calls and lanes[1].calls  # no 2-thread call
+    (whole,) = Vocoder(main, 4, OPTIONS)([latent])
+    assert audio.shape == whole.shape == (1200,)
+    np.testing.assert_allclose(audio, whole, rtol=1e-5, atol=1e-4)
+    # A short lone item stays whole, on the multi-thread net; split_items false: always.
+    vocoder([latent[:, :20]])
+    Vocoder(main, 4, OPTIONS, lanes, split_items=False)([latent])
+    assert main.calls == [300, 20, 300]
+
+
+def test_a_vocoder_reaching_past_the_window_runs_items_whole():
+    from tts_serving.engines.models import MAX_REACH
+
+    nets = [ConvVocoderNet(MAX_REACH + 10, 4) for _ in range(3)]
+    assert Vocoder(nets[0], 4, OPTIONS, nets[1:]).context is None
