@@ -12,9 +12,7 @@ from tritonclient.grpc import service_pb2
 from tts_front.admission import (
     HEADROOM,
     REQUEST_BASE_COST,
-    SAMPLES_PER_BYTE,
     Admission,
-    request_cost,
     work_done,
 )
 from tts_front.protowire import infer_request as infer_request_info, model_name, stream_response
@@ -526,13 +524,6 @@ def test_shares_are_fair_by_the_work_each_client_caused():
     run(main())
 
 
-def test_work_done_is_the_audio_produced_in_the_units_of_the_estimate():
-    assert work_done(0) == REQUEST_BASE_COST
-    # Ordinary text: its estimate and the work its audio took agree.
-    text = 60
-    assert work_done(int(text * SAMPLES_PER_BYTE)) == pytest.approx(request_cost("tts", text))
-
-
 def test_a_waiting_request_is_refused_when_its_deadline_passes():
     async def main():
         admission = Admission(slots=1, default_deadline_s=10)
@@ -625,12 +616,6 @@ def test_model_name_of_a_malformed_message_is_none(raw):
 def test_settings_refuse_nonsense(field, value):
     with pytest.raises(ValueError, match=field):
         FrontSettings(**{field: value})
-
-
-def test_request_cost_scales_the_inner_models_to_text():
-    assert request_cost("tts", 100) == REQUEST_BASE_COST + 100
-    # 46 s of audio (the probe's 4,000-frame latent) weighs as ~670 characters, not 3 MB.
-    assert request_cost("vocoder", 192 * 4000 * 4) == pytest.approx(REQUEST_BASE_COST + 666.7, 0.01)
 
 
 def test_infer_request_counts_the_raw_input_bytes():
