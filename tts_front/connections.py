@@ -19,11 +19,12 @@ import asyncio
 import logging
 import resource
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import web
+
+from tts_wire.caps import PerClient
 
 log = logging.getLogger("tts_front")
 
@@ -110,7 +111,7 @@ class ConnectionGuard:
         self.limits = limits
         self.on_refuse = on_refuse
         self.open: dict[int, _Connection] = {}
-        self.per_peer: Counter[str] = Counter()
+        self.per_peer = PerClient(limits.max_per_client)
         self.refused = self.timed_out = 0
         self._by_transport: dict[int, _Connection] = {}
         self._task: asyncio.Task | None = None
@@ -122,7 +123,7 @@ class ConnectionGuard:
         """None to accept ``conn``, else why it is refused."""
         if len(self.open) >= self.limits.max_connections:
             why = f"the server holds its limit of {self.limits.max_connections} connections"
-        elif self.per_peer[conn.peer] >= self.limits.max_per_client:
+        elif self.per_peer.full(conn.peer):
             why = (
                 f"this address holds its limit of {self.limits.max_per_client} connections; "
                 "reuse a connection (keep-alive) instead of opening more"
@@ -130,7 +131,7 @@ class ConnectionGuard:
         else:
             self.open[id(conn)] = conn
             self._by_transport[id(conn.transport)] = conn
-            self.per_peer[conn.peer] += 1
+            self.per_peer.take(conn.peer)
             return None
         self.refused += 1
         self.on_refuse(conn.peer)
@@ -141,9 +142,7 @@ class ConnectionGuard:
         if self.open.pop(id(conn), None) is None:
             return False
         self._by_transport.pop(id(conn.transport), None)
-        self.per_peer[conn.peer] -= 1
-        if self.per_peer[conn.peer] <= 0:
-            del self.per_peer[conn.peer]
+        self.per_peer.give(conn.peer)
         return True
 
     def request_started(self, request: web.BaseRequest) -> None:

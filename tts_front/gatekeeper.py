@@ -17,6 +17,7 @@ from tts_wire import (
     TEXT,
     edge_client,
 )
+from tts_wire.caps import PerClient
 
 from .admission import (
     BATCH_ITEM_COST,
@@ -69,7 +70,7 @@ class Gatekeeper:
         # address that connected to the edge. Behind the edge every connection is the edge's,
         # so the per-address connection cap is the edge's to keep (it counts the real ones).
         self.edge_key = os.environ.get(EDGE_KEY_ENV, "")
-        self._streams: Counter[str] = Counter()  # streams in progress per client
+        self._streams = PerClient(settings.max_streams_per_client)  # streams in progress
         self._interactive: Counter[str] = Counter()  # work at the interactive level, per client
         self.interactive_work = settings.interactive_work_per_client
         if self.interactive_work is None:
@@ -94,14 +95,13 @@ class Gatekeeper:
             # A stream runs for minutes at its own pace: it takes no slot (the `tts` requests
             # the rate is measured on would wait behind it); tts_stream's max_streams and this
             # cap per client bound them. The gateway caps its own callers' streams.
-            limit = self.settings.max_streams_per_client
-            if not client.startswith(GATEWAY) and self._streams[client] >= limit:
+            if not client.startswith(GATEWAY) and self._streams.full(client):
                 self.metrics.refused.labels(model).inc()
                 raise TooMany(
-                    f"this client already has {limit} {model} requests in progress (the limit "
-                    "per client); wait for one to end"
+                    f"this client already has {self._streams.limit} {model} requests in "
+                    "progress (the limit per client); wait for one to end"
                 )
-            self._streams[client] += 1
+            self._streams.take(client)
             self.metrics.in_flight.labels(model).inc()
             return AdmissionTicket(model, time.monotonic(), cost, False, rid, client)
         measured = model in self.settings.measured
@@ -151,9 +151,7 @@ class Gatekeeper:
                 ticket.cost, served, measured, work, ticket.client, seconds, ticket.ahead
             )
         else:
-            self._streams[ticket.client] -= 1
-            if self._streams[ticket.client] <= 0:
-                del self._streams[ticket.client]
+            self._streams.give(ticket.client)
         self.metrics.in_flight.labels(ticket.model).dec()
         self.metrics.requests.labels(ticket.model, outcome).inc()
         self.metrics.seconds.labels(ticket.model).observe(seconds)

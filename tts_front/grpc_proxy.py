@@ -4,7 +4,6 @@ Triton, each request admitted (or refused) on its way."""
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from collections.abc import AsyncIterator
 
 import grpc
@@ -19,6 +18,7 @@ from tts_wire import (
     TEXT,
     stream_error_message,
 )
+from tts_wire.caps import PerClient
 
 from .admission import (
     FREE,
@@ -86,7 +86,8 @@ class GrpcProxy:
         self.settings = gatekeeper.settings
         self.channel: grpc.aio.Channel | None = None
         self._calls: dict[str, grpc.aio.UnaryUnaryMultiCallable] = {}  # one per method
-        self._calls_open: Counter[str] = Counter()  # ModelStreamInfer calls per client
+        # ModelStreamInfer calls open per client.
+        self._calls_open = PerClient(self.settings.max_grpc_streams_per_client)
         self.held: list = []  # upstream streams of dead stubs (_ProxiedStream.end_for_dead_stub)
         self.closing = asyncio.Event()  # set: close even the streams of dead stubs
 
@@ -197,22 +198,16 @@ class GrpcProxy:
         """A ModelStreamInfer call, refused at once past the client's open calls."""
         headers = _headers(context)
         client = self.gatekeeper.client(headers, _peer(context))
-        limit = self.settings.max_grpc_streams_per_client
-        if not client.startswith(GATEWAY) and self._calls_open[client] >= limit:
+        if not client.startswith(GATEWAY) and self._calls_open.full(client):
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"this client already has {limit} ModelStreamInfer calls open; "
-                "end one first, or carry more requests on each",
+                f"this client already has {self._calls_open.limit} ModelStreamInfer calls "
+                "open; end one first, or carry more requests on each",
             )
-        self._calls_open[client] += 1
-        try:
+        with self._calls_open.holding(client):
             admin = self.gatekeeper.is_admin(headers)
             async for response in self._stream_messages(requests, context, admin, client):
                 yield response
-        finally:
-            self._calls_open[client] -= 1
-            if not self._calls_open[client]:
-                del self._calls_open[client]
 
     async def _stream_messages(
         self,

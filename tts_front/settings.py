@@ -108,6 +108,9 @@ class FrontSettings:
             raise ValueError(f"deadline_s must be in (0, 3600], not {self.deadline_s}")
         if self.slots < 1:
             raise ValueError(f"slots must be at least 1, not {self.slots}")
+        for name in ("max_streams_per_client", "max_grpc_streams_per_client"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if not 0 <= self.max_waiting_per_client <= self.max_waiting:
             raise ValueError(
                 "max_waiting_per_client must be in [0, max_waiting], not "

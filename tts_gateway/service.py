@@ -15,7 +15,6 @@ import base64
 import contextlib
 import logging
 import time
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -26,6 +25,7 @@ from fastapi.responses import StreamingResponse
 from tts_client import protocol
 from tts_client.errors import InvalidInput, ServerOverloaded, ServerUnavailable, TTSError
 from tts_wire import FRONT_TOKEN_HEADER, SynthesisOptions
+from tts_wire.caps import PerClient
 
 from .bodies import captioned_lines_body, marks_json, sse_body, word_json
 from .drain import CUT, Drain, DrainCut, Slots, cut_message, next_chunk
@@ -244,7 +244,8 @@ class SpeechService:
         self.settings = settings
         self.metrics = metrics
         self.slots = Slots(settings.max_concurrent_requests, metrics)
-        self.streams: Counter[str] = Counter()  # long-text requests in progress per caller
+        # Long-text requests in progress per caller (HTTP and sessions together).
+        self.streams = PerClient(settings.max_streams_per_client)
         self.drain = Drain(settings.drain_s)
         self._factory = backend_factory
         self._backend: SpeechBackend | None = None
@@ -269,7 +270,7 @@ class SpeechService:
         slot = self.slots.take()
         if not job.streamed:
             return slot
-        self.streams[job.client] += 1
+        self.streams.take(job.client)
         released = False
 
         def release() -> None:
@@ -277,9 +278,7 @@ class SpeechService:
             if not released:
                 released = True
                 slot()
-                self.streams[job.client] -= 1
-                if self.streams[job.client] <= 0:
-                    del self.streams[job.client]
+                self.streams.give(job.client)
 
         return release
 
@@ -292,19 +291,13 @@ class SpeechService:
         if len(text) <= self.settings.direct_max_chars:
             yield
             return
-        limit = self.settings.max_streams_per_client
-        if self.streams[client] >= limit:
+        if self.streams.full(client):
             raise ServerOverloaded(
-                f"this client already has {limit} long-text requests in progress (the limit "
-                "per client); wait for one to finish"
+                f"this client already has {self.streams.limit} long-text requests in progress "
+                "(the limit per client); wait for one to finish"
             )
-        self.streams[client] += 1
-        try:
+        with self.streams.holding(client):
             yield
-        finally:
-            self.streams[client] -= 1
-            if self.streams[client] <= 0:
-                del self.streams[client]
 
     def refused(self, error: APIError, label: str) -> APIError:
         """Count a request refused before any audio, and return its error to raise."""
@@ -325,8 +318,8 @@ class SpeechService:
                 ),
                 job.format.name,
             )
-        limit = settings.max_streams_per_client
-        if job.streamed and self.streams[job.client] >= limit:
+        limit = self.streams.limit
+        if job.streamed and self.streams.full(job.client):
             raise self.refused(
                 APIError(
                     429,

@@ -25,7 +25,6 @@ import json
 import logging
 import time
 from asyncio import FIRST_COMPLETED
-from collections import Counter
 from dataclasses import dataclass
 from typing import Literal
 
@@ -37,6 +36,7 @@ from tts_client.audio import Audio
 from tts_client.errors import ServerOverloaded, ServerUnavailable, TTSError
 from tts_client.session import BufferRule, SpeechSession
 from tts_wire import MAX_SPEED, MIN_SPEED, SynthesisOptions, edge_client
+from tts_wire.caps import PerClient
 
 from .bodies import word_json
 from .encoding import encode_all, served_formats
@@ -140,7 +140,8 @@ class Sessions:
         self.settings = settings
         self.service = service
         self.open = 0
-        self.by_client: Counter[str] = Counter()  # connections with sessions per address
+        # Connections with sessions per address.
+        self.by_client = PerClient(settings.max_sessions_per_client)
         self.voices = settings.voice_names()
         self.formats = served_formats(settings.pcm_sample_rate)
 
@@ -154,7 +155,7 @@ class Sessions:
                 f"this gateway holds {self.settings.max_sessions} sessions already; retry later",
                 "rate_limit_exceeded",
             )
-        if self.by_client[client] >= self.settings.max_sessions_per_client:
+        if self.by_client.full(client):
             return SessionEnd(
                 TRY_LATER,
                 f"your address holds {self.settings.max_sessions_per_client} sessions already "
@@ -172,15 +173,12 @@ class Sessions:
         if refused is not None:
             return await connection.end(refused)
         self.open += 1
-        self.by_client[client] += 1
         self.service.metrics.sessions.inc()
         try:
-            await connection.run()
+            with self.by_client.holding(client):
+                await connection.run()
         finally:
             self.open -= 1
-            self.by_client[client] -= 1
-            if not self.by_client[client]:
-                del self.by_client[client]
             self.service.metrics.sessions.dec()
 
     def options(

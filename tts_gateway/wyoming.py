@@ -26,7 +26,6 @@ import dataclasses
 import ipaddress
 import logging
 import socket
-from collections import Counter
 
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
@@ -46,6 +45,7 @@ from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
 from tts_client.session import FIRST_PIECE_WORDS, BufferRule, TextBuffer
 from tts_wire import PRIORITY_LEVELS, SynthesisOptions
+from tts_wire.caps import PerClient
 
 from .encoding import FORMATS
 from .errors import APIError
@@ -417,7 +417,7 @@ class WyomingServer:
         self.settings, self.service, self.sock = settings, service, sock
         self.info = info(settings)
         self.host = settings.wyoming_host or settings.host
-        self.by_client: Counter[str] = Counter()
+        self.by_client = PerClient(settings.wyoming_max_connections_per_client)
         self.handlers: dict[asyncio.Task, Handler] = {}  # open connections, oldest first
         self._server: asyncio.Server | None = None
         self._advertised: AsyncZeroconf | None = None
@@ -450,7 +450,7 @@ class WyomingServer:
         client = peer[0] if isinstance(peer, tuple) else ""
         s = self.settings
         refused = None
-        if self.by_client[client] >= s.wyoming_max_connections_per_client:
+        if self.by_client.full(client):
             refused = (
                 f"this address holds {s.wyoming_max_connections_per_client} Wyoming "
                 "connections (the limit per address); close one or retry later"
@@ -466,7 +466,7 @@ class WyomingServer:
                 await async_write_event(error.event(), writer)
             writer.close()
             return
-        self.by_client[client] += 1
+        self.by_client.take(client)
         task = asyncio.current_task()
         handler = Handler(self, client, reader, writer)
         self.handlers[task] = handler
@@ -476,15 +476,13 @@ class WyomingServer:
             log.exception("wyoming connection failed")
         finally:
             self.handlers.pop(task, None)
-            self.by_client[client] -= 1
-            if self.by_client[client] <= 0:
-                del self.by_client[client]
+            self.by_client.give(client)
 
     def _make_room(self, client: str) -> bool:
         """At the cap: close the oldest idle connection of the address holding the most, when
         it holds more than ``client`` (16 idle connections from each of four addresses kept
         Home Assistant's own out). False when there is none to close."""
-        holder = max(self.by_client, key=self.by_client.__getitem__, default=None)
+        holder = self.by_client.most()
         if holder is None or self.by_client[holder] <= self.by_client[client]:
             return False
         for handler in self.handlers.values():  # (oldest first)

@@ -203,6 +203,14 @@ def _http_common(s: FrontSettings, folder: Path, zone: str) -> str:
 """
 
 
+def grpc_calls_per_client(settings: FrontSettings) -> int:
+    """gRPC calls in progress per address at the edge: on the gRPC port a connection carries
+    many calls and limit_conn counts calls, so as many as admission would queue and serve for
+    one client, no fewer."""
+    s = settings
+    return max(s.max_connections_per_client, s.max_waiting_per_client + s.slots)
+
+
 def render(settings: FrontSettings, ports: EdgePorts, key: str, folder: Path) -> dict[str, str]:
     """nginx's configuration for one launch, one per public port ("http", "grpc", "gateway"):
     each port is its own nginx with its own connections, so connections held on one port
@@ -210,9 +218,7 @@ def render(settings: FrontSettings, ports: EdgePorts, key: str, folder: Path) ->
     pid file and body buffers go in a folder of that port's name there."""
     s = settings
     worker_connections = s.edge_connections()
-    # On the gRPC port a connection carries many calls and limit_conn counts calls: as many
-    # per address as admission would queue and serve for one client, no fewer.
-    grpc_per_client = max(s.max_connections_per_client, s.max_waiting_per_client + s.slots)
+    grpc_per_client = grpc_calls_per_client(s)
     per_client = s.max_connections_per_client
     refusals = _refusals(s, per_client)
     front_keepalive = max(1, int(s.idle_timeout_s / 2))

@@ -80,6 +80,10 @@ def metrics_app(registry: CollectorRegistry, heartbeat: Heartbeat) -> Callable:
     return app
 
 
+# Connections to the liveness port at once (docs/admission.md, the limits table).
+MAX_CONNECTIONS = 32
+
+
 class _Server(ThreadingMixIn, WSGIServer):
     """A thread per connection, at most ``MAX_CONNECTIONS`` at once. At the cap, a new
     connection closes the oldest one whose request head has not arrived yet: connections that
@@ -87,7 +91,7 @@ class _Server(ThreadingMixIn, WSGIServer):
     the port, and threads stay bounded."""
 
     daemon_threads = True
-    MAX_CONNECTIONS = 32
+    MAX_CONNECTIONS = MAX_CONNECTIONS
     request_queue_size = 128  # (socketserver's 5 made connections wait on SYN retries)
 
     def server_activate(self) -> None:

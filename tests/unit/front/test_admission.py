@@ -609,6 +609,8 @@ def test_model_name_of_a_malformed_message_is_none(raw):
         ("deadline_s", 0),
         ("deadline_s", 1e9),
         ("slots", 0),
+        ("max_streams_per_client", 0),
+        ("max_grpc_streams_per_client", 0),
         ("warmup_requests", -1),
         ("window_s", 0),
     ],
