@@ -71,6 +71,12 @@ IGNORED = (
 # flush), "sentence" at sentence ends, "clause" at every clause boundary too. Without it, our
 # rule (an early first clause, then sentences).
 NEVER = 10**9
+# A session's first piece of a turn ends after this many words where no clause ends sooner
+# (BufferRule.first_piece_words): 6 got every agent's first audio before the same sentence
+# POSTed whole, with no more gaps than those POSTs at 16 agents starting together; 4 (what
+# Wyoming uses) came sooner still but left twice as many agents with a gap
+# (docs/sessions.md, "Measured").
+SESSION_FIRST_PIECE_WORDS = 6
 GRANULARITY = {
     "none": {"cut": False},
     "sentence": {"first_words": NEVER, "clause_words": NEVER},
@@ -96,6 +102,7 @@ class SessionConfig(BaseModel):
     first_words: int = Field(BufferRule.first_words, ge=1, le=100)
     clause_words: int = Field(BufferRule.clause_words, ge=1, le=500)
     max_chars: int = Field(BufferRule.max_chars, ge=20, le=2000)
+    first_piece_words: int = Field(SESSION_FIRST_PIECE_WORDS, ge=0, le=100)
 
     @model_validator(mode="before")
     @classmethod
@@ -110,8 +117,13 @@ class SessionConfig(BaseModel):
     def rule(self) -> BufferRule:
         """When this session's buffered text is spoken."""
         if self.split_granularity is None:
-            return BufferRule(self.first_words, self.clause_words, self.max_chars)
-        ours = {"first_words", "clause_words"} & self.model_fields_set
+            return BufferRule(
+                self.first_words,
+                self.clause_words,
+                self.max_chars,
+                first_piece_words=self.first_piece_words,
+            )
+        ours = {"first_words", "clause_words", "first_piece_words"} & self.model_fields_set
         if ours:
             raise ValueError(f"give split_granularity or {' and '.join(sorted(ours))}, not both")
         return BufferRule(max_chars=self.max_chars, **GRANULARITY[self.split_granularity])

@@ -569,6 +569,26 @@ def test_split_granularity_says_where_text_is_cut(granularity, pieces):
     assert pieces_of([text], config.rule())[0] == pieces
 
 
+@pytest.mark.parametrize(
+    "fields, pieces",
+    [
+        # The default: a turn's first piece ends after 6 words where no clause ends sooner.
+        ({}, ["The meeting with the design team", "has been moved to three in the afternoon."]),
+        ({"first_piece_words": 0}, ["The meeting with the design team has been moved to three "
+                                    "in the afternoon."]),
+        ({"first_piece_words": 3}, ["The meeting with", "the design team has been moved to "
+                                    "three in the afternoon."]),
+    ],
+)  # fmt: skip
+def test_a_sessions_first_piece_is_a_few_words_when_its_sentence_has_no_clause(fields, pieces):
+    text = "The meeting with the design team has been moved to three in the afternoon. I"
+    config = SessionConfig(type="session.config", **fields)
+    assert pieces_of([text], config.rule())[0] == pieces
+    # As tokens come: the first piece goes once as many words again have arrived.
+    tokens = [text[k : k + 4] for k in range(0, len(text), 4)]
+    assert pieces_of(tokens, config.rule())[0] == pieces
+
+
 def test_split_granularity_none_speaks_the_utterance_as_one_piece_at_input_done():
     with ws_client() as client, client.websocket_connect("/v1/audio/speech/stream") as ws:
         ws.send_json({"type": "session.config", "split_granularity": "none"})
@@ -583,6 +603,7 @@ def test_split_granularity_none_speaks_the_utterance_as_one_piece_at_input_done(
     "config, says",
     [
         ({"split_granularity": "clause", "first_words": 3}, "split_granularity or first_words"),
+        ({"split_granularity": "sentence", "first_piece_words": 3}, "or first_piece_words"),
         ({"split_granularity": "word"}, "split_granularity"),
         ({"voice": "alloy", "speaker": "echo"}, "voice and speaker name different voices"),
         ({"speaker": "nobody"}, "unknown voice 'nobody'"),
