@@ -69,6 +69,11 @@ class FrontSettings:
     # hundreds of requests on one connection (at 128, a client's 200 concurrent calls queued
     # behind each other and its health check timed out).
     max_streams_per_connection: int = 1024
+    # The edge's kernel send buffer per client connection on the gateway's port (nginx's
+    # `listen ... sndbuf`, KiB): with the gateway's own (its send_buffer_bytes) it bounds the
+    # audio made ahead for a session or SSE client that stops reading (autotuned, the buffers
+    # on the way held 93 sentences of a reader that had stopped).
+    edge_send_buffer_kib: int = 64
     # `tts_stream` requests in progress per client address (the gateway, trusted by the
     # launcher's token, caps its own callers): 16 from one client held every stream slot.
     max_streams_per_client: int = 4
@@ -108,7 +113,11 @@ class FrontSettings:
             raise ValueError(f"deadline_s must be in (0, 3600], not {self.deadline_s}")
         if self.slots < 1:
             raise ValueError(f"slots must be at least 1, not {self.slots}")
-        for name in ("max_streams_per_client", "max_grpc_streams_per_client"):
+        for name in (
+            "max_streams_per_client",
+            "max_grpc_streams_per_client",
+            "edge_send_buffer_kib",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if not 0 <= self.max_waiting_per_client <= self.max_waiting:
@@ -173,6 +182,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-grpc-streams-per-client", type=int, default=d.max_grpc_streams_per_client)
     p.add_argument("--max-streams-per-connection", type=int, default=d.max_streams_per_connection)
+    p.add_argument("--edge-send-buffer-kib", type=int, default=d.edge_send_buffer_kib)
     p.add_argument("--max-buffered-mib", type=float, default=d.max_buffered_bytes / MIB)
     p.add_argument(
         "--slots", type=int, default=d.slots, help="requests passed on to Triton at once"
@@ -215,6 +225,7 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
             body_timeout_s=a.body_timeout_s,
             max_buffered_bytes=int(a.max_buffered_mib * MIB),
             max_streams_per_connection=a.max_streams_per_connection,
+            edge_send_buffer_kib=a.edge_send_buffer_kib,
             max_streams_per_client=a.max_streams_per_client,
             interactive_work_per_client=a.interactive_work_per_client,
             max_grpc_streams_per_client=a.max_grpc_streams_per_client,

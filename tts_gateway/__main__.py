@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_check_voices(settings))
     app = PlannedCuts(create_app(settings, wyoming_socket=_wyoming_socket(settings)))
     logging.getLogger("uvicorn.error").addFilter(PlannedCuts.quiet)
-    DrainingServer(uvicorn_config(app, settings, log_level)).run()
+    config = uvicorn_config(app, settings, log_level)
+    DrainingServer(config).run(sockets=[with_send_buffer(config.bind_socket(), settings)])
 
 
 def _wyoming_socket(settings) -> socket.socket | None:
@@ -40,7 +41,8 @@ def _wyoming_socket(settings) -> socket.socket | None:
     host = settings.wyoming_host or settings.host
     try:
         family = socket.getaddrinfo(host, settings.wyoming_port, type=socket.SOCK_STREAM)[0][0]
-        return socket.create_server((host, settings.wyoming_port), family=family, backlog=128)
+        listener = socket.create_server((host, settings.wyoming_port), family=family, backlog=128)
+        return with_send_buffer(listener, settings)
     except OSError as e:
         print(
             f"tts_gateway: cannot listen for Wyoming on {host}:{settings.wyoming_port} "
@@ -50,6 +52,14 @@ def _wyoming_socket(settings) -> socket.socket | None:
             flush=True,
         )
         sys.exit(2)
+
+
+def with_send_buffer(listener: socket.socket, settings) -> socket.socket:
+    """``listener`` with ``send_buffer_bytes`` as its send buffer, which the connections it
+    accepts inherit (Linux): the kernel's autotuning grew it to megabytes of audio for a
+    client that had stopped reading."""
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, settings.send_buffer_bytes)
+    return listener
 
 
 def uvicorn_config(app, settings, log_level: str = "info") -> uvicorn.Config:

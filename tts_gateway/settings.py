@@ -224,6 +224,10 @@ class GatewaySettings:
     wyoming_max_connections_per_client: int = 48
     wyoming_idle_s: float = 300.0
     wyoming_write_timeout_s: float = 10.0  # a client that reads nothing this long is dropped
+    # The kernel's send buffer of each client connection (HTTP, WebSocket, Wyoming), in bytes
+    # (the kernel doubles it): audio waiting for a client that stops reading stays within it
+    # and the edge's (docs/sessions.md); autotuned, the buffers held seconds of audio per MB.
+    send_buffer_bytes: int = 65_536
     # A name to advertise the Wyoming port under over mDNS (`_wyoming._tcp`, as wyoming-piper's
     # --zeroconf does), for Home Assistant to discover it; empty: not advertised. It says the
     # address the port is bound to (on 0.0.0.0: this machine's address on its default route).
@@ -247,6 +251,7 @@ class GatewaySettings:
             "wyoming_max_connections_per_client",
             "wyoming_idle_s",
             "wyoming_write_timeout_s",
+            "send_buffer_bytes",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")

@@ -61,9 +61,10 @@ def nginx_binary() -> str:
     return found
 
 
-def _listen(bind: str, port: int, http2: bool = False) -> str:
+def _listen(bind: str, port: int, http2: bool = False, sndbuf_kib: int = 0) -> str:
     host = f"[{bind}]" if ":" in bind else bind
-    return f"listen {host}:{port}{' http2' if http2 else ''};"
+    sndbuf = f" sndbuf={sndbuf_kib}k" if sndbuf_kib else ""
+    return f"listen {host}:{port}{' http2' if http2 else ''}{sndbuf};"
 
 
 def _forwarding(directive: str, key: str) -> str:
@@ -250,7 +251,8 @@ def render(settings: FrontSettings, ports: EdgePorts, key: str, folder: Path) ->
     }
     if ports.gateway:  # uvicorn closes idle connections after 5 s
         servers["gateway"] = _upstream("gateway", ports.gateway_inner, 4) + _http_server(
-            _listen(ports.bind, ports.gateway), "gateway", per_client,
+            _listen(ports.bind, ports.gateway, sndbuf_kib=s.edge_send_buffer_kib), "gateway",
+            per_client,
             _errors("openai", refusals), "gateway", key, upgrade=True,
         )  # fmt: skip
     upgrade = """

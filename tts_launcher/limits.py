@@ -81,6 +81,10 @@ LIMITS: tuple[Limit, ...] = (
           lambda: f"{grpc_calls_per_client(FrontSettings(slots=front_slots(None))):,}",
           "the larger of `--max-connections-per-client` and `--max-waiting-per-client` plus "
           "`--slots`", "RESOURCE_EXHAUSTED at once"),
+    Limit("bytes waiting for a client on the gateway's port (nginx `sndbuf`)",
+          "tts_launcher/edge.py", lambda: f"{FrontSettings().edge_send_buffer_kib} KiB",
+          _front_flag("edge_send_buffer_kib"),
+          "a session or stream that stops reading gets a few pieces made, then none"),
     Limit("connections per address at the front door", "tts_front/connections.py",
           _front("max_connections_per_client"), _front_flag("max_connections_per_client"),
           "503 with a reason; behind the edge the edge keeps it per real address"),
@@ -117,6 +121,10 @@ LIMITS: tuple[Limit, ...] = (
     Limit("long-text requests per caller (HTTP and session pieces)", "tts_gateway/service.py",
           _gateway("max_streams_per_client"), _gateway_var("max_streams_per_client"),
           "429 / a session error naming the cap"),
+    Limit("bytes waiting for a client in the gateway's kernel buffers (HTTP, sessions, "
+          "Wyoming)", "tts_gateway/__main__.py",
+          lambda: f"{GatewaySettings().send_buffer_bytes:,} (the kernel doubles it)",
+          _gateway_var("send_buffer_bytes"), "as above: audio made ahead stops"),
     Limit("WebSocket sessions, in all", "tts_gateway/sessions.py", _gateway("max_sessions"),
           _gateway_var("max_sessions"), "the session ends with try-later (1013)"),
     Limit("WebSocket sessions per address", "tts_gateway/sessions.py",

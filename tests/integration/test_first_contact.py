@@ -241,6 +241,52 @@ def test_the_cli_pointed_at_the_gateway_says_what_it_answered(served):
     assert "8080 is the OpenAI-compatible gateway" in result.stderr
 
 
+def _tts_served(launcher: Launcher) -> float:
+    text = httpx.get(f"http://127.0.0.1:{launcher.http}/metrics", timeout=10).text
+    for line in text.splitlines():
+        if line.startswith('tts_front_requests_total{model="tts",outcome="served"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_session_that_stops_reading_stops_its_requests(served):
+    """Audio nobody reads is not made far ahead: a session given 96 sentences whose client
+    reads nothing gets a few pieces made (what the send buffers on the way hold, two ahead),
+    then none until it reads again; then it gets every piece. With the kernel's autotuned
+    buffers 93 of 128 sentences were made for a client that had stopped reading."""
+    import websocket
+
+    text = " ".join(SENTENCES * 8)
+    url = served.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    ws = websocket.create_connection(url, timeout=60)
+    try:
+        ws.send(json.dumps({"type": "session.config", "response_format": "pcm"}))
+        before = _tts_served(served)
+        ws.send(json.dumps({"type": "input.text", "text": text}))
+        ws.send(json.dumps({"type": "input.done"}))
+        counts = [_tts_served(served) - before]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until it holds still for 3 s
+            time.sleep(3)
+            counts.append(_tts_served(served) - before)
+            if counts[-1] == counts[-2] > 0:
+                break
+        assert counts[-1] == counts[-2], f"still making audio nobody reads: {counts}"
+        assert counts[-1] <= 20, f"made for a stopped reader, every 3 s: {counts}"
+        pieces = 0
+        while True:
+            message = ws.recv()
+            if isinstance(message, str):
+                kind = json.loads(message)["type"]
+                pieces += kind == "audio.done"
+                if kind == "session.done":
+                    break
+        # Read again, it got every piece, each made once.
+        assert pieces > 96 and _tts_served(served) - before == pieces
+    finally:
+        ws.close()
+
+
 def test_the_banner_says_once_where_everything_is(served):
     log = served.log()
     assert log.count("\nready:\n") == 1, log[-3000:]
