@@ -1,6 +1,6 @@
-"""The README's gateway examples, run as written: only the port is substituted (8080 -> the
-test gateway's), `aplay` (no sound card here) becomes a byte count, and the SDK example gets
-an article.txt to read."""
+"""The README's and docs/http-api.md's gateway examples, run as written: only the port is
+substituted (8080 -> the test gateway's), `aplay` (no sound card here) becomes a byte count,
+and the SDK example gets an article.txt to read."""
 
 from __future__ import annotations
 
@@ -15,10 +15,14 @@ import pytest
 from tests.support.paths import ROOT
 
 
-def blocks(language: str, section: str = "HTTP API: the OpenAI-compatible gateway") -> list[str]:
-    """The ```language blocks of one README section, in order."""
-    readme = (ROOT / "README.md").read_text()
-    text = readme.split(f"## {section}\n", 1)[1].split("\n## ")[0]
+def blocks(language: str, section: str | None = None) -> list[str]:
+    """The ```language blocks of one README section, in order; without ``section``, of
+    docs/http-api.md (the gateway's page, which the README points to)."""
+    if section is None:
+        text = (ROOT / "docs" / "http-api.md").read_text()
+    else:
+        readme = (ROOT / "README.md").read_text()
+        text = readme.split(f"## {section}\n", 1)[1].split("\n## ")[0]
     return re.findall(rf"```{language}\n(.*?)```", text, re.S)
 
 
