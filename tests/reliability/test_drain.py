@@ -239,9 +239,13 @@ def test_a_slow_reader_gets_its_whole_stream_after_everything_behind_the_edge_st
     finally:
         launcher.close()
     log = launcher.log()
-    # Everything behind the edge had stopped with most of the stream still to be read.
+    # Everything behind the edge had stopped with part of the stream still to be read: what
+    # the send buffers on the way hold (64 KiB each, doubled by the kernel: the read-ahead
+    # bound, docs/sessions.md; with autotuned buffers most of the stream was in them).
     assert read_when_triton_stopped is not None
-    assert read_when_triton_stopped < len(received) / 2, (read_when_triton_stopped, len(received))
+    unread = len(received) - read_when_triton_stopped
+    print(f"\nunread when Triton stopped: {unread} of {len(received)}")
+    assert unread > 100_000, (read_when_triton_stopped, len(received))
     events = [line for line in received.decode().splitlines() if line]
     assert json.loads(events[-1][6:])["type"] == "speech.audio.done", events[-1][:200]
     assert code == 0, log[-3000:]
