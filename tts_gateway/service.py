@@ -292,12 +292,16 @@ class SpeechService:
             yield
             return
         if self.streams.full(client):
-            raise ServerOverloaded(
-                f"this client already has {self.streams.limit} long-text requests in progress "
-                "(the limit per client); wait for one to finish"
-            )
+            raise ServerOverloaded(self._long_texts_held())
         with self.streams.holding(client):
             yield
+
+    def _long_texts_held(self) -> str:
+        """Why a caller holding its limit of long-text requests is refused another."""
+        return (
+            f"this client already has {self.streams.limit} long-text requests in progress (the "
+            "limit per client); wait for one to finish"
+        )
 
     def refused(self, error: APIError, label: str) -> APIError:
         """Count a request refused before any audio, and return its error to raise."""
@@ -318,13 +322,11 @@ class SpeechService:
                 ),
                 job.format.name,
             )
-        limit = self.streams.limit
         if job.streamed and self.streams.full(job.client):
             raise self.refused(
                 APIError(
                     429,
-                    f"this client already has {limit} long-text requests in progress (the "
-                    "limit per client); wait for one to finish",
+                    self._long_texts_held(),
                     type="rate_limit_error",
                     code="rate_limit_exceeded",
                     retry_after=settings.retry_after_s,

@@ -16,7 +16,7 @@ import argparse
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from tts_front.admission import BATCH_ITEM_COST
@@ -66,10 +66,6 @@ def _queue_size() -> str:
     return re.search(r"max_queue_size: (\d+)", text).group(1)
 
 
-def _stream_default() -> str:
-    return next(str(f.default) for f in fields(StreamSettings) if f.name == "max_streams")
-
-
 LIMITS: tuple[Limit, ...] = (
     Limit("connections per public port, in all (nginx)", "tts_launcher/edge.py",
           _front("max_connections"), _front_flag("max_connections"),
@@ -112,7 +108,8 @@ LIMITS: tuple[Limit, ...] = (
     Limit("JSON depth of an HTTP inference body", "tts_front/http_proxy.py",
           lambda: f"{MAX_JSON_DEPTH} levels", "", "400 before Triton"),
     Limit("`tts_stream` requests in all", "model_repository/tts_stream/config.pbtxt",
-          _stream_default, "`max_streams` in its config.pbtxt", "UNAVAILABLE naming the cap"),
+          lambda: str(StreamSettings().max_streams), "`max_streams` in its config.pbtxt",
+          "UNAVAILABLE naming the cap"),
     Limit("requests queued at each stage", "model_repository/*/config.pbtxt",
           _queue_size, "`max_queue_size`", "UNAVAILABLE (the front door keeps far fewer in)"),
     Limit("requests the gateway answers at once", "tts_gateway/drain.py",

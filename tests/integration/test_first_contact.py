@@ -24,6 +24,7 @@ import tritonclient.grpc as grpcclient
 
 from tests.support.busy import half_of, halved, pin, process_tree, thread_affinities
 from tests.support.launcher import LIGHT_WARMUP, Launcher
+from tests.support.metrics import sample
 from tests.support.paths import ROOT
 from tts_front.sample_texts import SENTENCES
 
@@ -242,11 +243,9 @@ def test_the_cli_pointed_at_the_gateway_says_what_it_answered(served):
 
 
 def _tts_served(launcher: Launcher) -> float:
-    text = httpx.get(f"http://127.0.0.1:{launcher.http}/metrics", timeout=10).text
-    for line in text.splitlines():
-        if line.startswith('tts_front_requests_total{model="tts",outcome="served"}'):
-            return float(line.split()[-1])
-    return 0.0
+    url = f"http://127.0.0.1:{launcher.http}/metrics"
+    labels = {"model": "tts", "outcome": "served"}
+    return sample(url, "tts_front_requests_total", labels) or 0.0
 
 
 def test_a_session_that_stops_reading_stops_its_requests(served):
