@@ -30,6 +30,7 @@ from tts_serving.engines.models import AcousticModel, Vocoder
 from tts_serving.engines.onnx import create_session
 from tts_serving.settings import load_settings
 from tts_serving.stream.plan import plan_chunks
+from tts_serving.text.front_end import Reader
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         create_session(repo / "vocoder/1/model.onnx", v_settings), voice.hop_length, v_settings
     )
     gain = VoiceLoudness.read(repo / "vocoder/1" / LOUDNESS_FILE).gain
-    chunks = list(plan_chunks(PARAGRAPH, stream, Phonemizer(voice), stream.normalize_text))
+    chunks = list(plan_chunks(PARAGRAPH, stream, Reader(Phonemizer(voice), stream.normalize_text)))
     scales = np.array([[voice.noise_scale, voice.length_scale, voice.noise_w_scale]], np.float32)
     raw = [vocoder(acoustic([np.array(c.ids)], scales))[0] for c in chunks]
 

@@ -26,6 +26,7 @@ from tts_front.sample_texts import PARAGRAPH, SENTENCES
 from tts_launcher.processes import ServerProcess
 from tts_serving.settings import load_settings
 from tts_serving.stream.plan import plan_chunks
+from tts_serving.text.front_end import Reader
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
 
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         # The non-streaming path gets exactly the chunks the stream would make.
         settings = load_settings(repo, "tts_stream")
         phonemizer = Phonemizer(load_voice_config(repo / "tts_stream/1/voice.json"))
-        plan = plan_chunks(PARAGRAPH, settings, phonemizer, settings.normalize_text)
+        plan = plan_chunks(PARAGRAPH, settings, Reader(phonemizer, settings.normalize_text))
         chunks = [c.text for c in plan]
 
         firsts, totals, plain = [], [], []

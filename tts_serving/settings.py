@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tts_serving.model_config import defaults, doc, parse_settings, pbtxt_parameters
+from tts_wire import MAX_PAUSE_S
 
 ONNX_GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
 DEVICES = ("auto", "cpu", "cuda")
@@ -199,17 +200,54 @@ def _max_characters() -> Any:
 
 
 @dataclass(frozen=True)
-class PhonemizerSettings:
-    max_phoneme_ids: int = _max_phoneme_ids()
+class TextSettings:
+    """How the models that read text (``phonemizer``, ``tts_stream``) read it: one text front
+    end (tts_serving.text.front_end) built from these, so both read a text the same way."""
+
     max_characters: int = _max_characters()
     normalize_text: bool = _normalize_text()
     espeak_workers: int = _espeak_workers()
     espeak_timeout_s: float = _espeak_timeout_s()
+    lexicon: str = field(
+        default="",
+        metadata=doc(
+            "the pronunciation lexicon (JSON; a relative path is read from the model "
+            "repository); empty: `phonemizer/lexicon.json` there, if it exists"
+        ),
+    )
+    ssml_max_segments: int = field(
+        default=64,
+        metadata=doc("SSML: changes of voice, rate or volume (and breaks) one document may hold"),
+    )
+    ssml_max_pause_s: float = field(
+        default=MAX_PAUSE_S, metadata=doc("SSML: seconds of `<break>` one document may add up to")
+    )
+    ssml_max_marks: int = field(default=256, metadata=doc("SSML: `<mark>`s one document may hold"))
 
     def __post_init__(self) -> None:
-        if self.max_phoneme_ids < 3 or self.max_characters < 1:
-            raise ValueError("max_phoneme_ids must be >= 3 and max_characters >= 1")
+        if self.max_characters < 1:
+            raise ValueError("max_characters must be >= 1")
         _check_espeak(self.espeak_workers, self.espeak_timeout_s)
+        if min(self.ssml_max_segments, self.ssml_max_marks) < 1 or self.ssml_max_pause_s < 0:
+            raise ValueError("ssml_max_segments and ssml_max_marks must be >= 1, pause >= 0")
+
+    def phoneme_ids_per_text(self) -> int | None:
+        """The most phoneme ids one text may become: ``tts`` speaks a text in one pass; None
+        where the model plans its own pieces within the stages' limit (``tts_stream``)."""
+        return None
+
+
+@dataclass(frozen=True)
+class PhonemizerSettings(TextSettings):
+    max_phoneme_ids: int = _max_phoneme_ids()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_phoneme_ids < 3:
+            raise ValueError("max_phoneme_ids must be >= 3")
+
+    def phoneme_ids_per_text(self) -> int | None:
+        return self.max_phoneme_ids
 
 
 @dataclass(frozen=True)
@@ -271,8 +309,19 @@ class VocoderSettings(EngineSettings):
 
 
 @dataclass(frozen=True)
-class StreamSettings:
+class StreamSettings(TextSettings):
     max_characters: int = field(default=100_000, metadata=doc("longest text one stream accepts"))
+    # A stream holds a chunk at a time, not a whole document: far longer documents.
+    ssml_max_segments: int = field(
+        default=100_000,
+        metadata=doc("SSML: changes of voice, rate or volume (and breaks) one document may hold"),
+    )
+    ssml_max_pause_s: float = field(
+        default=3600.0, metadata=doc("SSML: seconds of `<break>` one document may add up to")
+    )
+    ssml_max_marks: int = field(
+        default=10_000, metadata=doc("SSML: `<mark>`s one document may hold")
+    )
     max_streams: int = field(
         default=16,
         metadata=doc("streams served at once; one more is answered UNAVAILABLE at once"),
@@ -290,14 +339,11 @@ class StreamSettings:
     sentence_silence_ms: float = field(default=200.0, metadata=doc("pause after each sentence"))
     fade_ms: float = field(default=3.0, metadata=doc("raised-cosine fade at chunk edges"))
     max_phoneme_ids: int = _max_phoneme_ids()
-    normalize_text: bool = _normalize_text()
-    espeak_workers: int = _espeak_workers()
-    espeak_timeout_s: float = _espeak_timeout_s()
 
     def __post_init__(self) -> None:
-        _check_espeak(self.espeak_workers, self.espeak_timeout_s)
-        if min(self.max_characters, self.max_in_flight, self.max_streams) < 1:
-            raise ValueError("max_characters, max_streams and max_in_flight must be >= 1")
+        super().__post_init__()
+        if min(self.max_in_flight, self.max_streams) < 1:
+            raise ValueError("max_streams and max_in_flight must be >= 1")
         if self.first_chunk_ids < 10 or self.chunk_target_ids < self.first_chunk_ids:
             raise ValueError("need 10 <= first_chunk_ids <= chunk_target_ids")
         if self.chunk_target_ids > self.max_phoneme_ids:

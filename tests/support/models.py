@@ -27,6 +27,7 @@ def load_model(repository, name, params=None, max_batch_size=16):
         "input": tensors.get("input", []),
         "output": tensors.get("output", []),
         "max_batch_size": max_batch_size,
+        "model_transaction_policy": tensors.get("model_transaction_policy", {}),
         "parameters": {k: {"string_value": v} for k, v in (params or {}).items()},
     }
     model = module.TritonPythonModel()

@@ -130,6 +130,10 @@ def get_input_tensor_by_name(request: InferenceRequest, name: str) -> Tensor | N
     return request.inputs.get(name)
 
 
+def using_decoupled_model_transaction_policy(config: dict) -> bool:
+    return bool(config.get("model_transaction_policy", {}).get("decoupled", False))
+
+
 def install() -> types.ModuleType:
     """Register this module as ``triton_python_backend_utils`` and return it."""
     module = sys.modules[__name__]

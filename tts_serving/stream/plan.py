@@ -15,15 +15,15 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tts_serving.text.phonemize import Phonemizer
 from tts_wire.split import Chunk, split_text
 
 from ..engines.segments import with_gain
 from ..errors import InvalidInputError, PhonemizerCrashError
 from ..inputs import CleanText
 from ..settings import StreamSettings
-from ..text import normalize as normalize_english
-from ..text.inline import check as check_inline, outside_blocks, safe_cut
+from ..text.front_end import Reader
+from ..text.inline import safe_cut
+from ..text.phonemize import VoicePhonemizer
 from ..text.ssml import Document, Mark, mark_rows
 from ..text.words import original_spans, unspoken_tokens
 
@@ -78,34 +78,25 @@ def text_blocks(text: str, size: int = BLOCK_CHARACTERS) -> Iterator[tuple[int, 
 
 
 def plan_chunks(
-    text: str,
-    settings: StreamSettings,
-    phonemizer: Phonemizer,
-    normalize: bool,
-    words: bool = False,
-    lexicon: Callable[[str], str] | None = None,
+    text: str, settings: StreamSettings, reader: Reader, words: bool = False
 ) -> Iterator[PlannedChunk]:
     """Chunks of ``text`` in order, each within ``settings.max_phoneme_ids`` phoneme ids.
 
-    Packing uses a cheap estimate; each chunk is then phonemized for real and split further
-    (clauses, then words) where the estimate was optimistic. Chunks with nothing speakable
-    (a lone symbol) are skipped; a text with nothing speakable at all is an InvalidInputError.
-    ``words``: each chunk also locates its words (``PlannedChunk.words``). ``lexicon``
-    rewrites each block of the text first (tts_serving.text.lexicon).
+    Each block of the text is read as ``reader`` reads it (its lexicon, the normalizer). Packing
+    uses a cheap estimate; each chunk is then phonemized for real and split further (clauses,
+    then words) where the estimate was optimistic. Chunks with nothing speakable (a lone
+    symbol) are skipped; a text with nothing speakable at all is an InvalidInputError.
+    ``words``: each chunk also locates its words (``PlannedChunk.words``). The text's size is
+    the front end's to check (``TextFrontEnd.received``), for a whole SSML document too.
     """
-    if len(text) > settings.max_characters:
-        raise InvalidInputError(
-            f"text is {len(text)} characters; the limit is {settings.max_characters}: "
-            "send it in several requests"
-        )
-    # Inline phonemes are checked on the whole text first: a chunk that cannot be spoken is
-    # skipped below, and a typo in [[ ]] must be an error, not a gap.
-    check_inline(text, phonemizer.config.phoneme_id_map)
+    # Checked on the whole text first: a chunk that cannot be spoken is skipped below, and a
+    # typo in [[ ]] must be an error, not a gap.
+    reader.check(text)
+    phonemizer = reader.phonemizer
     max_ids = settings.max_phoneme_ids
     index = 0
     for block_number, (offset, block) in enumerate(text_blocks(text)):
-        said = lexicon(block) if lexicon else block
-        spoken = outside_blocks(said, normalize_english if normalize else _collapse)
+        spoken = reader.spoken(block)
         if not spoken:
             continue
         first = settings.first_chunk_ids if index == 0 and block_number == 0 else None
@@ -125,13 +116,11 @@ def plan_chunks(
 def plan_document(
     document: Document,
     settings: StreamSettings,
-    phonemizer: Callable[[str], Phonemizer],
-    normalize: Callable[[Phonemizer], bool],
+    reader: Callable[[str], Reader],
     words: bool = False,
-    lexicon: Callable[[str, str], str] | None = None,
 ) -> Iterator[PlannedChunk]:
     """An SSML document's chunks: each segment planned as plain text is (``plan_chunks``),
-    with its voice (``phonemizer(voice)``), its rate, gain and pauses, and the marks each
+    read in its voice (``reader(voice)``), with its rate, gain and pauses, and the marks each
     reaches (a mark is timed by the word after it: words are found when there are marks)."""
     index = 0
     find = words or bool(document.marks)
@@ -141,10 +130,8 @@ def plan_document(
     held = None
     for segment in document.segments:
         voice = segment.voice
-        said = None if lexicon is None else (lambda block, v=voice: lexicon(v, block))
-        reader = phonemizer(voice)
         made = False
-        for chunk in plan_chunks(segment.text, settings, reader, normalize(reader), find, said):
+        for chunk in plan_chunks(segment.text, settings, reader(voice), find):
             if held is not None:
                 yield held
             before = document.leading_pause_s if index == 0 else 0.0
@@ -180,14 +167,10 @@ def _reached(chunk: PlannedChunk, marks: list[Mark]) -> tuple[PlannedChunk, list
     return replace(chunk, marks=np.array(rows, np.int32).reshape(-1, 2)), marks[len(reached) :]
 
 
-def _collapse(text: str) -> str:
-    return " ".join(text.split())
-
-
 PieceIds = tuple[list[int], "np.ndarray | None"]  # a piece's ids and (asked for) its word rows
 
 
-def _ids(phonemizer: Phonemizer, text: str, words: bool = False) -> PieceIds:
+def _ids(phonemizer: VoicePhonemizer, text: str, words: bool = False) -> PieceIds:
     """The phoneme ids of ``text`` (and with ``words`` its word rows, in ``text``'s own
     characters); no ids when it has nothing speakable (a lone symbol). A text that crashes
     espeak-ng is an error, never a silently skipped chunk."""
@@ -203,7 +186,7 @@ def _ids(phonemizer: Phonemizer, text: str, words: bool = False) -> PieceIds:
 
 
 def _fit_to_limit(
-    chunk: Chunk, max_ids: int, phonemizer: Phonemizer, words: bool = False
+    chunk: Chunk, max_ids: int, phonemizer: VoicePhonemizer, words: bool = False
 ) -> Iterator[tuple[Chunk, PieceIds]]:
     """``chunk`` with its ids, phonemized once; where the real count passes ``max_ids``, its
     pieces (clauses, then words) with theirs. Pieces with nothing speakable are left out."""

@@ -306,8 +306,7 @@ def _answer_or_error(call: Callable[[], dict]) -> dict | Exception:
 
 
 class IsolatedPhonemizer:
-    """``voice.Phonemizer``'s interface (``config``, ``is_english``, ``check``, ``ids``,
-    ``check_script``) for one voice, phonemizing in ``pool``'s workers."""
+    """One voice's ``phonemize.VoicePhonemizer``, phonemizing in ``pool``'s workers."""
 
     def __init__(self, name: str, config: PiperConfig, pool: PhonemizerPool) -> None:
         self.name = name

@@ -1,5 +1,6 @@
-"""Pronunciation lexicons: ``model_repository/phonemizer/lexicon.json``, read by the phonemizer
-and ``tts_stream``, reloaded when it changes (no restart).
+"""Pronunciation lexicons: ``model_repository/phonemizer/lexicon.json`` (or the file the models'
+``lexicon`` setting names), read by the phonemizer and ``tts_stream``, reloaded when it changes
+(no restart).
 
     {"*": {"SQL": "sequel", "Nguyen": "[[ ŋwˈiən ]]"},
      "joe": {"Nguyen": "[[ nwˈɪn ]]"}}
@@ -47,11 +48,15 @@ class Lexicon:
         return self.pattern.sub(lambda m: self.entries[m.group().casefold()], text)
 
 
-def lexicon_file(version_dir: Path, voices, log, error) -> LexiconFile:
-    """The repository's lexicon (beside the phonemizer's config.pbtxt) for ``voices`` (a
-    VoiceTable of phonemizers), read by the model whose version folder is ``version_dir``."""
-    path = version_dir.parent.parent / "phonemizer" / LEXICON_FILE
-    return LexiconFile(path, {n: p.config.phoneme_id_map for n, p in voices}, log, error)
+def lexicon_path(setting: str, repository: Path) -> Path:
+    """The lexicon a model reads: its ``lexicon`` setting (relative to the model repository),
+    or the phonemizer's ``lexicon.json`` there, which may not exist (no entries)."""
+    if not setting:
+        return repository / "phonemizer" / LEXICON_FILE
+    path = repository / setting  # an absolute setting stays as it is
+    if not path.is_file():
+        raise ModelConfigError(f"lexicon {setting!r}: no such file ({path})")
+    return path
 
 
 def parse(data: object, id_maps: Mapping[str, Mapping[str, object]]) -> dict[str, Lexicon]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Protocol
 
 from piper import PiperVoice
 from piper.config import PhonemeType, PiperConfig
@@ -157,6 +158,24 @@ def speaks_english(config: PiperConfig) -> bool:
     return config.phoneme_type == PhonemeType.ESPEAK and (
         config.espeak_voice.lower().startswith("en")
     )
+
+
+class VoicePhonemizer(Protocol):
+    """What turns one voice's text into phoneme ids: ``Phonemizer`` in this process, or
+    ``espeak_pool.IsolatedPhonemizer`` through the model's espeak-ng workers."""
+
+    config: PiperConfig
+
+    @property
+    def is_english(self) -> bool: ...
+
+    def check(self) -> None: ...
+
+    def ids(self, text: str) -> list[int]: ...
+
+    def ids_and_words(self, text: str, original: str) -> tuple[list[int], list[list[int]]]: ...
+
+    def check_script(self, text: str) -> None: ...
 
 
 class Phonemizer:

@@ -20,17 +20,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from xml.parsers import expat
 
-from tts_wire import MAX_GAIN_DB, MAX_PAUSE_S, SILENT_DB
+from tts_wire import MAX_GAIN_DB, SILENT_DB
 
 from ..errors import InvalidInputError
 from ..inputs import CleanText
+from ..settings import TextSettings
 from ..voices import speaker_number
 from .inline import CLOSE, OPEN
 from .say_as import known, say_as
 
 MAX_DEPTH = 16
 MAX_ATTRIBUTE = 1000  # characters; a word's IPA is far shorter
-MAX_SEGMENTS = 64
 MAX_BREAK_S = 10.0
 # Pause lengths (seconds) of <break strength>, and after a sentence and a paragraph.
 STRENGTHS = {"none": 0.0, "x-weak": 0.1, "weak": 0.2, "medium": 0.4, "strong": 0.6,
@@ -79,15 +79,17 @@ def is_ssml(text: str) -> bool:
 
 @dataclass(frozen=True)
 class Limits:
-    """One request's bounds: ``tts`` speaks a document in one pass (its pauses and segments
-    held at once); ``tts_stream`` a chunk at a time, so it allows far more."""
+    """One document's bounds, from its model's settings (``TextSettings.ssml_max_*``): ``tts``
+    speaks a document in one pass (its pauses and segments held at once), ``tts_stream`` a
+    chunk at a time, so its defaults allow far more."""
 
-    segments: int = MAX_SEGMENTS
-    pause_s: float = MAX_PAUSE_S
-    marks: int = 256
+    segments: int = TextSettings.ssml_max_segments
+    pause_s: float = TextSettings.ssml_max_pause_s
+    marks: int = TextSettings.ssml_max_marks
 
-
-STREAM_LIMITS = Limits(segments=100_000, pause_s=3600.0, marks=10_000)
+    @classmethod
+    def of(cls, settings: TextSettings) -> Limits:
+        return cls(settings.ssml_max_segments, settings.ssml_max_pause_s, settings.ssml_max_marks)
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,12 @@ from tts_wire.tensors import MODEL_IO
 
 from ..engines.segments import IDS_COLUMNS
 from ..errors import InvalidInputError
-from ..inputs import CleanText, check_characters, check_encoded_size, decode_clean, decode_utf8
+from ..inputs import CleanText
 from ..settings import PhonemizerSettings
 from ..text import ssml
-from ..text.espeak_pool import Job, phonemize_jobs
+from ..text.espeak_pool import Job
 from ..text.front_end import TextFrontEnd
-from ..text.ssml import is_ssml, mark_rows
+from ..text.ssml import mark_rows
 from .adapter import ModelContext, execute_batched, request_options, single_item
 
 
@@ -52,14 +52,7 @@ class Phonemizer:
         self.settings = self.ctx.settings
         self.logger = pb_utils.Logger
         self.text = TextFrontEnd(
-            self.ctx.voices(),
-            self.ctx.version_dir,
-            max_phoneme_ids=self.settings.max_phoneme_ids,
-            espeak_workers=self.settings.espeak_workers,
-            espeak_timeout_s=self.settings.espeak_timeout_s,
-            normalize_text=self.settings.normalize_text,
-            ssml_limits=ssml.Limits(),  # one pass: the document's segments held at once
-            logger=self.logger,
+            self.ctx.voices(), self.ctx.version_dir, self.settings, self.logger
         )
         self.voices = self.text.voices
         self.logger.log_info(
@@ -71,17 +64,17 @@ class Phonemizer:
         if raw.size != 1:
             raise InvalidInputError("text must hold one string per request")
         options = request_options(request, "phonemizer")
-        name, phonemizer = self.voices.pick(options.voice)
-        limit = self.settings.max_characters
-        as_sent = decode_utf8(check_encoded_size(raw[0], limit))
-        clean = decode_clean(as_sent)
-        checked = check_characters(clean.text, limit)  # the text as sent, cleaned
+        name, _ = self.voices.pick(options.voice)
+        received = self.text.received(raw[0])
         asked, words = options.normalize, options.word_timestamps
-        if is_ssml(checked):
-            return self.document_item(self.text.document(as_sent, name), asked, words)
-        text = self.text.spoken(name, phonemizer, checked, asked)
+        if received.is_ssml:
+            return self.document_item(self.text.document(received, name), asked, words)
+        clean = received.clean
+        reader = self.text.reader(name, asked)
+        reader.check(clean.text)
+        text = reader.spoken(clean.text)
         return PhonemizerItem(
-            [(name, text, checked if words else None)], [clean if words else None], words=words
+            [(name, text, clean.text if words else None)], [clean if words else None], words=words
         )
 
     def document_item(
@@ -91,9 +84,9 @@ class Phonemizer:
         jobs, sources, plan = [], [], []
         find = words or bool(document.marks)  # a mark is timed by the word after it
         for segment in document.segments:
-            _, phonemizer = self.voices.pick(segment.voice)
-            spoken = " ".join(segment.text.split())
-            text = self.text.spoken(segment.voice, phonemizer, spoken, asked)
+            reader = self.text.reader(segment.voice, asked)
+            reader.check(segment.text)
+            text = reader.spoken(segment.text)
             jobs.append((segment.voice, text, segment.source.text if find else None))
             sources.append(segment.source if find else None)
             voice = self.voices.index(segment.voice)
@@ -106,7 +99,7 @@ class Phonemizer:
     def run(self, items: list[PhonemizerItem]) -> list:
         # The whole batch in one pipelined exchange with a worker, not a round trip per text.
         jobs = [job for it in items for job in it.jobs]
-        answers = phonemize_jobs(self.voices, self.text.pool, jobs)
+        answers = self.text.phonemize(jobs)
         outputs, at = [], 0
         for item in items:
             outputs.append(self.combine(item, answers[at : at + len(item.jobs)]))

@@ -39,20 +39,11 @@ from tts_wire import (
 from tts_wire.tensors import ACOUSTIC, MODEL_IO, VOCODER, options_of
 
 from ..errors import InvalidInputError, ModelConfigError
-from ..inputs import (
-    CleanText,
-    check_encoded_size,
-    decode_clean,
-    decode_utf8,
-    sent_rows,
-    validate_rate,
-)
+from ..inputs import CleanText, sent_rows, validate_rate
 from ..settings import StreamSettings
 from ..stream.plan import PlannedChunk, finish_chunk, plan_chunks, plan_document
 from ..stream.scheduler import InFlight, StageError, StreamResponse, run_stream
-from ..text import ssml
 from ..text.front_end import TextFrontEnd
-from ..text.ssml import is_ssml
 from .adapter import ModelContext, one_value, request_options
 
 SHUTTING_DOWN = "Server not ready"  # Triton's answer to a request during shutdown
@@ -144,15 +135,7 @@ class TtsStream:
         self.settings = self.ctx.settings
         self.logger = pb_utils.Logger
         self.text = TextFrontEnd(
-            self.ctx.voices(),
-            self.ctx.version_dir,
-            # The stream plans its own chunks within max_phoneme_ids: no limit on one text here.
-            max_phoneme_ids=1 << 30,
-            espeak_workers=self.settings.espeak_workers,
-            espeak_timeout_s=self.settings.espeak_timeout_s,
-            normalize_text=self.settings.normalize_text,
-            ssml_limits=ssml.STREAM_LIMITS,  # a chunk at a time: far longer documents
-            logger=self.logger,
+            self.ctx.voices(), self.ctx.version_dir, self.settings, self.logger
         )
         self.voices = self.text.voices
         rates = {p.config.sample_rate for _, p in self.voices}
@@ -180,39 +163,29 @@ class TtsStream:
         raw = one_value(request, TEXT, batched=False)
         if raw is None:
             raise InvalidInputError("input 'text' is missing")
-        as_sent = decode_utf8(check_encoded_size(raw, self.settings.max_characters))
-        clean = decode_clean(as_sent)
-        text = clean.text
+        received = self.text.received(raw)
         # The same options object as the client's and the gateway's, checked once here
         # against the wire contract's ranges; absent noise: acoustic uses the voice's.
         options = request_options(request, "tts_stream")
         voice, phonemizer = self.voices.pick(options.voice)
         self.voices.speaker(voice, options.speaker)  # refused before the first chunk
-        document = self.text.document(as_sent, voice) if is_ssml(text) else None
-        if document is None:
-            phonemizer.check_script(text)  # the whole text: no chunk of it is skipped for it
-            plan = plan_chunks(
-                text,
-                self.settings,
-                phonemizer,
-                self.text.normalizes(phonemizer, options.normalize),
-                options.word_timestamps,
-                lexicon=lambda block: self.text.lexicon.apply(voice, block),
-            )
+        if not received.is_ssml:
+            phonemizer.check_script(received.clean.text)  # no chunk of it is skipped for it
+            reader = self.text.reader(voice, options.normalize)
+            plan = plan_chunks(received.clean.text, self.settings, reader, options.word_timestamps)
         else:
+            document = self.text.document(received, voice)
             for segment in document.segments:  # before the first chunk, not in the middle
                 validate_rate(options.speed, segment.rate)
                 self.voices.pick(segment.voice)[1].check_script(segment.text)
             plan = plan_document(
                 document,
                 self.settings,
-                lambda name: self.voices.pick(name)[1],
-                lambda reader: self.text.normalizes(reader, options.normalize),
+                lambda name: self.text.reader(name, options.normalize),
                 options.word_timestamps,
-                self.text.lexicon.apply,
             )
         by_stage = {stage: forwarded(request, stage) for stage in STAGES}
-        return StreamRequest(plan, options, voice, by_stage, clean)
+        return StreamRequest(plan, options, voice, by_stage, received.clean)
 
     async def bls(self, model, inputs, outputs: list[str]) -> list:
         request = pb_utils.InferenceRequest(

@@ -11,6 +11,7 @@ from tts_serving.errors import InvalidInputError
 from tts_serving.settings import StreamSettings
 from tts_serving.stream.plan import finish_chunk, plan_chunks, text_blocks
 from tts_serving.text import normalize
+from tts_serving.text.front_end import Reader
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
 
@@ -23,7 +24,7 @@ def phonemizer():
 def test_plan_normalizes_and_every_chunk_fits_the_real_limit(phonemizer):
     text = "It costs $5.50. " + "This sentence is long enough to matter here. " * 30
     settings = StreamSettings(max_phoneme_ids=200, chunk_target_ids=200)
-    chunks = list(plan_chunks(text, settings, phonemizer, normalize=True))
+    chunks = list(plan_chunks(text, settings, Reader(phonemizer)))
     assert chunks[0].text.startswith("It costs five dollars and fifty cents.")
     assert [c.index for c in chunks] == list(range(len(chunks)))
     for c in chunks:
@@ -39,7 +40,7 @@ def test_streamed_words_name_every_word_sent_once_in_order(phonemizer, normalize
     # many chunks, tokens the normalizer rewrites, and one it drops.
     text = ("At 10:05 am. it cost $5.50, I think. " + PARAGRAPH + " ") * 4 + "The end 🙂."
     settings = StreamSettings(max_phoneme_ids=200, chunk_target_ids=150)
-    chunks = list(plan_chunks(text, settings, phonemizer, normalize_text, words=True))
+    chunks = list(plan_chunks(text, settings, Reader(phonemizer, normalize_text), words=True))
     assert len(chunks) > 10
     spans = []
     for c in chunks:
@@ -58,7 +59,7 @@ def test_streamed_words_name_every_word_sent_once_in_order(phonemizer, normalize
 
 
 def test_plan_can_skip_normalization(phonemizer):
-    chunks = list(plan_chunks("It costs $5.", StreamSettings(), phonemizer, normalize=False))
+    chunks = list(plan_chunks("It costs $5.", StreamSettings(), Reader(phonemizer, False)))
     assert [c.text for c in chunks] == ["It costs $5."]
 
 
@@ -84,7 +85,7 @@ def test_plan_is_lazy_the_first_chunk_comes_before_the_rest_is_planned(phonemize
     text = (PARAGRAPH + " ") * 50  # about 93,000 characters
     counting = CountingPhonemizer(phonemizer)
     start = time.perf_counter()
-    plan = plan_chunks(text, StreamSettings(), counting, normalize=True)
+    plan = plan_chunks(text, StreamSettings(), Reader(counting))
     first = next(plan)
     first_s, seen_first = time.perf_counter() - start, counting.characters
     rest = list(plan)
@@ -99,16 +100,15 @@ def test_plan_is_lazy_the_first_chunk_comes_before_the_rest_is_planned(phonemize
     assert 0 < seen_first < 1_000 and counting.characters > 50 * seen_first
 
 
-def test_plan_rejects_too_long_and_unspeakable_text(phonemizer):
-    with pytest.raises(InvalidInputError, match="the limit is 10"):
-        next(plan_chunks("x" * 11, StreamSettings(max_characters=10), phonemizer, True))
+def test_plan_rejects_unspeakable_text(phonemizer):
+    # (Too long a text is the front end's to refuse: tests/adapter/test_text_front_end.py.)
     with pytest.raises(InvalidInputError, match="nothing speakable"):
-        list(plan_chunks("🎸🔥 ...", StreamSettings(), phonemizer, True))
+        list(plan_chunks("🎸🔥 ...", StreamSettings(), Reader(phonemizer)))
 
 
 def test_plan_skips_unspeakable_pieces_but_keeps_the_rest(phonemizer):
     chunks = list(
-        plan_chunks("Hello there. ... ! Goodbye now.", StreamSettings(), phonemizer, True)
+        plan_chunks("Hello there. ... ! Goodbye now.", StreamSettings(), Reader(phonemizer))
     )
     assert "Hello there." in chunks[0].text and "Goodbye now." in chunks[-1].text
 
@@ -147,6 +147,6 @@ def test_bad_stream_settings_are_rejected(kwargs):
 def test_a_dotted_letter_run_longer_than_a_chunk_is_spoken_in_pieces(phonemizer):
     """Once an INTERNAL ValueError ("a single word is longer than the chunk limit")."""
     settings = StreamSettings()
-    chunks = list(plan_chunks("Call A.B.C.D.E.F.G." * 20 + " now.", settings, phonemizer, True))
+    chunks = list(plan_chunks("Call A.B.C.D.E.F.G." * 20 + " now.", settings, Reader(phonemizer)))
     assert len(chunks) > 1
     assert all(0 < len(c.ids) <= settings.max_phoneme_ids for c in chunks)

@@ -11,6 +11,7 @@ from tts_serving.errors import InvalidInputError, PhonemizerCrashError
 from tts_serving.settings import StreamSettings
 from tts_serving.stream.plan import plan_chunks
 from tts_serving.text.espeak_pool import PhonemizerPool, WorkerSpec
+from tts_serving.text.front_end import Reader
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
 
@@ -139,7 +140,7 @@ def test_stream_planning_never_skips_a_crasher_as_silence():
 
     phonemizer = Crashing(load_voice_config(VOICES["joe"]))
     with pytest.raises(PhonemizerCrashError):
-        list(plan_chunks("Hello there. How are you?", StreamSettings(), phonemizer, False))
+        list(plan_chunks("Hello there. How are you?", StreamSettings(), Reader(phonemizer, False)))
 
 
 def test_short_fuzz_run_finds_no_crasher():

@@ -10,6 +10,7 @@ from tts_serving.errors import InvalidInputError
 from tts_serving.settings import StreamSettings
 from tts_serving.stream.plan import plan_chunks, text_blocks
 from tts_serving.text import normalize
+from tts_serving.text.front_end import Reader
 from tts_serving.text.inline import Piece, check, outside_blocks, pieces, safe_cut
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
@@ -91,6 +92,6 @@ def test_a_cut_never_splits_a_block():
 def test_a_stream_refuses_a_bad_block_before_speaking_anything(phonemizer):
     text = "A first sentence that would be spoken. " * 3 + "Then [[ t☃ ]]."
     with pytest.raises(InvalidInputError, match="unknown phoneme '☃'"):
-        next(plan_chunks(text, StreamSettings(), phonemizer, normalize=True))
-    chunks = list(plan_chunks("Say [[ həlˈoʊ ]] twice.", StreamSettings(), phonemizer, True))
+        next(plan_chunks(text, StreamSettings(), Reader(phonemizer)))
+    chunks = list(plan_chunks("Say [[ həlˈoʊ ]] twice.", StreamSettings(), Reader(phonemizer)))
     assert chunks[0].ids == phonemizer.ids(normalize("Say hello twice."))
