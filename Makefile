@@ -147,7 +147,7 @@ unit: $(VENV)/.installed
 # fake pb_utils, the repository's files), on both cores. `make test` runs everything.
 check: $(VENV)/.installed export lint
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/unit tests/adapter \
-	  tests/repository $(PYTEST_ARGS)
+	  tests/deployment $(PYTEST_ARGS)
 
 # --durations: the slowest tests in every run, to keep the suite's time in view. Two workers,
 # one test file each at a time (a file's servers are its own), the benchmarks (marked `bench`)
@@ -177,7 +177,7 @@ $(CLIENT_VENV)/.installed: client/pyproject.toml $(wildcard wire/tts_wire/*.py) 
 	touch $@
 
 # The tools that check the deployment files (hadolint, kubernetes-validate, checkov), in a venv
-# of their own: checkov's pins would clash with the project's. tests/repository/test_image.py
+# of their own: checkov's pins would clash with the project's. tests/deployment/test_image.py
 # and test_deploy.py use it.
 DEPLOY_VENV ?= .venv-deploy
 deploy-venv: $(DEPLOY_VENV)/.installed

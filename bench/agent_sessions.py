@@ -36,7 +36,7 @@ import websocket
 
 from bench.compare import percentile
 from bench.machine import cpu_line
-from tts_launcher.processes import server_and_gateway
+from tests.support.processes import server_and_gateway
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 24_000  # the gateway's pcm: 16-bit mono at 24 kHz

@@ -30,10 +30,10 @@ from pathlib import Path
 import numpy as np
 
 from bench.machine import cpu_line
+from tests.support.processes import ServerProcess
 from tts_front.sample_texts import SENTENCES
 from tts_launcher.commands import free_port
-from tts_launcher.processes import ServerProcess
-from tts_tools.statistics import ModelStatistics, model_statistics
+from tts_triton.statistics import ModelStatistics, model_statistics
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             systems["ours-grpc"] = OursGRPC(server)
         gateway_formats = [s.split("-", 1)[1] for s in args.systems if s.startswith("gateway-")]
         if gateway_formats:
-            from tts_launcher.processes import GatewayProcess
+            from tests.support.processes import GatewayProcess
 
             gateway = GatewayProcess(server.grpc_url, log_dir / "gateway.log").start()
             for fmt in gateway_formats:

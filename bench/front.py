@@ -26,10 +26,10 @@ from pathlib import Path
 
 from bench.compare import percentile
 from bench.machine import cpu_line
+from tests.support.processes import FrontProcess, ServerProcess
 from tts_client import AsyncTTSClient, ServerOverloaded, TTSClient
 from tts_client.protocol import RetryPolicy
 from tts_front.sample_texts import SENTENCES
-from tts_launcher.processes import FrontProcess, ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_RETRY = RetryPolicy(retries=0)

@@ -28,15 +28,15 @@ from pathlib import Path
 import httpx2 as httpx
 
 from bench.machine import cpu_line
+from tests.support.processes import server_and_gateway
 from tts_front.sample_texts import SENTENCES
-from tts_launcher.processes import server_and_gateway
 from tts_launcher.stub_healing import cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 # What deploy/overlays/gpu/gateway.yaml is sized for (docs/scaling.md, "The gateway"): one H100
 # replica's end-to-end rate (docs/gpu.md) and MP3's cost as this benchmark measured it on the
 # 2-core machine (2026-11-25: 5.0 ms of gateway CPU per audio second; PCM at 24 kHz 2.1, Opus
-# 4.6, WAV 0.8). tests/repository/test_deploy.py checks the gateway's HPA ceiling against them.
+# 4.6, WAV 0.8). tests/deployment/test_deploy.py checks the gateway's HPA ceiling against them.
 SIZED = {"audio_rate": 1844.0, "mp3_cpu_s_per_audio_s": 0.0050}
 TEXTS = SENTENCES[3:15]  # normal sentences, 3 to 5 s of speech each (as bench.queue_signal)
 PCM_RATE = 24_000  # the gateway's pcm: 16-bit mono at OpenAI's 24 kHz

@@ -126,7 +126,7 @@ def run(
     extra_args: list[str] | None = None,
 ) -> tuple[dict[str, Outcome], list[Comparison]]:
     """Serve each profile (all at once), send each the same texts, compare with the first."""
-    from tts_launcher.processes import ServerProcess
+    from tests.support.processes import ServerProcess
 
     logs = Path(tempfile.mkdtemp(prefix="gpu-dlpack-"))
     servers = [

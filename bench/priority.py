@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 from bench.machine import cpu_line
+from tests.support.processes import ServerProcess
 from tts_client import TTSClient
 from tts_front.sample_texts import SENTENCES
-from tts_launcher.processes import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 

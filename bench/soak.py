@@ -148,7 +148,7 @@ def plot(rows: list[dict], path: Path, warmup_s: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tts_launcher.processes import GatewayProcess, ServerProcess
+    from tests.support.processes import GatewayProcess, ServerProcess
 
     parser = argparse.ArgumentParser(
         prog="python -m bench.soak",

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.machine import cpu_line
+from tests.support.processes import ServerProcess
 from tts_client import TTSClient
 from tts_front.sample_texts import PARAGRAPH, SENTENCES
-from tts_launcher.processes import ServerProcess
 from tts_serving.settings import load_settings
 from tts_serving.stream.plan import plan_chunks
 from tts_serving.text.front_end import Reader

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.machine import cpu_line
+from tests.support.processes import ServerProcess
 from tts_client import TTSClient
 from tts_front.sample_texts import SENTENCES
-from tts_launcher.processes import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -25,10 +25,10 @@ import numpy as np
 from tritonclient.utils import InferenceServerException
 
 from perf_analyzer_configs.report import STAGES, Row, make_row, plot, write_csv
+from tests.support.processes import ServerProcess
 from tts_front.security import admin_headers, admin_key
-from tts_launcher.processes import ServerProcess
 from tts_launcher.stub_healing import cpu_seconds, stubs_by_model
-from tts_tools.statistics import model_statistics
+from tts_triton.statistics import model_statistics
 from tts_wire.split import SENTENCE_END
 
 HERE = Path(__file__).resolve().parent

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import REPOSITORY, ROOT
-from tts_launcher.processes import ServerProcess
+from tests.support.processes import ServerProcess
 
 # Kept with their support code: a headless browser for the gateway page's tests; which worker
 # runs what.
@@ -107,7 +107,7 @@ def pytest_addoption(parser):
 # end together instead of one waiting on a late long file (pytest --dist loadgroup
 # --no-loadscope-reorder, tests/support/scheduling.py: by default xdist would start with the
 # files that have most tests).
-TIER_ORDER = ("reliability", "integration", "repository", "adapter", "unit")
+TIER_ORDER = ("reliability", "integration", "deployment", "adapter", "unit")
 
 
 def _tier(item) -> int:

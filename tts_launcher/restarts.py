@@ -3,12 +3,23 @@ that decides when tritonserver or a child is started again."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .processes import stop_process
+
+def stop_process(process: subprocess.Popen, grace: float, kill: bool = True) -> None:
+    """SIGTERM, wait up to ``grace``, then SIGKILL (``kill``) or leave it running."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            if kill:
+                process.kill()
+                process.wait()
 
 
 class RestartedChild:

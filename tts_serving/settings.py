@@ -2,7 +2,7 @@
 
 ``config.pbtxt`` files list each field at its default and the knob table in
 docs/configuration.md is generated from these fields (``python -m tts_serving.settings``
-prints it); tests/unit/test_repository.py checks both, and that values which must agree
+prints it); tests/unit/test_model_repository.py checks both, and that values which must agree
 across models do.
 """
 

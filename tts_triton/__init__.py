@@ -1,2 +1,3 @@
 """The embedded tritonserver as the other packages see it: ``probes`` (health, stub
-processes) and ``workarounds`` (what each part does for Triton 2.51, and when it can go)."""
+processes), ``statistics`` (its per-model statistics as typed values with deltas) and
+``workarounds`` (what each part does for Triton 2.51, and when it can go)."""

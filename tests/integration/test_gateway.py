@@ -23,10 +23,10 @@ import pytest
 from tests.support.audio import decode
 from tests.support.gateway import gateway_on, good_request, rms_dbfs
 from tests.support.paths import ROOT
+from tests.support.processes import GatewayProcess
 from tts_front.sample_texts import PARAGRAPH, SENTENCES
 from tts_launcher.commands import free_port
-from tts_launcher.processes import GatewayProcess
-from tts_tools.statistics import model_statistics
+from tts_triton.statistics import model_statistics
 
 SENTENCE = (
     "A rainbow is a meteorological phenomenon caused by reflection, refraction and "

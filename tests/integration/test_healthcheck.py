@@ -1,4 +1,4 @@
-"""The container's health check (tts_tools.healthcheck) against the real server: ready when
+"""The container's health check (tts_launcher.healthcheck) against the real server: ready when
 every model is, and not ready, naming it, when one is missing."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from tests.support.paths import REPOSITORY
 
 def healthcheck(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "tts_tools.healthcheck", *args], capture_output=True, text=True
+        [sys.executable, "-m", "tts_launcher.healthcheck", *args], capture_output=True, text=True
     )
 
 

@@ -16,7 +16,7 @@ from tritonclient.utils import InferenceServerException
 
 from tts_client import AsyncTTSClient, InvalidInput, TTSClient
 from tts_front.sample_texts import PARAGRAPH, SENTENCES
-from tts_tools.statistics import model_statistics
+from tts_triton.statistics import model_statistics
 
 MODELS = ("phonemizer", "acoustic", "vocoder", "tts")
 EXACT = {"noise_scale": 0.0, "noise_w": 0.0}

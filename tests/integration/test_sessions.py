@@ -19,7 +19,7 @@ from tests.support.audio import decode
 from tests.support.gateway import rms_dbfs
 from tts_client import AsyncTTSClient
 from tts_front.sample_texts import SENTENCES
-from tts_tools.statistics import model_statistics
+from tts_triton.statistics import model_statistics
 
 OUTSIDE = runpy.run_path("examples/vllm_omni_stream_client.py")
 

@@ -24,7 +24,7 @@ from tts_serving.model_config import parse_settings, pbtxt_parameters
 from tts_serving.settings import StreamSettings
 from tts_serving.stream.plan import finish_chunk
 from tts_serving.text import normalize
-from tts_tools.statistics import model_statistics
+from tts_triton.statistics import model_statistics
 from tts_wire import MAX_SPEED
 
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from tests.support.paths import ROOT
+from tests.support.processes import ServerProcess
 from tests.support.speech import transcribe, words
 from tts_client import TTSClient
 from tts_front.sample_texts import SENTENCES
-from tts_launcher.processes import ServerProcess
-from tts_tools.statistics import model_statistics
+from tts_triton.statistics import model_statistics
 
 EXACT = {"noise_scale": 0.0, "noise_w": 0.0}
 

@@ -22,10 +22,10 @@ from tests.support.browser import wait_for
 from tests.support.launcher import LIGHT_WARMUP, Launcher
 from tests.support.multispeaker import SPEAKERS, make_multispeaker
 from tests.support.paths import REPOSITORY, ROOT
+from tests.support.processes import GatewayProcess, ServerProcess
 from tts_client import InvalidInput, TTSClient
 from tts_front.sample_texts import PARAGRAPH, SENTENCES
-from tts_launcher.processes import GatewayProcess, ServerProcess
-from tts_tools.statistics import model_statistics
+from tts_triton.statistics import model_statistics
 
 SPEC = [
     {"name": "joe"},

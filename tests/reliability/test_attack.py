@@ -36,10 +36,10 @@ from tritonclient.utils import InferenceServerException
 from tests.support.h2probe import Connection
 from tests.support.launcher import served_by
 from tests.support.metrics import sample
+from tests.support.processes import FrontProcess
 from tts_client.protocol import build_inputs
 from tts_front.sample_texts import PARAGRAPH, SENTENCES
 from tts_front.security import FRONT_TOKEN_ENV
-from tts_launcher.processes import FrontProcess
 
 ARGS = [
     "--header-timeout-s=2",

@@ -17,9 +17,9 @@ import time
 from tests.support.launcher import LIGHT_WARMUP, Launcher, alive
 from tests.support.metrics import sample
 from tests.support.paths import ROOT
+from tests.support.processes import ServerProcess
 from tts_client import ServerUnavailable
 from tts_front.sample_texts import PARAGRAPH, SENTENCES
-from tts_launcher.processes import ServerProcess
 
 
 def regions(prefix: str) -> set[str]:

@@ -30,10 +30,10 @@ from tritonclient.utils import InferenceServerException
 from tests.support.launcher import LIGHT_WARMUP, Launcher
 from tests.support.memory import rss_mb
 from tests.support.metrics import sample
+from tests.support.processes import FrontProcess
 from tts_client import ServerOverloaded, ServerUnavailable, TTSClient
 from tts_client.protocol import build_inputs
 from tts_front.sample_texts import PARAGRAPH, SENTENCES
-from tts_launcher.processes import FrontProcess
 from tts_triton.probes import stubs_by_model
 from tts_wire import TEXT_TOO_LONG
 

@@ -19,8 +19,8 @@ import pytest
 
 from tests.support.launcher import LIGHT_WARMUP, Launcher, alive
 from tests.support.paths import ROOT
+from tests.support.processes import ServerProcess
 from tts_client import TTSClient, TTSError
-from tts_launcher.processes import ServerProcess
 from tts_launcher.restarts import RestartedChild, RestartPolicy
 from tts_triton.probes import STUB, python_models, stubs_by_model
 

@@ -11,10 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.support.paths import ROOT
+from tests.support.processes import ServerProcess
 from tts_client import ServerOverloaded, TTSClient
 from tts_client.protocol import NO_RETRY
 from tts_front.sample_texts import PARAGRAPH, SENTENCES
-from tts_launcher.processes import ServerProcess
 
 
 def edited_server(exported_repository, tmp_path_factory, edits: dict[str, list[tuple]]):

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from tests.support.paths import ROOT
+from tests.support.processes import ServerProcess
 from tts_client import TTSClient, TTSError
 from tts_client.protocol import NO_RETRY
-from tts_launcher.processes import ServerProcess
 from tts_triton.probes import python_models, stubs_by_model
 
 

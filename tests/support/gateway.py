@@ -8,7 +8,7 @@ import httpx2 as httpx
 import numpy as np
 
 from tests.support.audio import decode
-from tts_launcher.processes import GatewayProcess
+from tests.support.processes import GatewayProcess
 
 # "joe" as served, plus "joe-exact": the same voice without noise, so two requests for one
 # text give the same samples (the format checks compare lengths across requests).

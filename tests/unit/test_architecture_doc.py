@@ -36,14 +36,16 @@ def test_the_layout_names_every_module_of_the_package_and_no_other(package, foll
         for p in [*root.rglob("*.py"), *root.rglob("*.c")]
         if p.name not in ("__init__.py", "__main__.py")
     }
-    named = set(re.findall(r"\b(\w+)\.(?:py|c)\b", block)) - {"model"}  # the model.py files
+    named = set(re.findall(r"\b(\w+\.(?:py|c))\b", block)) - {"model.py"}  # model.py files
+    files = {module.name for module in modules}
     for module in modules:
-        # Every module is named, as name.py or (inside a subpackage's line) as its bare name.
-        assert module.stem in named or re.search(rf"\b{module.stem}\b", block), module
+        # Every module is named by its file name (a bare word would also match prose: "the
+        # settings" named settings.py before), each subpackage by its folder.
+        assert module.name in named, module
         for folder in module.parents[:-1]:
             assert f"{folder}/" in block, folder
     # Nothing is named that is not there.
-    assert named <= {m.stem for m in modules}, named - {m.stem for m in modules}
+    assert named <= files, named - files
     folders = set(re.findall(r"^ +(\w+)/", block, re.M))
     assert folders == {p.name for p in root.iterdir() if (p / "__init__.py").exists()}
 
@@ -66,3 +68,27 @@ def test_no_doc_names_an_issue_of_ours_readers_cannot_see():
         if not text[: m.end()].rstrip("0123456789 ").endswith(upstream)
     ]
     assert found == [], found
+
+
+def test_the_diagrams_boxes_close():
+    """Each box drawn in docs/architecture.md (a border ``+---+``, sides ``|``, the same
+    border below) has its sides in its border's columns on every line: a line written wider
+    than its box broke the drawing before."""
+    doc = (ROOT / "docs/architecture.md").read_text()
+    boxes = 0
+    for block in re.findall(r"^```\n(.*?)^```", doc, re.M | re.S):
+        lines = block.splitlines()
+        opened: dict[tuple[int, int], int] = {}
+        for number, line in enumerate(lines):
+            for border in re.finditer(r"\+[-+v^]+\+", line):
+                span = (border.start(), border.end() - 1)
+                if span not in opened:
+                    opened[span] = number
+                    continue
+                top = opened.pop(span)
+                boxes += 1
+                for inside in lines[top + 1 : number]:
+                    sides = [inside[c] if c < len(inside) else " " for c in span]
+                    assert sides == ["|", "|"], f"box at columns {span}: {inside!r}"
+        assert not opened, f"a box that never closes: {opened}"
+    assert boxes >= 4  # the processes' diagram

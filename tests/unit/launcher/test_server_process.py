@@ -14,8 +14,8 @@ import threading
 import tritonclient.grpc as grpcclient
 
 from tests.support.paths import REPOSITORY, ROOT
+from tests.support.processes import ServerProcess
 from tts_launcher.commands import free_port
-from tts_launcher.processes import ServerProcess
 from tts_launcher.stub_healing import dying_with_parent
 
 PDEATHSIG = (

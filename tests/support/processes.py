@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import signal
 import subprocess
 import time
 import urllib.request
@@ -15,8 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tts_front.security import ADMIN_KEY_ENV, admin_headers
-
-from .commands import (
+from tts_launcher.commands import (
     GATEWAY_DRAIN_S,
     free_port,
     free_ports,
@@ -26,9 +24,10 @@ from .commands import (
     port_owner,
     server_command,
 )
-from .environment import server_env
-from .security import KEY_FAILED, SERVER_UMASK, key_works
-from .stub_healing import (
+from tts_launcher.environment import server_env
+from tts_launcher.restarts import stop_process
+from tts_launcher.security import KEY_FAILED, SERVER_UMASK, key_works
+from tts_launcher.stub_healing import (
     Supervisor,
     dying_with_parent,
     is_ready,
@@ -293,18 +292,6 @@ class FrontProcess(ChildProcess, Endpoints):
 
     def up(self) -> bool:
         return is_ready(self.http_port)
-
-
-def stop_process(process: subprocess.Popen, grace: float, kill: bool = True) -> None:
-    """SIGTERM, wait up to ``grace``, then SIGKILL (``kill``) or leave it running."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            if kill:
-                process.kill()
-                process.wait()
 
 
 @contextlib.contextmanager

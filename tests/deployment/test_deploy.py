@@ -91,7 +91,7 @@ def test_the_manifests_do_what_the_issue_asks(rendered):
         assert container["image"] == f"tts-triton:{overlay}"
         # Ready when every model is (per model), live on the server; never root.
         assert container["readinessProbe"]["exec"]["command"][:3] == [
-            "python", "-m", "tts_tools.healthcheck"]  # fmt: skip
+            "python", "-m", "tts_launcher.healthcheck"]  # fmt: skip
         assert container["livenessProbe"]["httpGet"]["path"] == LIVE_PATH
         assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"]
         assert container["securityContext"]["readOnlyRootFilesystem"]

@@ -1,4 +1,4 @@
-from tts_tools.statistics import ModelStatistics
+from tts_triton.statistics import ModelStatistics
 
 
 def test_delta_between_two_readings():

@@ -1,7 +1,7 @@
 """Ready when every model is: Triton's per-model readiness, for a container's health check.
 
-    python -m tts_tools.healthcheck [--url http://127.0.0.1:8000] [--repository DIR]
-                                    [--gateway-url http://127.0.0.1:8080]
+    python -m tts_launcher.healthcheck [--url http://127.0.0.1:8000] [--repository DIR]
+                                       [--gateway-url http://127.0.0.1:8080]
 
 Asks ``GET /v2/models/<name>/ready`` for each model of the repository (every folder with a
 config.pbtxt), not only the server's ``/v2/health/ready``: a server is up while one model
@@ -47,7 +47,7 @@ def not_ready(url: str, names: list[str], timeout: float) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tts_tools.healthcheck", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tts_launcher.healthcheck", description=__doc__)
     parser.add_argument("--url", default="http://127.0.0.1:8000", help="Triton's HTTP endpoint")
     parser.add_argument("--repository", type=Path, default=Path(DEFAULT_REPOSITORY))
     parser.add_argument("--gateway-url", default=None, help="also the gateway's /ready")

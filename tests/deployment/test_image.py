@@ -58,11 +58,17 @@ def test_the_image_is_built_on_a_patched_triton_as_a_non_root_user():
     assert {"build-cpu", "build-gpu", "runtime", "cpu", "gpu"} <= set(stages)
     assert ("USER", "10001:10001") in steps
     (healthcheck,) = [a for i, a in steps if i == "HEALTHCHECK"]
-    assert '"tts_tools.healthcheck"' in healthcheck  # per model, not /v2/health/ready
-    for instruction, args in steps:  # everything copied from the context exists
-        if instruction == "COPY" and "--from" not in args:
-            for source in args.split()[:-1]:
-                assert (ROOT / source).exists(), source
+    assert '"tts_launcher.healthcheck"' in healthcheck  # per model, not /v2/health/ready
+    copied = [
+        source
+        for instruction, args in steps
+        if instruction == "COPY" and "--from" not in args
+        for source in args.split()[:-1]
+    ]
+    for source in copied:  # everything copied from the context exists
+        assert (ROOT / source).exists(), source
+    # Developer tools, benchmarks and tests stay out of the image; the server needs none.
+    assert not {"tts_tools", "bench", "tests"} & {Path(s).parts[0] for s in copied}, copied
     installs = [a for i, a in steps if i == "RUN" and "docker/install.sh" in a]
     assert len(installs) == 2 and all("--venv /opt/tts/venv" in a for a in installs)
 
