@@ -34,7 +34,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tts_serving.model_config import TRITON_PARAMETERS
+from tts_serving.model_config import TRITON_PARAMETERS, read_model_config
 from tts_wire.tensors import ENSEMBLES, MODEL_IO, check_ensemble
 
 REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
@@ -144,9 +144,8 @@ for _base in ("gpu", "torch-cpu"):
 # ensemble and the phonemizer carry at all (perf_analyzer_configs.host_ceiling). No other
 # profile may select that engine, and the launcher refuses to serve these.
 BENCHMARK_PROFILES = ("host-ceiling", "gpu-host-ceiling")
-# The stages that batch the voice's work, and their max_batch_size in config.pbtxt.
+# The stages that batch the voice's work.
 BATCHED = ("acoustic", "vocoder")
-CPU_BATCH = 16
 _NULL_WHY = "BENCHMARK ONLY: the null engine serves silence (perf_analyzer_configs.host_ceiling)"
 PROFILES["host-ceiling"] = {
     model: Override(parameters={"engine": "null"}, why=_NULL_WHY)
@@ -168,14 +167,19 @@ PROFILES["gpu-host-ceiling"] = {
 }
 
 
-def front_slots(profile: str | None) -> int:
+def front_slots(profile: str | None, repository: Path = REPOSITORY) -> int:
     """``tts`` requests the front door passes on to Triton at once under ``profile`` (None:
-    config.pbtxt): two full batches of the batched stages, one computed while the next forms.
-    One batch on a CPU halved a bystander's wait beside a flood (`python -m bench.flood`) but
-    left requests on half the cores waiting in the front door 16 s before their refusal
-    (docs/admission.md)."""
-    stages = [o for name, o in PROFILES.get(profile or "", {}).items() if name in BATCHED]
-    return 2 * max([o.max_batch_size or CPU_BATCH for o in stages] or [CPU_BATCH])
+    config.pbtxt): two full batches of the batched stages as the configs Triton loads from
+    ``repository`` give them, one computed while the next forms. One batch on a CPU halved a
+    bystander's wait beside a flood (`python -m bench.flood`) but left requests on half the
+    cores waiting in the front door 16 s before their refusal (docs/admission.md)."""
+    sizes = []
+    for name in BATCHED:
+        config = repository / name / "configs" / f"{profile}.pbtxt"
+        if not profile or not config.exists():
+            config = repository / name / "config.pbtxt"
+        sizes.append(read_model_config(config).max_batch_size)
+    return 2 * max(sizes)
 
 
 def check_engines(profiles: dict[str, dict[str, Override]] = PROFILES) -> None:

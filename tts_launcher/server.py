@@ -260,7 +260,11 @@ def front_door(
         triton_http,
         *front_listens(args, edge),
         shm_prefix,
-        ["--notify-parent", f"--slots={front_slots(profile)}", *shlex.split(args.front_args)],
+        [
+            "--notify-parent",
+            f"--slots={front_slots(profile, args.model_repository)}",
+            *shlex.split(args.front_args),
+        ],
     )
 
 

@@ -1,10 +1,10 @@
-"""bench.cpu_time: the padding it reports is the served bucketing's, and it runs end to end."""
+"""bench.cpu_time: the padding it reports is the served bucketing's, (its run on the real voice:
+tests/adapter/test_cpu_time_bench.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from bench import cpu_time
 from bench.cpu_time import Padding, Recording, RecordingAcousticNet, bucket_padding
 
 
@@ -27,14 +27,3 @@ def test_the_recording_net_passes_through_and_counts_ids_and_frames():
     assert latent.shape == (2, 192, 7) and frames == [7, 3]
     assert (recording.ids.computed, recording.ids.real) == (10, 6)
     assert (recording.acoustic_frames.computed, recording.acoustic_frames.real) == (14, 10)
-
-
-def test_it_prints_every_stage_and_piper(exported_repository, capsys):
-    assert cpu_time.main(["--repository", str(exported_repository), "--batch", "2",
-                          "--seconds", "0", "--rounds", "1", "--sentences", "2"]) == 0  # fmt: skip
-    out = capsys.readouterr().out
-    assert out.startswith("machine: ")
-    rows = ("| phonemizer |", "| acoustic |", "| vocoder |", "Piper's PiperVoice", "as ours are")
-    for row in rows:
-        assert row in out
-    assert "ours / Piper, CPU per audio second: alone" in out

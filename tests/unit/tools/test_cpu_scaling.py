@@ -4,19 +4,21 @@ splits the instances by the stages' work and keeps two threads per core."""
 from __future__ import annotations
 
 import itertools
-import re
 
 import pytest
 
 from tests.support.paths import ROOT
+from tts_serving.model_config import pbtxt_parameters, read_model_config
 from tts_tools.cpu_scaling import MEASURED, cpu_layout, predicted_rate
 
 
 def served(model: str) -> tuple[int, int | None]:
-    text = (ROOT / "model_repository" / model / "config.pbtxt").read_text()
-    count = int(re.search(r"instance_group \[ \{ count: (\d+)", text)[1])
-    threads = re.search(r'key: "intra_op_threads", value: \{ string_value: "(\d+)"', text)
-    return count, int(threads[1]) if threads else None
+    """The instances and intra-op threads the served config.pbtxt gives ``model`` (read with
+    Triton's schema, as Triton reads it)."""
+    path = ROOT / "model_repository" / model / "config.pbtxt"
+    (group,) = read_model_config(path).instance_group
+    threads = pbtxt_parameters(path).get("intra_op_threads")
+    return group.count, int(threads) if threads else None
 
 
 def test_two_cores_is_the_served_default():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
 
 from tts_launcher import profiles, server
 from tts_serving.engines.null import (
@@ -12,6 +14,7 @@ from tts_serving.engines.null import (
     NullVocoderNet,
     null_durations,
 )
+from tts_serving.model_config import pbtxt_parameters
 from tts_serving.settings import AcousticSettings
 
 
@@ -45,13 +48,15 @@ def test_it_is_never_a_default_and_only_benchmark_profiles_select_it():
         AcousticSettings(engine="null", dtype="float16")
     with pytest.raises(ValueError, match="cuda_graph_"):
         AcousticSettings(engine="null", cuda_graph_batches="1", cuda_graph_frames="8")
-    texts = profiles.expected()
-    for path, text in texts.items():
-        null = 'key: "engine", value: { string_value: "null" }' in text
+    for path, text in profiles.expected().items():
+        config = model_config_pb2.ModelConfig()
+        text_format.Parse(text, config)
+        engine = config.parameters["engine"].string_value if "engine" in config.parameters else ""
+        null = engine == "null"
         voice = path.parts[-3] in ("acoustic", "vocoder")  # the models that run the voice
         assert null == (voice and path.stem in profiles.BENCHMARK_PROFILES), path
     for path in profiles.REPOSITORY.glob("*/config.pbtxt"):
-        assert '"null"' not in path.read_text(), path
+        assert pbtxt_parameters(path).get("engine") != "null", path
     bad = {"gpu": {"vocoder": profiles.Override(parameters={"engine": "null"})}}
     with pytest.raises(ValueError, match="serves silence"):
         profiles.check_engines(bad)
