@@ -4,7 +4,7 @@
 
 1. Equal-length random latents through the vocoder in sub-batches of 1, 2, 4 and 16: cost per
    item against batch x frames (no padding involved).
-2. The 16 test sentences as one batch through the real AcousticModel / Vocoder classes with
+2. The 16 test sentences as one batch through the real AcousticModel / VocoderModel classes with
    different ``max_padded_length`` / ``bucket_max_waste`` settings (median of repeats).
 """
 
@@ -20,7 +20,7 @@ import numpy as np
 
 from bench.machine import cpu_line
 from tts_front.sample_texts import SENTENCES
-from tts_serving.engines.models import AcousticModel, Vocoder
+from tts_serving.engines.models import AcousticModel, VocoderModel
 from tts_serving.engines.onnx import create_session
 from tts_serving.settings import load_settings
 from tts_serving.text.phonemize import Phonemizer
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         for budget, waste in ((0, 1.0), (1, 1.0), (200, 1.0), (400, 1.0), (600, 1.0), (400, 0.3)):
             o = replace(served["vocoder"], max_padded_length=budget, bucket_max_waste=waste)
-            v = Vocoder(vocoder_session, voice.hop_length, o)
+            v = VocoderModel(vocoder_session, voice.hop_length, o)
             seconds = best_of(lambda v=v, lat=latents: v(lat))
             print(f"| vocoder | {budget} | {waste} | {seconds:.2f} s |")
     return 0

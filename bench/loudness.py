@@ -26,7 +26,7 @@ from tts_serving.engines.loudness import (
     apply_gain,
     peak_normalize,
 )
-from tts_serving.engines.models import AcousticModel, Vocoder
+from tts_serving.engines.models import AcousticModel, VocoderModel
 from tts_serving.engines.onnx import create_session
 from tts_serving.settings import load_settings
 from tts_serving.stream.plan import plan_chunks
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     stream = load_settings(repo, "tts_stream")
     a_settings, v_settings = load_settings(repo, "acoustic"), load_settings(repo, "vocoder")
     acoustic = AcousticModel(create_session(repo / "acoustic/1/model.onnx", a_settings), a_settings)
-    vocoder = Vocoder(
+    vocoder = VocoderModel(
         create_session(repo / "vocoder/1/model.onnx", v_settings), voice.hop_length, v_settings
     )
     gain = VoiceLoudness.read(repo / "vocoder/1" / LOUDNESS_FILE).gain

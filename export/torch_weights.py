@@ -67,10 +67,10 @@ def _modules() -> tuple | None:
     """The torch modules of both halves, to check the mapping against; None without torch."""
     try:
         from tts_serving.engines.torch_decoder import Decoder
-        from tts_serving.engines.torch_vits import Acoustic
+        from tts_serving.engines.torch_vits import VitsAcoustic
     except ImportError:
         return None
-    return Acoustic(), Decoder()
+    return VitsAcoustic(), Decoder()
 
 
 def convert(acoustic_onnx: str | Path, vocoder_onnx: str | Path) -> list[Path]:

@@ -31,7 +31,7 @@ from .admission import (
 )
 from .gatekeeper import Gatekeeper
 from .protowire import (
-    StreamResponse,
+    StreamInferResponse,
     infer_request,
     model_name,
     output_elements,
@@ -279,7 +279,7 @@ def _stream_error(request: bytes, code: grpc.StatusCode, message: str) -> bytes:
     return response.SerializeToString()
 
 
-def _match(tickets: list[AdmissionTicket], response: StreamResponse) -> AdmissionTicket | None:
+def _match(tickets: list[AdmissionTicket], response: StreamInferResponse) -> AdmissionTicket | None:
     """The admitted request a stream's final response ends: by model and id, else the
     oldest of its model (clients need not set ids); never another model's (Triton names the
     model in its errors; a message naming none, reusing an in-flight `tts` id, freed that

@@ -245,7 +245,7 @@ def model_name(message: bytes) -> str | None:
 
 
 @dataclass(frozen=True)
-class StreamResponse:
+class StreamInferResponse:
     """What the front door reads of a ModelStreamInferResponse."""
 
     error: str  # "" when none
@@ -260,7 +260,7 @@ def _final(entry: memoryview) -> bool | None:
     return None if value is None else bool(value)
 
 
-def stream_response(message: bytes) -> StreamResponse | None:
+def stream_response(message: bytes) -> StreamInferResponse | None:
     """The error, model, id, final flag and audio samples (its shape, not its contents) of a
     ModelStreamInferResponse; None when malformed."""
     error, model, rid, final, samples = "", "", "", None, None
@@ -280,7 +280,7 @@ def stream_response(message: bytes) -> StreamResponse | None:
                         final = flag if flag is not None else final
     except Malformed:
         return None
-    return StreamResponse(error, model, rid, final, samples)
+    return StreamInferResponse(error, model, rid, final, samples)
 
 
 def _packed(view: memoryview) -> list[int]:

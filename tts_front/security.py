@@ -1,7 +1,7 @@
 """The keys the front door checks and carries: the admin key (where it comes from, the headers
 that carry it), the launch's inner and edge keys, and the gateway's token. What the launcher
 does with them besides (the probe that proves tritonserver got the admin key, the APIs it
-guards) is tts_launcher.security.
+guards) is tts_launcher.admin_key.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ class _Sink:
         return out
 
 
-class Encoder:
+class FormatEncoder:
     """``encode(samples)`` returns the bytes ready so far; ``finish()`` returns the rest.
 
     One per response. Calls may run in a worker thread (PyAV releases the GIL while FFmpeg
@@ -176,5 +176,5 @@ def encode_all(
     samples: np.ndarray, fmt: AudioFormat, sample_rate: int, whole: bool = False
 ) -> bytes:
     """A whole clip in one go (benchmarks, tests)."""
-    encoder = Encoder(fmt, sample_rate, whole)
+    encoder = FormatEncoder(fmt, sample_rate, whole)
     return encoder.encode(samples) + encoder.finish()

@@ -29,7 +29,7 @@ from tts_wire.caps import PerClient
 
 from .bodies import captioned_lines_body, marks_json, sse_body, word_json
 from .drain import CUT, Drain, DrainCut, Slots, cut_message, next_chunk
-from .encoding import AudioFormat, Encoder
+from .encoding import AudioFormat, FormatEncoder
 from .errors import APIError, from_tts_error, timeout
 from .metrics import Metrics
 from .settings import GatewaySettings
@@ -133,7 +133,7 @@ class Speech:
         # A streamed FLAC is sent whole too: its header's sample count is written last, and
         # without it readers fail (libsndfile via soundfile: "array is too big").
         whole = not job.streamed or job.format.name == "flac"
-        self.encoder = Encoder(job.format, rate, whole=whole)
+        self.encoder = FormatEncoder(job.format, rate, whole=whole)
         self.samples = 0
         self.status = "cancelled"  # until the body says otherwise
         self._closed = False

@@ -1,7 +1,7 @@
 """The launcher: one package that starts and keeps tritonserver, the front door and the gateway.
 
 ``python -m tts_launcher`` (``make serve``, and the container's entrypoint) is its command
-line. ``environment``: the wheel's tritonserver and what it needs; ``security``: the admin key;
+line. ``environment``: the wheel's tritonserver and what it needs; ``admin_key``: the admin key;
 ``commands``: command lines and ports; ``children``: the children, restarts and drain
 (``restarts``: the backoff policy and a kept child);
 ``stub_healing``: self-healing of dead or hung stubs; ``healthcheck``: the container's and

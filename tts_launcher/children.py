@@ -16,11 +16,11 @@ from pathlib import Path
 
 from tts_front.security import ADMIN_HEADER
 
+from .admin_key import KEY_FAILED, RESTRICTED, SERVER_UMASK, key_works
 from .commands import EDGE_STOP_S, GATEWAY_DRAIN_S
 from .environment import server_env
 from .liveness import Heartbeat
 from .restarts import RestartedChild, RestartPolicy
-from .security import KEY_FAILED, RESTRICTED, SERVER_UMASK, key_works
 from .stub_healing import (
     SERVING_SINCE,
     Supervisor,

@@ -11,6 +11,7 @@ import psutil
 
 from tts_front.security import ADMIN_HEADER, INNER_HEADER
 
+from .admin_key import DEFAULT_BIND, RESTRICTED
 from .environment import (
     CPU_ONLY_ARGS,
     INNER_PLACEHOLDER,
@@ -20,7 +21,6 @@ from .environment import (
     prepare_backends,
     tritonserver_binary,
 )
-from .security import DEFAULT_BIND, RESTRICTED
 from .stub_healing import (
     SUPERVISED_ARGS,
 )

@@ -39,6 +39,7 @@ from tts_front.security import (
 from tts_front.settings import FRONT_LIVE_PATH, parse_args as front_settings
 from tts_triton.probes import answers_ok
 
+from .admin_key import DEFAULT_BIND, RESTRICTED
 from .children import supervise
 from .commands import (
     FRONTED_EXIT_TIMEOUT_S,
@@ -53,7 +54,6 @@ from .environment import has_gpu, quiet_grpc, server_env
 from .liveness import LIVE_PATH, Heartbeat, serve as serve_metrics
 from .profiles import BENCHMARK_PROFILES, front_slots
 from .repository import gateway_voices
-from .security import DEFAULT_BIND, RESTRICTED
 from .stub_healing import (
     SupervisorMetrics,
     new_shm_prefix,

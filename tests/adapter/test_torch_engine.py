@@ -11,7 +11,7 @@ from tests.support import pb_utils as pb
 from tests.support.models import load_model, text_request
 from tts_front.sample_texts import SENTENCES
 from tts_serving.engines import INT8_FILE, WEIGHTS_FILE
-from tts_serving.engines.models import Vocoder, load_acoustic, load_vocoder, model_file
+from tts_serving.engines.models import VocoderModel, load_acoustic, load_vocoder, model_file
 from tts_serving.engines.torch_decoder import Decoder
 from tts_serving.engines.torch_engine import TorchOptions, TorchVocoderNet
 from tts_serving.engines.torch_weights import fill
@@ -128,7 +128,7 @@ def test_a_batch_out_of_memory_is_served_in_halves(exported_repository, engines,
     one_bucket = EngineSettings(
         engine="torch", device="cpu", max_padded_length=0, bucket_max_waste=9
     )
-    vocoder = Vocoder(net, 256, one_bucket)
+    vocoder = VocoderModel(net, 256, one_bucket)
     latents = engines["ort"][0](ids, np.zeros((len(ids), 3), np.float32) + [0, 1, 0])
     whole = vocoder(latents)
     forward = net.module.forward

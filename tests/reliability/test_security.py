@@ -18,9 +18,9 @@ from tritonclient.utils import InferenceServerException
 
 from tests.support.paths import ROOT
 from tts_front.security import ADMIN_HEADER, admin_key
+from tts_launcher.admin_key import DEFAULT_BIND
 from tts_launcher.commands import server_command
 from tts_launcher.environment import KEY_ENV, KEY_PLACEHOLDER, server_env
-from tts_launcher.security import DEFAULT_BIND
 from tts_triton.probes import python_models, stubs_by_model
 
 NOBODY = 65534

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tts_front.security import ADMIN_KEY_ENV, admin_headers
+from tts_launcher.admin_key import KEY_FAILED, SERVER_UMASK, key_works
 from tts_launcher.commands import (
     GATEWAY_DRAIN_S,
     free_port,
@@ -26,7 +27,6 @@ from tts_launcher.commands import (
 )
 from tts_launcher.environment import server_env
 from tts_launcher.restarts import stop_process
-from tts_launcher.security import KEY_FAILED, SERVER_UMASK, key_works
 from tts_launcher.stub_healing import (
     Supervisor,
     dying_with_parent,

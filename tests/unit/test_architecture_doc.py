@@ -92,3 +92,29 @@ def test_the_diagrams_boxes_close():
                     assert sides == ["|", "|"], f"box at columns {span}: {inside!r}"
         assert not opened, f"a box that never closes: {opened}"
     assert boxes >= 4  # the processes' diagram
+
+
+def test_the_docs_layers_are_the_import_contracts():
+    """docs/architecture.md's layers inside each package are the ones `make lint` enforces
+    (pyproject.toml's import-linter contracts), in the same order."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    doc = (ROOT / "docs/architecture.md").read_text()
+    intro = doc[: doc.index("## Packages, top to bottom")]
+    described = {
+        m[1]: [layer.strip() for layer in m[2].split(">")]
+        for m in re.finditer(r"^- the (\w[\w ]*?): (.*?)(?:[.;]$)", intro, re.M | re.S)
+    }
+    by_container = {}
+    for contract in contracts["contracts"]:
+        if contract["type"] == "layers" and contract.get("containers"):
+            (container,) = contract["containers"]
+            by_container[container] = [f"`{layer}`" for layer in contract["layers"]]
+    names = {"server": "tts_serving", "front door": "tts_front", "launcher": "tts_launcher",
+             "gateway": "tts_gateway"}  # fmt: skip
+    assert set(described) == set(names), described
+    for name, layers in described.items():
+        layers = [" ".join(layer.split()) for layer in layers]
+        layers = [re.sub(r" \(.*?\)", "", layer) for layer in layers]
+        assert layers == by_container[names[name]], name

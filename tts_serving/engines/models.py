@@ -84,20 +84,20 @@ def load_acoustic(path: str | Path, options: EngineSettings, device_id: int = 0)
 
 def load_vocoder(
     path: str | Path, hop_length: int, options: EngineSettings, device_id: int = 0
-) -> Vocoder:
+) -> VocoderModel:
     """The vocoder half in ``path`` (``model_file(options)`` of a voice) on its engine."""
     if options.engine == "torch":
         from tts_serving.engines.torch_engine import TorchVocoderNet
 
         # The vocoder's lengths are latent frames, its graphs' frames axis.
         net = TorchVocoderNet(path, torch_options(options, device_id, options.max_padded_length))
-        return Vocoder(net, hop_length, options)
+        return VocoderModel(net, hop_length, options)
     if options.engine == "null":
-        return Vocoder(NullVocoderNet(hop_length), hop_length, options)
+        return VocoderModel(NullVocoderNet(hop_length), hop_length, options)
     items = [OrtVocoderNet(create_session(path, o)) for o in _item_sessions(options)]
     split = not isinstance(options, VocoderSettings) or options.split_items
     net = OrtVocoderNet(create_session(path, options))
-    return Vocoder(net, hop_length, options, items, split_items=split)
+    return VocoderModel(net, hop_length, options, items, split_items=split)
 
 
 def _item_sessions(options: EngineSettings) -> list[EngineSettings]:
@@ -212,7 +212,7 @@ def speaker_ids(multi_speaker: bool, speakers: Sequence[int] | None, count: int)
     return sids
 
 
-class Vocoder:
+class VocoderModel:
     """Latent frames [192, T_i] (+ speakers) -> audio, exactly T_i * hop_length samples per item."""
 
     def __init__(

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from tts_serving.engines.torch_decoder import Decoder
-from tts_serving.engines.torch_vits import Acoustic
+from tts_serving.engines.torch_vits import VitsAcoustic
 from tts_serving.engines.torch_weights import load
 
 from ..errors import ModelConfigError
@@ -194,7 +194,7 @@ _NEUTRAL_SCALES = (0.0, 1.0, 0.0, 1.0)
 def pad_durations_inputs(
     ids: torch.Tensor, lengths: torch.Tensor, scales: torch.Tensor, batch: int, phonemes: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``Acoustic.durations``' inputs padded to a (batch, phonemes) bucket: ids with zeros (the
+    """``VitsAcoustic.durations``' inputs padded to a (batch, phonemes) bucket: ids with zeros (the
     mask hides them, as in any padded batch), extra rows one id long, scales [b, 4] (a missing
     speed is 1, which leaves ceil()'d durations as they are)."""
     b, n = ids.shape
@@ -210,7 +210,7 @@ def pad_durations_inputs(
 
 
 class DurationGraphs:
-    """The encoder and the duration predictor (``Acoustic.durations``) as CUDA graphs at fixed
+    """The encoder and the duration predictor (``VitsAcoustic.durations``) as CUDA graphs at fixed
     (batch, phoneme ids) shapes: eager, they are hundreds of small launches (20 of the 31 ms of
     a lone request on an H100 went there). float32 without TF32 and without cuDNN's benchmark
     mode, as eager: frame counts are ceil() of these durations.
@@ -329,7 +329,7 @@ class TorchAcousticNet(_TorchNet):
     frames per id [B, L])."""
 
     def __init__(self, path: str | Path, options: TorchOptions) -> None:
-        super().__init__(load(Acoustic(), path), options)
+        super().__init__(load(VitsAcoustic(), path), options)
         self.module.flow.to(self.dtype)  # the encoder and durations stay float32
         channels = self.module.flow.flows["0"].half * 2
         self._capture(self.module.decode, [(channels,), (1,)], [self.dtype, self.dtype])

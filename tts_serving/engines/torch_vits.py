@@ -7,7 +7,7 @@ a HiFi-GAN generator with type-2 residual blocks. Parameter names equal the ONNX
 names (``enc_p.*``, ``dp.*``, ``flow.*``, ``dec.*``), so ``export/torch_weights.py`` fills them
 from the voice itself.
 
-Both halves match the ONNX split the repository serves: ``Acoustic`` maps padded phoneme ids,
+Both halves match the ONNX split the repository serves: ``VitsAcoustic`` maps padded phoneme ids,
 their lengths and per-item scales ``[B, 3]`` = (noise_scale, length_scale, noise_w) to the
 masked latent ``[B, 192, T]`` and the frames per item; ``torch_decoder.Decoder`` maps latents to
 audio.
@@ -137,7 +137,7 @@ class FeedForward(nn.Module):
         return self.conv_2(F.pad(x * mask, self.pad)) * mask
 
 
-class Encoder(nn.Module):
+class AttentionEncoder(nn.Module):
     def __init__(self, s: VitsShape) -> None:
         super().__init__()
         self.attn_layers = nn.ModuleList(
@@ -165,7 +165,7 @@ class TextEncoder(nn.Module):
         super().__init__()
         self.hidden = s.hidden
         self.emb = nn.Embedding(s.num_symbols, s.hidden)
-        self.encoder = Encoder(s)
+        self.encoder = AttentionEncoder(s)
         self.proj = nn.Conv1d(s.hidden, 2 * s.hidden, 1)
 
     def forward(self, ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -380,7 +380,7 @@ class Flow(nn.Module):
         return x
 
 
-class Acoustic(nn.Module):
+class VitsAcoustic(nn.Module):
     """Padded phoneme ids [B, L], lengths [B], scales [B, 4] (noise_scale, length_scale,
     noise_w, speed; [B, 3]: speed 1) -> latent [B, 192, T], frames [B], frames per id [B, L]."""
 
@@ -393,7 +393,7 @@ class Acoustic(nn.Module):
     def durations(
         self, ids: Tensor, lengths: Tensor, scales: Tensor
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Encoder and durations: (m_p, logs_p, frames per phoneme [B, L], x_mask)."""
+        """The encoder and durations: (m_p, logs_p, frames per phoneme [B, L], x_mask)."""
         mask = sequence_mask(lengths, ids.shape[1]).unsqueeze(1).to(torch.float32)
         x, m_p, logs_p = self.enc_p(ids, mask)
         noise_w = scales[:, 2].view(-1, 1, 1)
@@ -408,7 +408,7 @@ class Acoustic(nn.Module):
     def expand(
         self, ids: Tensor, lengths: Tensor, scales: Tensor
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Encoder, durations and length regulation: (z_p [B, C, T], y_mask [B, 1, T], frames,
+        """The encoder, durations and length regulation: (z_p [B, C, T], y_mask [B, 1, T], frames,
         frames per id [B, L]).
 
         Always float32: frame counts come from ceil() of the durations, so they must equal

@@ -24,7 +24,7 @@ from ..settings import StreamSettings
 from ..text.front_end import Reader
 from ..text.inline import safe_cut
 from ..text.phonemize import VoicePhonemizer
-from ..text.ssml import Document, Mark, mark_rows
+from ..text.ssml import Document, SsmlMark, mark_rows
 from ..text.words import original_spans, unspoken_tokens
 
 # Raw text is normalized in blocks of about this many characters, cut at whitespace.
@@ -155,7 +155,7 @@ def _marks_of(chunk: PlannedChunk) -> np.ndarray:
     return chunk.marks if chunk.marks is not None else np.zeros((0, 2), np.int32)
 
 
-def _reached(chunk: PlannedChunk, marks: list[Mark]) -> tuple[PlannedChunk, list[Mark]]:
+def _reached(chunk: PlannedChunk, marks: list[SsmlMark]) -> tuple[PlannedChunk, list[SsmlMark]]:
     """``chunk`` with the marks (sorted) that a word of it starts at or after; the rest."""
     if not marks or chunk.words is None or not len(chunk.words) or chunk.source is None:
         return chunk, marks

@@ -25,29 +25,29 @@ _BLOCK = re.compile(r"\[\[(.*?)\]\]", re.S)
 
 
 @dataclass(frozen=True)
-class Piece:
+class InlineSpan:
     """A stretch of text, or the content of one ``[[ ]]`` block (``phonemes``)."""
 
     text: str
     phonemes: bool
 
 
-def pieces(text: str) -> list[Piece]:
+def pieces(text: str) -> list[InlineSpan]:
     """``text`` as text pieces and phoneme blocks in order; InvalidInputError for a bracket
     without its pair or an empty block (a typo would otherwise be read out as text)."""
-    out: list[Piece] = []
+    out: list[InlineSpan] = []
     at = 0
     for m in _BLOCK.finditer(text):
         _plain(text, at, m.start(), out)
         if not m.group(1).strip():
             raise InvalidInputError(f"empty [[ ]] at character {m.start()}: put phonemes in it")
-        out.append(Piece(m.group(1), True))
+        out.append(InlineSpan(m.group(1), True))
         at = m.end()
     _plain(text, at, len(text), out)
     return out
 
 
-def _plain(text: str, start: int, end: int, out: list[Piece]) -> None:
+def _plain(text: str, start: int, end: int, out: list[InlineSpan]) -> None:
     stretch = text[start:end]
     for mark, what in ((OPEN, "[[ without ]]"), (CLOSE, "]] without [[")):
         if mark in stretch:
@@ -56,7 +56,7 @@ def _plain(text: str, start: int, end: int, out: list[Piece]) -> None:
                 "written [[ phonemes ]]"
             )
     if stretch:
-        out.append(Piece(stretch, False))
+        out.append(InlineSpan(stretch, False))
 
 
 def has_blocks(text: str) -> bool:

@@ -116,7 +116,7 @@ class Segment:
 
 
 @dataclass(frozen=True)
-class Mark:
+class SsmlMark:
     """``<mark name>``: no sound; where it is in the document (its ``<``), for its time."""
 
     name: str
@@ -128,11 +128,11 @@ class Document:
     segments: tuple[Segment, ...]
     leading_pause_s: float = 0.0
     notes: tuple[str, ...] = ()  # what was read otherwise than it says: for the log
-    marks: tuple[Mark, ...] = ()
+    marks: tuple[SsmlMark, ...] = ()
 
 
 def mark_rows(
-    marks: Sequence[Mark], starts: Sequence[int], first_ids: Sequence[int], end_id: int
+    marks: Sequence[SsmlMark], starts: Sequence[int], first_ids: Sequence[int], end_id: int
 ) -> list[list[int]]:
     """Each mark's row (id position, character): where the first word that starts at or after
     it in the document begins (``starts``: each spoken word's character, ``first_ids``: its
@@ -201,7 +201,7 @@ class _Builder:
         self.leading = 0.0
         self.paused = 0.0
         self.notes: list[str] = []
-        self.marks: list[Mark] = []
+        self.marks: list[SsmlMark] = []
         self.parser: expat.XMLParserType | None = None
 
     # -- positions ----------------------------------------------------------------------------
@@ -389,7 +389,7 @@ class _Builder:
         if len(self.marks) >= self.limits.marks:
             raise _Refused(f"more than {self.limits.marks} marks")
         where = self._char(self.parser.CurrentByteIndex) + self.offset  # type: ignore[union-attr]
-        self.marks.append(Mark(_required(attrs, "mark", "name"), where))
+        self.marks.append(SsmlMark(_required(attrs, "mark", "name"), where))
 
     def _named_voice(self, attrs: dict) -> tuple[str, int]:
         """The voice and speaker id (-1: its default) of ``name="voice"`` or

@@ -83,7 +83,7 @@ class AcousticItem:
     marks: np.ndarray  # int32 [M, 2] (id position, character) of SSML <mark>s; M = 0: none
 
 
-class Acoustic:
+class AcousticStage:
     """``TritonPythonModel`` of ``model_repository/acoustic`` (its model.py subclasses it)."""
 
     def initialize(self, args: dict) -> None:

@@ -42,7 +42,7 @@ class PhonemizerItem:
     marks: tuple[ssml.Mark, ...] = ()
 
 
-class Phonemizer:
+class PhonemizerStage:
     """``TritonPythonModel`` of ``model_repository/phonemizer`` (its model.py subclasses it)."""
 
     def initialize(self, args: dict) -> None:

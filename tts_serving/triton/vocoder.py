@@ -17,7 +17,7 @@ from tts_wire.tensors import MODEL_IO
 
 from ..engines.batching import is_numpy, run_grouped
 from ..engines.loudness import LOUDNESS_FILE, VoiceLoudness, apply_gain, peak_normalize
-from ..engines.models import Vocoder as VocoderModel, check_speakers, load_vocoder, model_file
+from ..engines.models import VocoderModel, check_speakers, load_vocoder, model_file
 from ..engines.onnx import LATENT_CHANNELS
 from ..engines.segments import (
     FRAME_COLUMNS,
@@ -63,7 +63,7 @@ class VocoderItem:
     segments: list[SegmentRow]
 
 
-class Vocoder:
+class VocoderStage:
     """``TritonPythonModel`` of ``model_repository/vocoder`` (its model.py subclasses it)."""
 
     def initialize(self, args: dict) -> None:

@@ -3,8 +3,8 @@
 Wiring only: the stage is ``tts_serving/triton/acoustic.py`` (Triton loads this class).
 """
 
-from tts_serving.triton.acoustic import Acoustic
+from tts_serving.triton.acoustic import AcousticStage
 
 
-class TritonPythonModel(Acoustic):
+class TritonPythonModel(AcousticStage):
     pass

@@ -3,8 +3,8 @@
 Wiring only: the stage is ``tts_serving/triton/phonemizer.py`` (Triton loads this class).
 """
 
-from tts_serving.triton.phonemizer import Phonemizer
+from tts_serving.triton.phonemizer import PhonemizerStage
 
 
-class TritonPythonModel(Phonemizer):
+class TritonPythonModel(PhonemizerStage):
     pass

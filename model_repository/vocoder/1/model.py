@@ -3,8 +3,8 @@
 Wiring only: the stage is ``tts_serving/triton/vocoder.py`` (Triton loads this class).
 """
 
-from tts_serving.triton.vocoder import Vocoder
+from tts_serving.triton.vocoder import VocoderStage
 
 
-class TritonPythonModel(Vocoder):
+class TritonPythonModel(VocoderStage):
     pass

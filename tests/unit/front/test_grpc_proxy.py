@@ -117,11 +117,11 @@ def test_the_gateways_first_pieces_and_rest_keep_the_level_it_sends():
 def test_a_stream_response_ends_only_a_ticket_of_its_own_model():
     from tts_front.admission import AdmissionTicket
     from tts_front.grpc_proxy import _match
-    from tts_front.protowire import StreamResponse
+    from tts_front.protowire import StreamInferResponse
 
     tts = AdmissionTicket("tts", 0.0, id="7", queued=True)
     other = AdmissionTicket("tts", 0.0, id="8", queued=True)
-    unknown = StreamResponse("Request for unknown model: '' is not found", "", "7", None)
+    unknown = StreamInferResponse("Request for unknown model: '' is not found", "", "7", None)
     assert _match([tts, other], unknown) is None
-    assert _match([tts, other], StreamResponse("bad text", "tts", "8", True)) is other
-    assert _match([tts, other], StreamResponse("", "tts", "", True)) is tts  # no id: oldest
+    assert _match([tts, other], StreamInferResponse("bad text", "tts", "8", True)) is other
+    assert _match([tts, other], StreamInferResponse("", "tts", "", True)) is tts  # no id: oldest

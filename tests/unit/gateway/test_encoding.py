@@ -7,14 +7,14 @@ import pytest
 
 from tests.support.audio import decode, decode_seconds
 from tests.support.fake_backend import RATE, tone
-from tts_gateway.encoding import FORMATS, Encoder, encode_all
+from tts_gateway.encoding import FORMATS, FormatEncoder, encode_all
 
 
 @pytest.mark.parametrize("name", sorted(FORMATS))
 def test_each_format_encodes_in_pieces_to_the_same_length(name):
     fmt = FORMATS[name]
     audio = tone(2.0)
-    encoder = Encoder(fmt, RATE)
+    encoder = FormatEncoder(fmt, RATE)
     data = b"".join(encoder.encode(part) for part in np.array_split(audio, 7)) + encoder.finish()
     seconds = len(data) / 2 / fmt.sample_rate if name == "pcm" else decode_seconds(data)
     assert abs(seconds - 2.0) < 0.1, (name, seconds)  # (MP3 and AAC pad a frame or two)
@@ -31,13 +31,13 @@ def test_each_format_encodes_in_pieces_to_the_same_length(name):
 
 def test_streaming_formats_give_bytes_before_the_end():
     for name in ("mp3", "opus", "aac", "wav", "pcm", "flac"):
-        encoder = Encoder(FORMATS[name], RATE)
+        encoder = FormatEncoder(FORMATS[name], RATE)
         assert encoder.encode(tone(1.0)), name  # one second in: bytes out already
         encoder.close()
 
 
 def test_a_closed_encoder_refuses_more_audio():
-    encoder = Encoder(FORMATS["mp3"], RATE)
+    encoder = FormatEncoder(FORMATS["mp3"], RATE)
     encoder.close()
     encoder.close()  # twice is fine
     with pytest.raises(ValueError, match="closed"):

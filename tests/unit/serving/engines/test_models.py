@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tts_serving.engines.models import AcousticModel, Vocoder, check_speakers, speaker_ids
+from tts_serving.engines.models import AcousticModel, VocoderModel, check_speakers, speaker_ids
 from tts_serving.errors import ModelConfigError
 from tts_serving.settings import EngineSettings
 
@@ -54,7 +54,7 @@ def test_each_item_keeps_its_speaker_through_sorting_and_buckets():
     for latent, n, s in zip(latents, lengths, speakers):
         assert latent.shape == (192, n) and np.all(latent == s)
     vocoder_net = VocoderNet()
-    audio = Vocoder(vocoder_net, 1, OPTIONS)(latents, speakers)
+    audio = VocoderModel(vocoder_net, 1, OPTIONS)(latents, speakers)
     for samples, s in zip(audio, speakers):
         assert np.all(samples == s * 11)
     # No speakers given: each item the first.
@@ -159,7 +159,7 @@ def test_the_vocoder_measures_its_reach_and_runs_a_lone_item_on_every_lane():
 
     main = ConvVocoderNet(7, 4)
     lanes = [ConvVocoderNet(7, 4), ConvVocoderNet(7, 4)]
-    vocoder = Vocoder(main, 4, OPTIONS, lanes)  # measures the reach on a lane
+    vocoder = VocoderModel(main, 4, OPTIONS, lanes)  # measures the reach on a lane
     assert vocoder.context == 7 + CONTEXT_MARGIN
     both_busy = threading.Barrier(2, timeout=10)
     for lane in lanes:
@@ -167,12 +167,12 @@ def test_the_vocoder_measures_its_reach_and_runs_a_lone_item_on_every_lane():
     latent = np.random.default_rng(2).standard_normal((192, 300)).astype(np.float32)
     (audio,) = vocoder([latent])
     assert main.calls == [] and lanes[0].calls and lanes[1].calls  # no 2-thread call
-    (whole,) = Vocoder(main, 4, OPTIONS)([latent])
+    (whole,) = VocoderModel(main, 4, OPTIONS)([latent])
     assert audio.shape == whole.shape == (1200,)
     np.testing.assert_allclose(audio, whole, rtol=1e-5, atol=1e-4)
     # A short lone item stays whole, on the multi-thread net; split_items false: always.
     vocoder([latent[:, :20]])
-    Vocoder(main, 4, OPTIONS, lanes, split_items=False)([latent])
+    VocoderModel(main, 4, OPTIONS, lanes, split_items=False)([latent])
     assert main.calls == [300, 20, 300]
 
 
@@ -180,4 +180,4 @@ def test_a_vocoder_reaching_past_the_window_runs_items_whole():
     from tts_serving.engines.models import MAX_REACH
 
     nets = [ConvVocoderNet(MAX_REACH + 10, 4) for _ in range(3)]
-    assert Vocoder(nets[0], 4, OPTIONS, nets[1:]).context is None
+    assert VocoderModel(nets[0], 4, OPTIONS, nets[1:]).context is None

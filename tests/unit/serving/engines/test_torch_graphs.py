@@ -94,7 +94,7 @@ def test_the_graphs_are_captured_per_bucket_and_replayed_by_a_call_that_fits(mon
     import contextlib
 
     from tts_serving.engines.torch_engine import DurationGraphs, GraphBuckets
-    from tts_serving.engines.torch_vits import Acoustic
+    from tts_serving.engines.torch_vits import VitsAcoustic
 
     monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: _FakeStream())
     monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: _FakeStream())
@@ -104,7 +104,7 @@ def test_the_graphs_are_captured_per_bucket_and_replayed_by_a_call_that_fits(mon
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
     cpu = torch.device("cpu")
     with torch.inference_mode():
-        durations = DurationGraphs(Acoustic().eval(), (1, 4), (16, 32), cpu)
+        durations = DurationGraphs(VitsAcoustic().eval(), (1, 4), (16, 32), cpu)
         assert list(durations.graphs) == [(4, 32), (4, 16), (1, 32), (1, 16)]
         before = _FakeGraph.replays
         ids = torch.randint(1, 50, (3, 20))

@@ -11,7 +11,7 @@ from tts_serving.settings import StreamSettings
 from tts_serving.stream.plan import plan_chunks, text_blocks
 from tts_serving.text import normalize
 from tts_serving.text.front_end import Reader
-from tts_serving.text.inline import Piece, check, outside_blocks, pieces, safe_cut
+from tts_serving.text.inline import InlineSpan, check, outside_blocks, pieces, safe_cut
 from tts_serving.text.phonemize import Phonemizer
 from tts_serving.voices import load_voice_config
 
@@ -23,11 +23,11 @@ def phonemizer():
 
 def test_pieces_keep_text_and_blocks_in_order():
     assert pieces("Say [[ həlˈoʊ ]] now") == [
-        Piece("Say ", False),
-        Piece(" həlˈoʊ ", True),
-        Piece(" now", False),
+        InlineSpan("Say ", False),
+        InlineSpan(" həlˈoʊ ", True),
+        InlineSpan(" now", False),
     ]
-    assert pieces("plain") == [Piece("plain", False)]
+    assert pieces("plain") == [InlineSpan("plain", False)]
 
 
 @pytest.mark.parametrize(
