@@ -27,7 +27,7 @@ help:  # the default goal: what each target does
 	@echo "make serve           set up the lean venv, export the voice, serve on CPU (ports: README)"
 	@echo "                     PROFILE=gpu|torch-cpu(-dlpack) adds torch; VOICES=voices.json more voices"
 	@echo "make test            set up everything (system packages too) and run every test"
-	@echo "make check           the edit loop: lint, unit, adapter and repository tests (no server)"
+	@echo "make check           the edit loop: lint, unit, adapter and deployment tests (no server)"
 	@echo "make unit | lint     the fast unit tests | ruff and the import layers"
 	@echo "make test-reliability  the reliability tier with its long tests (--long)"
 	@echo "make export          export the voice into model_repository (VOICES=voices.json: more)"
@@ -144,7 +144,7 @@ unit: $(VENV)/.installed
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
 # The edit loop: lint, then the tiers that start no server (unit, model.py adapters with a
-# fake pb_utils, the repository's files), on both cores. `make test` runs everything.
+# fake pb_utils, the deployment files), on both cores. `make test` runs everything.
 check: $(VENV)/.installed export lint
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/unit tests/adapter \
 	  tests/deployment $(PYTEST_ARGS)
