@@ -3,10 +3,9 @@
 ``python -m tts_front --triton-grpc 127.0.0.1:PORT --triton-http 127.0.0.1:PORT``
 (``make serve`` starts it on the public ports and tritonserver on private loopback ports).
 
-Triton 2.51 has no input-size flag: it copied a 300 MB gRPC message (and inflated a 190 KB
-gzip body to 200 MB) before refusing it, and kept the memory. Its per-stage queue caps cannot
-bound the time a request spends in the whole ensemble either: 200 concurrent ``tts`` requests
-waited 35 s (p50) and none was refused. Here:
+Triton 2.51 has no input-size flag: it copies a whole gRPC message (and inflates a compressed
+body) before it can refuse it, and keeps the memory. Its per-stage queue caps cannot bound the
+time a request spends in the whole ensemble either (docs/admission.md has the figures). Here:
 
 - every gRPC message and HTTP body (after inflating a compressed one) is refused past
   ``max_request_bytes``, while it is read, before Triton sees it (gRPC RESOURCE_EXHAUSTED,

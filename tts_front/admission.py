@@ -321,7 +321,7 @@ class Admission:
         """Seconds until a request of ``cost`` with ``ahead`` queued before it is answered:
         the work in flight, ahead and its own at the rate served; and no sooner than the
         requests served lately took in Triton once there (completions come a batch at a time,
-        so the rate alone said 5 s to one that found 16 in flight and took 9)."""
+        so the rate alone underestimates the wait of one that finds a full batch in flight)."""
         through = (self.work + ahead + cost) / rate
         return through if latency is None else max(through, ahead / rate + latency)
 

@@ -1,9 +1,9 @@
 """Connection hygiene for the front door's HTTP port: caps and timeouts aiohttp lacks.
 
 aiohttp's server keeps any number of connections open, and a connection that sends nothing,
-or trickles its headers a byte at a time, for as long as the peer likes: 20,000 idle ones
-exhausted the front door's file limit (then every accept failed, new gRPC calls timed out and
-the log grew by a traceback per attempt). Here every connection is counted when it opens:
+or trickles its headers a byte at a time, for as long as the peer likes: enough of them take
+the process's file limit, and then every accept fails. Here every connection is counted when
+it opens:
 
 - over ``max_connections`` in all, or ``max_per_client`` from one address, it is answered 503
   and closed at once (it holds no file past that);

@@ -24,12 +24,13 @@ def stop_process(process: subprocess.Popen, grace: float, kill: bool = True) -> 
 
 class RestartedChild:
     """A child the launcher keeps running (the gateway, the front door): started again after
-    it exits, after the policy's backoff (a taken port made it restart once a second for ever
-    before); never given up on, since a launcher that stopped turned a crash into an outage.
+    it exits, after the policy's backoff (a child that cannot start, on a taken port say, is not
+    restarted once a second for ever); never given up on, since a launcher that stopped would
+    turn a crash into an outage.
 
     ``live``: a liveness probe (the child's own answer, not its upstream's); once it has
     answered since its start, a child that does not answer for ``hang_s`` is killed and
-    started again (a stopped or deadlocked process hung every client before). Until its first
+    started again (a stopped or deadlocked process would hang every client). Until its first
     answer it has ``start_s`` (the front door measures a warm-up before it listens)."""
 
     PROBE_EVERY_S = 2.0
@@ -103,8 +104,8 @@ class RestartedChild:
 class RestartPolicy:
     """Restart a dead process after 1, 2, 4 ... (at most 30) s; once it has died more than
     ``max_restarts`` times within ``window_s``, it keeps dying: the waits go on doubling up to
-    ``slow_s``, and it is still started again (a person is told, the service is not stopped:
-    six crashes in ten minutes made the launcher exit, a crash turned into an outage)."""
+    ``slow_s``, and it is still started again (a person is told; the service is not stopped,
+    which would turn a crash into an outage)."""
 
     max_restarts: int = 5
     window_s: float = 600.0

@@ -342,7 +342,7 @@ class Supervisor:
     def _remove_dead_regions(self) -> None:
         """A killed stub cannot remove its shared-memory region; do it for it: every region of
         this server that no living stub uses goes, including those of stubs that died again
-        before a scan saw them (a crash loop leaked those before)."""
+        before a scan saw them (a crash loop would leak them otherwise)."""
         living: dict[int, str] = {}
         stubs_by_model(self.server_pid, self.models, living)
         remove_regions(self.shm_prefix, set(living.values()), self.log)
