@@ -45,6 +45,13 @@ from .security import (
 from .settings import FrontSettings
 
 
+def stream_holder(client: str) -> str:
+    """Whose streams a request counts among: the gateway's caller is the same client as the
+    same address calling the front door directly (HTTP, sessions, Wyoming and gRPC share one
+    count); a gateway request that names no caller counts as the gateway's."""
+    return client.removeprefix(GATEWAY) or client
+
+
 class Gatekeeper:
     """The door's admission and keys, shared by its gRPC and HTTP proxies."""
 
@@ -61,7 +68,7 @@ class Gatekeeper:
         self.metrics.waiting.set_function(self.admission.waiting)
         # The admin key opens the inner models (a random one nobody has when none is set).
         self._admin_key = admin_key()[0]
-        # The launcher's token, which the gateway sends (it caps streams per caller itself).
+        # The launcher's token, which the gateway sends with the caller it serves.
         self._token = os.environ.get(FRONT_TOKEN_ENV, "")
         # The launch's inner key: Triton's ports refuse inference without it (every request
         # passed on carries it; what a client sent under its name is dropped).
@@ -94,14 +101,15 @@ class Gatekeeper:
         if model in self.settings.streamed:
             # A stream runs for minutes at its own pace: it takes no slot (the `tts` requests
             # the rate is measured on would wait behind it); tts_stream's max_streams and this
-            # cap per client bound them. The gateway caps its own callers' streams.
-            if not client.startswith(GATEWAY) and self._streams.full(client):
+            # cap per client bound them. One count per caller, whichever way it came in.
+            holder = stream_holder(client)
+            if self._streams.full(holder):
                 self.metrics.refused.labels(model).inc()
                 raise TooMany(
-                    f"this client already has {self._streams.limit} {model} requests in "
-                    "progress (the limit per client); wait for one to end"
+                    f"this client already has {self._streams.limit} long-text ({model}) "
+                    "requests in progress (the limit per client); wait for one to end"
                 )
-            self._streams.take(client)
+            self._streams.take(holder)
             self.metrics.in_flight.labels(model).inc()
             return AdmissionTicket(model, time.monotonic(), cost, False, rid, client)
         measured = model in self.settings.measured
@@ -151,7 +159,7 @@ class Gatekeeper:
                 ticket.cost, served, measured, work, ticket.client, seconds, ticket.ahead
             )
         else:
-            self._streams.give(ticket.client)
+            self._streams.give(stream_holder(ticket.client))
         self.metrics.in_flight.labels(ticket.model).dec()
         self.metrics.requests.labels(ticket.model, outcome).inc()
         self.metrics.seconds.labels(ticket.model).observe(seconds)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tts_client.errors import InvalidInput, ServerOverloaded, ServerUnavailable, TTSError
+from tts_client.errors import (
+    InvalidInput,
+    LimitReached,
+    ServerOverloaded,
+    ServerUnavailable,
+    TTSError,
+)
 from tts_client.protocol import MODEL_NOT_AVAILABLE
 
 
@@ -42,6 +48,12 @@ def from_tts_error(error: TTSError, retry_after: int) -> APIError:
     message = str(error)
     if isinstance(error, InvalidInput):
         return APIError(400, message, param="input", code="invalid_input")
+    if isinstance(error, LimitReached):
+        # A limit of this caller's (the front door's count of its long-text requests).
+        return APIError(
+            429, message, type="rate_limit_error", code="rate_limit_exceeded",
+            retry_after=retry_after,
+        )  # fmt: skip
     if isinstance(error, ServerOverloaded):
         return APIError(
             503,

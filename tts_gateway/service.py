@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,9 +22,8 @@ import numpy as np
 from fastapi.responses import StreamingResponse
 
 from tts_client import protocol
-from tts_client.errors import InvalidInput, ServerOverloaded, ServerUnavailable, TTSError
+from tts_client.errors import InvalidInput, ServerUnavailable, TTSError
 from tts_wire import FRONT_TOKEN_HEADER, SynthesisOptions
-from tts_wire.caps import PerClient
 
 from .bodies import captioned_lines_body, marks_json, sse_body, word_json
 from .drain import CUT, Drain, DrainCut, Slots, cut_message, next_chunk
@@ -98,7 +96,7 @@ class SpeechJob:
     options: SynthesisOptions
     format: AudioFormat
     streamed: bool  # tts_stream (long text) rather than one tts request
-    client: str = ""  # the caller's address (long-text requests are capped per caller)
+    client: str = ""  # the caller's address, named to the front door (its caps per caller)
 
 
 class AudioPiece(Protocol):
@@ -244,8 +242,6 @@ class SpeechService:
         self.settings = settings
         self.metrics = metrics
         self.slots = Slots(settings.max_concurrent_requests, metrics)
-        # Long-text requests in progress per caller (HTTP and sessions together).
-        self.streams = PerClient(settings.max_streams_per_client)
         self.drain = Drain(settings.drain_s)
         self._factory = backend_factory
         self._backend: SpeechBackend | None = None
@@ -264,52 +260,14 @@ class SpeechService:
         if backend is not None:
             await backend.close()
 
-    def _take(self, job: SpeechJob) -> Callable[[], None]:
-        """A slot (and, for long text, one of the caller's streams); the function that gives
-        them back (idempotent)."""
-        slot = self.slots.take()
-        if not job.streamed:
-            return slot
-        self.streams.take(job.client)
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                slot()
-                self.streams.give(job.client)
-
-        return release
-
-    @contextlib.contextmanager
-    def long_text(self, client: str, text: str) -> Iterator[None]:
-        """Hold one of ``client``'s long-text requests while ``text`` is spoken, when it is
-        longer than one request takes (it is streamed): a session's pieces count with the
-        caller's HTTP requests (20 sessions of 20,000 characters each from one address held
-        every stream slot). ServerOverloaded at the limit."""
-        if len(text) <= self.settings.direct_max_chars:
-            yield
-            return
-        if self.streams.full(client):
-            raise ServerOverloaded(self._long_texts_held())
-        with self.streams.holding(client):
-            yield
-
-    def _long_texts_held(self) -> str:
-        """Why a caller holding its limit of long-text requests is refused another."""
-        return (
-            f"this client already has {self.streams.limit} long-text requests in progress (the "
-            "limit per client); wait for one to finish"
-        )
-
     def refused(self, error: APIError, label: str) -> APIError:
         """Count a request refused before any audio, and return its error to raise."""
         self.metrics.requests.labels(str(error.status), label).inc()
         return error
 
     def _admit(self, job: SpeechJob) -> None:
-        """Refuse ``job`` (429) when this gateway or its client has no room for it."""
+        """Refuse ``job`` (429) when this gateway has no room for it. (Its caller's long-text
+        requests are counted by the front door, with its gRPC streams: one count per caller.)"""
         settings = self.settings
         if self.slots.used >= self.slots.limit:
             raise self.refused(
@@ -322,24 +280,13 @@ class SpeechService:
                 ),
                 job.format.name,
             )
-        if job.streamed and self.streams.full(job.client):
-            raise self.refused(
-                APIError(
-                    429,
-                    self._long_texts_held(),
-                    type="rate_limit_error",
-                    code="rate_limit_exceeded",
-                    retry_after=settings.retry_after_s,
-                ),
-                job.format.name,
-            )
 
     async def open(self, job: SpeechJob) -> Speech:
         """Admit ``job`` and wait for its first audio (within the request's deadline)."""
         started = time.perf_counter()
         settings = self.settings
         self._admit(job)
-        release = self._take(job)
+        release = self.slots.take()
         backend = self.backend
         # The first audio within the request timeout (on the loop's clock); then each next
         # piece within it of the one before (Speech.body).

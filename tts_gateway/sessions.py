@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from starlette.websockets import WebSocketState
 
 from tts_client.audio import Audio
-from tts_client.errors import ServerOverloaded, ServerUnavailable, TTSError
+from tts_client.errors import LimitReached, ServerOverloaded, ServerUnavailable, TTSError
 from tts_client.session import BufferRule, SpeechSession
 from tts_wire import MAX_SPEED, MIN_SPEED, SynthesisOptions, edge_client
 from tts_wire.caps import PerClient
@@ -138,6 +138,8 @@ class SessionEnd(Exception):
 
 
 def _tts_end(error: TTSError) -> SessionEnd:
+    if isinstance(error, LimitReached):
+        return SessionEnd(TRY_LATER, str(error), "rate_limit_exceeded")
     if isinstance(error, ServerOverloaded):
         return SessionEnd(TRY_LATER, f"the speech server is at capacity ({error})", "overloaded")
     if isinstance(error, ServerUnavailable):
@@ -379,8 +381,7 @@ class Connection:
         service = self.sessions.service
 
         async def piece(text: str) -> Audio:
-            with service.long_text(self.client, text):
-                return await service.backend.synthesize(text, options=options)
+            return await service.backend.synthesize(text, options=options)
 
         session = SpeechSession(piece, rule)
         writer = asyncio.ensure_future(self._write(session, self.config, self.utterances))

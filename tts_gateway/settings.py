@@ -164,11 +164,9 @@ class GatewaySettings:
     direct_max_chars: int = 150
     # Requests in flight in this gateway; beyond it, 429 with Retry-After at once.
     max_concurrent_requests: int = 256
-    # Long-text (streamed) requests in progress per caller address; beyond it, 429 at once:
-    # tts_stream serves 16 streams in all, and one caller could hold every one of them.
-    max_streams_per_client: int = 4
-    # Sent to the front door as the tts-front-token header: the launcher sets it, and the
-    # front door then leaves the per-client stream cap to this gateway.
+    # Sent to the front door as the tts-front-token header (the launcher sets it): with it the
+    # front door takes the caller each request names as its client (its caps per client, the
+    # long-text requests among them, count the caller, not the gateway).
     front_token: str = ""
     # Or a file holding it (a mounted Secret: the gpu overlay's gateway pods).
     front_token_file: str = ""
@@ -240,7 +238,6 @@ class GatewaySettings:
             "max_input_chars",
             "max_body_bytes",
             "max_concurrent_requests",
-            "max_streams_per_client",
             "max_sessions",
             "max_sessions_per_client",
             "session_max_message_chars",

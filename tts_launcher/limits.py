@@ -99,9 +99,10 @@ LIMITS: tuple[Limit, ...] = (
     Limit("a client's work at priority 1 (interactive)", "tts_front/gatekeeper.py",
           lambda: f"{2 * BATCH_ITEM_COST} cost units", _front_flag("interactive_work_per_client"),
           "past it its requests go at priority 2, behind other clients' first ones"),
-    Limit("`tts_stream` requests per client", "tts_front/gatekeeper.py",
+    Limit("long-text (`tts_stream`) requests per client: gRPC, and the gateway's HTTP, "
+          "sessions and Wyoming for the caller they name, one count", "tts_front/gatekeeper.py",
           _front("max_streams_per_client"), _front_flag("max_streams_per_client"),
-          "RESOURCE_EXHAUSTED / 429; the gateway's callers are capped by the gateway"),
+          "RESOURCE_EXHAUSTED; through the gateway 429 / a session error naming the cap"),
     Limit("gRPC ModelStreamInfer calls open per client", "tts_front/grpc_proxy.py",
           _front("max_grpc_streams_per_client"), _front_flag("max_grpc_streams_per_client"),
           "RESOURCE_EXHAUSTED at once"),
@@ -115,9 +116,6 @@ LIMITS: tuple[Limit, ...] = (
     Limit("requests the gateway answers at once", "tts_gateway/drain.py",
           _gateway("max_concurrent_requests"), _gateway_var("max_concurrent_requests"),
           "429 with Retry-After"),
-    Limit("long-text requests per caller (HTTP and session pieces)", "tts_gateway/service.py",
-          _gateway("max_streams_per_client"), _gateway_var("max_streams_per_client"),
-          "429 / a session error naming the cap"),
     Limit("bytes waiting for a client in the gateway's kernel buffers (HTTP, sessions, "
           "Wyoming)", "tts_gateway/__main__.py",
           lambda: f"{GatewaySettings().send_buffer_bytes:,} (the kernel doubles it)",

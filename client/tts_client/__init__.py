@@ -12,6 +12,7 @@ from .core import Endpoint
 from .errors import (
     InferenceFailed,
     InvalidInput,
+    LimitReached,
     ServerOverloaded,
     ServerUnavailable,
     TTSError,
@@ -27,6 +28,7 @@ __all__ = [
     "Endpoint",
     "InferenceFailed",
     "InvalidInput",
+    "LimitReached",
     "Mark",
     "ServerOverloaded",
     "ServerUnavailable",

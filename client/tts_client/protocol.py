@@ -54,7 +54,14 @@ from tts_wire import (
 from tts_wire.tensors import client_datatypes
 
 from .audio import Audio, AudioChunk, Mark, Word, merge_words
-from .errors import InferenceFailed, InvalidInput, ServerOverloaded, ServerUnavailable, TTSError
+from .errors import (
+    InferenceFailed,
+    InvalidInput,
+    LimitReached,
+    ServerOverloaded,
+    ServerUnavailable,
+    TTSError,
+)
 
 T = TypeVar("T")
 
@@ -63,7 +70,7 @@ _ENSEMBLE_PREFIX = re.compile(r"^(in ensemble '[^']+', )+")
 _HTTP_CODES = {
     "400": INVALID_ARGUMENT,
     "404": NOT_FOUND,
-    "429": RESOURCE_EXHAUSTED,
+    "429": UNAVAILABLE,  # over HTTP the front door's overload (gRPC: UNAVAILABLE too)
     "499": CANCELLED,
     "500": INTERNAL,
     "503": UNAVAILABLE,
@@ -270,6 +277,8 @@ def map_error(code: str | None, message: str, server_alive: bool = True) -> TTSE
     """
     if code == INVALID_ARGUMENT:
         return InvalidInput(message)
+    if code == RESOURCE_EXHAUSTED and server_alive:
+        return LimitReached(message)
     if code in (UNAVAILABLE, RESOURCE_EXHAUSTED):
         if server_alive:
             return ServerOverloaded(message)

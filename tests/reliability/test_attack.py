@@ -152,7 +152,7 @@ def test_idle_and_trickling_connections_are_closed_and_capped(front):
 def test_one_client_cannot_hold_every_stream_slot(server, front):
     """The probe: 16 streams of 100,000 characters from one client held every `tts_stream`
     slot (503 for every other long text). Now a client's 5th stream is refused at once; the
-    gateway, which carries the launcher's token, is capped per caller by itself instead."""
+    gateway (the launcher's token) names its caller, who is capped the same way."""
 
     def stream_request(i: int) -> service_pb2.ModelInferRequest:
         request = service_pb2.ModelInferRequest(model_name="tts_stream", id=f"s{i}")
@@ -179,9 +179,11 @@ def test_one_client_cannot_hold_every_stream_slot(server, front):
         return "no response"
 
     assert fifth(server.grpc_port) == ""  # straight to Triton: served
-    refused = fifth(front.grpc_port)
-    assert refused.startswith("[RESOURCE_EXHAUSTED] this client already has 4 tts_stream")
-    assert fifth(front.grpc_port, {"tts-front-token": TOKEN}) == ""  # the gateway's token
+    limit = "[RESOURCE_EXHAUSTED] this client already has 4 long-text (tts_stream) requests"
+    assert fifth(front.grpc_port).startswith(limit)
+    assert settles(lambda: metric(front, "tts_front_in_flight", model="tts_stream") == 0)
+    caller = {"tts-front-token": TOKEN, "tts-caller": "203.0.113.9"}  # as the gateway sends
+    assert fifth(front.grpc_port, caller).startswith(limit)
     # Each stream's tickets are released when the front door sees it cancelled, which comes
     # after the client's cancel returns.
     assert settles(lambda: metric(front, "tts_front_in_flight", model="tts_stream") == 0)

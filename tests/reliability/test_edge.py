@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
 import runpy
 import select
 import socket
@@ -32,7 +31,7 @@ MAX_CONNECTIONS = 128  # per port: nginx's worker_connections 2 x 128 + 64 (smal
 FRONT_ARGS = (
     f"--warmup-requests {LIGHT_WARMUP} --header-timeout-s {HEADER_TIMEOUT_S} "
     f"--body-timeout-s 3 --max-connections-per-client {PER_ADDRESS} --max-request-mib 4 "
-    f"--max-connections {MAX_CONNECTIONS}"
+    f"--max-connections {MAX_CONNECTIONS} --max-streams-per-client 1"
 )
 BOUND_S = 30  # far over every timeout above
 HEAD = b"POST /v2/models/tts/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -44,13 +43,9 @@ BODY = json.dumps(
 @pytest.fixture(scope="module")
 def served(exported_repository, tmp_path_factory):
     log = tmp_path_factory.mktemp("edge") / "launcher.log"
-    # One long-text request at a time per caller (the gateway's setting, from the
-    # environment the launcher's children inherit): the caller's address becomes visible.
-    os.environ["TTS_GATEWAY_MAX_STREAMS_PER_CLIENT"] = "1"
-    try:
-        launcher = Launcher(exported_repository, log, [f"--front-args={FRONT_ARGS}"])
-    finally:
-        del os.environ["TTS_GATEWAY_MAX_STREAMS_PER_CLIENT"]
+    # One long-text request at a time per caller (--max-streams-per-client 1): the caller's
+    # address becomes visible.
+    launcher = Launcher(exported_repository, log, [f"--front-args={FRONT_ARGS}"])
     try:
         launcher.wait_ready()
         yield launcher
@@ -195,10 +190,38 @@ def test_only_the_edge_names_the_caller(served):
         for headers in ({}, forged):
             refused = one.post(url, json=body, headers=headers)
             assert refused.status_code == 429, refused.text
-            assert "long-text requests in progress" in refused.json()["error"]["message"]
+            assert "long-text (tts_stream) requests in progress" in refused.text
+        # The same caller's WebSocket session: the same count (sessions had a count of their
+        # own in the gateway, beside the front door's).
+        said = session_from("127.0.0.2", served, PARAGRAPH)
+        assert said["type"] == "error", said
+        assert "1 long-text (tts_stream) requests in progress" in said["message"], said
         with client("127.0.0.3") as other, other.stream("POST", url, json=body) as elsewhere:
             assert elsewhere.status_code == 200
             assert next(elsewhere.iter_bytes())
+
+
+def session_from(source: str, served, text: str) -> dict:
+    """The first answer to a WebSocket session that speaks ``text`` in one piece, opened from
+    the address ``source``."""
+    import websocket
+
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.settimeout(120)
+    sock.connect(("127.0.0.1", int(served.url.rsplit(":", 1)[1])))
+    url = served.url.replace("http://", "ws://") + "/v1/audio/speech/stream"
+    ws = websocket.create_connection(url, socket=sock, timeout=120)
+    try:
+        ws.send(json.dumps({"type": "session.config", "split_granularity": "none"}))
+        ws.send(json.dumps({"type": "input.text", "text": text}))
+        ws.send(json.dumps({"type": "input.done"}))
+        while True:  # past audio.start (sent before the piece is asked for)
+            message = ws.recv()
+            if isinstance(message, str) and json.loads(message)["type"] != "audio.start":
+                return json.loads(message)
+    finally:
+        ws.close()
 
 
 def test_streams_and_sessions_pass_through(served):

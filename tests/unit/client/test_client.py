@@ -10,6 +10,7 @@ from tts_client import (
     AudioChunk,
     InferenceFailed,
     InvalidInput,
+    LimitReached,
     ServerOverloaded,
     ServerUnavailable,
 )
@@ -35,7 +36,7 @@ from tts_client.protocol import (
         ("400", True, InvalidInput),
         ("StatusCode.UNAVAILABLE", True, ServerOverloaded),
         ("503", True, ServerOverloaded),
-        ("StatusCode.RESOURCE_EXHAUSTED", True, ServerOverloaded),
+        ("StatusCode.RESOURCE_EXHAUSTED", True, LimitReached),  # a limit of its own
         ("StatusCode.UNAVAILABLE", False, ServerUnavailable),
         ("StatusCode.NOT_FOUND", True, ServerUnavailable),
         ("404", True, ServerUnavailable),

@@ -125,3 +125,36 @@ def test_a_stream_response_ends_only_a_ticket_of_its_own_model():
     assert _match([tts, other], unknown) is None
     assert _match([tts, other], StreamInferResponse("bad text", "tts", "8", True)) is other
     assert _match([tts, other], StreamInferResponse("", "tts", "", True)) is tts  # no id: oldest
+
+
+def test_a_callers_long_texts_are_one_count_however_they_came_in():
+    """The gateway's requests for a caller and that address's own gRPC streams count
+    together (sessions took no count, and the gateway's own count ran beside the front
+    door's): the one refusal names the limit; another caller, and the gateway's requests that
+    name none, have their own."""
+    import asyncio
+
+    from tts_front.admission import GATEWAY, TooMany
+    from tts_front.gatekeeper import Gatekeeper
+    from tts_front.settings import FrontSettings
+
+    async def main():
+        keeper = Gatekeeper(FrontSettings(max_streams_per_client=2, warmup_requests=0))
+        direct = await keeper.enter("tts_stream", 1.0, client="203.0.113.7")
+        through = await keeper.enter("tts_stream", 1.0, client=f"{GATEWAY}203.0.113.7")
+        for client in ("203.0.113.7", f"{GATEWAY}203.0.113.7"):
+            try:
+                await keeper.enter("tts_stream", 1.0, client=client)
+            except TooMany as e:
+                assert "already has 2 long-text (tts_stream) requests in progress" in str(e)
+            else:
+                raise AssertionError(f"{client} got a third stream")
+        others = [await keeper.enter("tts_stream", 1.0, client=c) for c in ("203.0.113.8",
+                  f"{GATEWAY}203.0.113.8", GATEWAY, GATEWAY)]  # fmt: skip
+        keeper.leave(direct, "served")
+        again = await keeper.enter("tts_stream", 1.0, client=f"{GATEWAY}203.0.113.7")
+        for ticket in [through, again, *others]:
+            keeper.leave(ticket, "served")
+        assert len(keeper._streams) == 0
+
+    asyncio.run(main())

@@ -123,38 +123,32 @@ def test_admission_limit_gives_429_with_retry_after():
     assert second.json()["error"]["type"] == "rate_limit_error"
 
 
-def test_long_text_is_capped_per_caller():
-    """One caller with 16 long texts held every tts_stream slot."""
-    backend = FakeBackend(delay=0.5)
-    app = create_app(GatewaySettings(max_streams_per_client=2), lambda _s: backend)
+def test_a_callers_long_text_limit_is_a_429_that_names_it():
+    """The front door counts each caller's long-text requests (one count with its gRPC
+    streams, sessions and Wyoming): the gateway names the caller on every request and answers
+    the front door's refusal (RESOURCE_EXHAUSTED: LimitReached) as a 429 saying why."""
+    from tts_client.errors import LimitReached
+
+    why = "this client already has 4 long-text (tts_stream) requests in progress (the limit"
+    backend = FakeBackend(fail=LimitReached(why))
+    app = create_app(GatewaySettings(), lambda _s: backend)
     long = "A sentence that keeps going. " * 10  # over direct_max_chars: streamed
 
     async def main():
         import httpx2 as httpx
 
-        body = {"model": "tts-1", "voice": "alloy", "input": long}
+        transport = httpx.ASGITransport(app=app, client=("10.0.0.1", 1))
         async with app.router.lifespan_context(app):
-            one = httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app, client=("10.0.0.1", 1)), base_url="http://gw"
-            )
-            other = httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app, client=("10.0.0.2", 1)), base_url="http://gw"
-            )
-            async with one, other:
-                held = [
-                    asyncio.create_task(one.post("/v1/audio/speech", json=body)) for _ in range(2)
-                ]
-                while len(backend.calls) < 2:
-                    await asyncio.sleep(0.01)
-                third = await one.post("/v1/audio/speech", json=body)
-                short = await one.post("/v1/audio/speech", json={**body, "input": "Hi."})
-                elsewhere = await other.post("/v1/audio/speech", json=body)
-                return await asyncio.gather(*held), third, short, elsewhere
+            async with httpx.AsyncClient(transport=transport, base_url="http://gw") as one:
+                body = {"model": "tts-1", "voice": "alloy", "input": long}
+                return await one.post("/v1/audio/speech", json=body)
 
-    held, third, short, elsewhere = asyncio.run(main())
-    assert [r.status_code for r in held] == [200, 200]
-    assert third.status_code == 429 and "2 long-text requests" in third.json()["error"]["message"]
-    assert short.status_code == 200 and elsewhere.status_code == 200
+    refused = asyncio.run(main())
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+    error = refused.json()["error"]
+    assert error["type"] == "rate_limit_error" and error["code"] == "rate_limit_exceeded"
+    assert error["message"].startswith(why)
+    assert backend.calls[0][0] == "stream" and backend.options[0].caller == "10.0.0.1"
 
 
 def test_openapi_schema_describes_the_speech_body():

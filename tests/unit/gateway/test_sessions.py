@@ -675,27 +675,23 @@ def test_a_forged_forwarded_header_does_not_escape_the_cap_per_address():
     assert second["type"] == "error" and "your address holds 1 sessions" in second["message"]
 
 
-def test_a_sessions_long_piece_counts_among_its_callers_long_text_requests():
-    """Sessions took no count: 20 of them with split_granularity "none" and 20,000 characters
-    from one address held every stream slot while that address's HTTP requests were capped."""
-    app = create_app(
-        GatewaySettings(max_streams_per_client=1, direct_max_chars=20),
-        lambda _s: FakeBackend(delay=1.0),
-    )
+def test_a_session_piece_refused_at_its_callers_limit_ends_with_that_error():
+    """A session's piece is its caller's like an HTTP request (the front door counts its
+    long-text requests with the rest): named, and refused with the front door's reason."""
+    from tts_client.errors import LimitReached
+
+    why = "this client already has 1 long-text (tts_stream) requests in progress (the limit"
+    backend = FakeBackend(fail=LimitReached(why))
+    app = create_app(GatewaySettings(direct_max_chars=20), lambda _s: backend)
     config = {"type": "session.config", "split_granularity": "none"}
     long = {"type": "input.text", "text": "A sentence that is long enough. " * 3}
-    with TestClient(app) as client:
-        with client.websocket_connect("/v1/audio/speech/stream") as first:
-            first.send_json(config)
-            first.send_json(long)
-            first.send_json({"type": "input.done"})
-            time.sleep(0.3)  # its one long piece is being spoken
-            with client.websocket_connect("/v1/audio/speech/stream") as second:
-                second.send_json(config)
-                second.send_json(long)
-                second.send_json({"type": "input.done"})
-                refused = receive_all(second)
-            spoken = receive_all(first)
+    with TestClient(app, client=("203.0.113.7", 1)) as client:
+        with client.websocket_connect("/v1/audio/speech/stream") as ws:
+            ws.send_json(config)
+            ws.send_json(long)
+            ws.send_json({"type": "input.done"})
+            refused = receive_all(ws)
     errors = [m for m in refused if isinstance(m, dict) and m["type"] == "error"]
-    assert errors and "1 long-text requests in progress" in errors[0]["message"], refused
-    assert any(isinstance(m, bytes) for m in spoken)  # the first was served
+    assert errors and errors[0]["message"] == why, refused
+    assert errors[0]["code"] == "rate_limit_exceeded"
+    assert backend.options[0].caller == "203.0.113.7"
