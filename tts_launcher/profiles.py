@@ -116,6 +116,21 @@ PROFILES: dict[str, dict[str, Override]] = {
             why="the vocoder in int8 (ONNX Runtime, model.int8.onnx from the export)",
         ),
     },
+    # One item per batch at the voice's stages (and so two requests in Triton at once, the
+    # front door's slots): a newcomer waits behind one item at each stage, not a batch of 16.
+    # Beside a flood it keeps a bystander within about 2.4x its quiet latency (17x by default)
+    # for about a third less of the flood's throughput (docs/performance.md).
+    "cpu-interactive": {
+        **{
+            stage: Override(
+                max_batch_size=1,
+                preferred_batch_size=(1,),
+                why="one item per batch: latency beside a flood before throughput",
+            )
+            for stage in ("acoustic", "vocoder")
+        },
+        "tts": Override(max_batch_size=1, why="as its stages"),
+    },
 }
 
 

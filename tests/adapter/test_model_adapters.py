@@ -28,9 +28,13 @@ def test_bad_parameters_fail_initialize(exported_repository, name, params, messa
         load_model(exported_repository, name, params)
 
 
-def test_acoustic_requires_a_batching_config(exported_repository):
-    with pytest.raises(ModelConfigError, match="max_batch_size must be >= 16"):
-        load_model(exported_repository, "acoustic", max_batch_size=4)
+@pytest.mark.parametrize("name", ["acoustic", "vocoder"])
+def test_the_voices_stages_require_a_batching_config(exported_repository, name):
+    """A batch dimension (max_batch_size >= 1; one is profile cpu-interactive's): without one
+    Triton would hand the stage unbatched tensors it does not read."""
+    with pytest.raises(ModelConfigError, match="max_batch_size must be >= 1, got 0"):
+        load_model(exported_repository, name, max_batch_size=0)
+    load_model(exported_repository, name, max_batch_size=1)
 
 
 @pytest.mark.parametrize("name", ["phonemizer", "acoustic", "vocoder"])

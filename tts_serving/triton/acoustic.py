@@ -89,7 +89,7 @@ class AcousticStage:
     def initialize(self, args: dict) -> None:
         self.ctx = ModelContext.from_args(args, AcousticSettings)
         self.ctx.require_io(MODEL_IO["acoustic"])
-        self.ctx.require_max_batch_size(16)
+        self.ctx.require_max_batch_size(1)
         self.max_ids = self.ctx.settings.max_phoneme_ids
         models: dict = {}  # one session per ONNX file, shared by the voices that use it
 

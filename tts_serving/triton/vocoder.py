@@ -69,7 +69,7 @@ class VocoderStage:
     def initialize(self, args: dict) -> None:
         self.ctx = ModelContext.from_args(args, VocoderSettings)
         self.ctx.require_io(MODEL_IO["vocoder"])
-        self.ctx.require_max_batch_size(16)
+        self.ctx.require_max_batch_size(1)
         self.settings = self.ctx.settings
         if self.settings.device_tensors == cpu_only_inputs(self.ctx.config):
             raise ModelConfigError(
