@@ -90,8 +90,10 @@ def test_a_killed_tritonserver_is_started_again(exported_repository, tmp_path):
         assert launcher.supervisor_metric("tts_serving_since_timestamp_seconds") == since
         for region in regions.values():
             assert not os.path.exists(f"/dev/shm/{region}"), region
+        # Gone before the restart: ended by the launcher ("ended N stub(s) of the dead
+        # tritonserver"), or by themselves when they saw their server die first (a busy
+        # fresh-clone run had no stub left to end, so the line is not asserted).
         assert not left, (left, log[-3000:])
-        assert "stub(s) of the dead tritonserver" in log
         launcher.process.send_signal(signal.SIGTERM)
         assert launcher.process.wait(120) == 0, launcher.log()[-3000:]
     finally:
