@@ -48,6 +48,12 @@ class Reader:
         said = self.lexicon(text) if self.lexicon is not None else text
         return outside_blocks(said, normalize if self.normalize else collapse_whitespace)
 
+    def read(self, text: str) -> str:
+        """``text`` checked and then as it is phonemized: one request's whole text at once
+        (a stream checks the whole first and reads it block by block)."""
+        self.check(text)
+        return self.spoken(text)
+
 
 @dataclass(frozen=True)
 class ReceivedText:

@@ -70,9 +70,7 @@ class PhonemizerStage:
         if received.is_ssml:
             return self.document_item(self.text.document(received, name), asked, words)
         clean = received.clean
-        reader = self.text.reader(name, asked)
-        reader.check(clean.text)
-        text = reader.spoken(clean.text)
+        text = self.text.reader(name, asked).read(clean.text)
         return PhonemizerItem(
             [(name, text, clean.text if words else None)], [clean if words else None], words=words
         )
@@ -84,9 +82,7 @@ class PhonemizerStage:
         jobs, sources, plan = [], [], []
         find = words or bool(document.marks)  # a mark is timed by the word after it
         for segment in document.segments:
-            reader = self.text.reader(segment.voice, asked)
-            reader.check(segment.text)
-            text = reader.spoken(segment.text)
+            text = self.text.reader(segment.voice, asked).read(segment.text)
             jobs.append((segment.voice, text, segment.source.text if find else None))
             sources.append(segment.source if find else None)
             voice = self.voices.index(segment.voice)
