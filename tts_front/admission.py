@@ -128,6 +128,7 @@ class AdmissionTicket:
     queued: bool = False  # took a slot (streams do not: tts_stream caps them itself)
     ahead: float = 0.0  # the work in Triton as it went in, its own with it
     interactive: bool = False  # counted in its client's requests above the default priority
+    express: bool = False  # went in at once, beside the slots (FrontSettings.express_interactive)
 
 
 FREE = AdmissionTicket(None, 0.0)
@@ -386,6 +387,16 @@ class Admission:
             elif waiter.future.exception() is None:  # a slot was given to it after all
                 self.release(cost, served=False, measured=measured)
             raise
+
+    def take_now(self, cost: float) -> float:
+        """A request that goes in at once, whatever is in flight (``acquire``'s return);
+        ``release`` it as any other."""
+        self._account()
+        return self._take(cost)
+
+    def waiting_of(self, client: str) -> int:
+        """``client``'s requests waiting in the queue."""
+        return len(self._queues.get(client, ()))
 
     def _take(self, cost: float) -> float:
         self.in_flight += 1

@@ -44,6 +44,10 @@ from .security import (
 )
 from .settings import FrontSettings
 
+# A client with fewer requests in flight is light (FrontSettings.express_interactive): a text's
+# piece being made and the next one (the gateway sends one ahead).
+EXPRESS_PER_CLIENT = 2
+
 
 def stream_holder(client: str) -> str:
     """Whose streams a request counts among: the gateway's caller is the same client as the
@@ -79,6 +83,8 @@ class Gatekeeper:
         self.edge_key = os.environ.get(EDGE_KEY_ENV, "")
         self._streams = PerClient(settings.max_streams_per_client)  # streams in progress
         self._interactive: Counter[str] = Counter()  # work at the interactive level, per client
+        self._express = 0  # interactive requests that went in beside the slots
+        self._in_flight_of: Counter[str] = Counter()  # tts requests in Triton, per client
         self.interactive_work = settings.interactive_work_per_client
         if self.interactive_work is None:
             self.interactive_work = 2 * BATCH_ITEM_COST
@@ -113,27 +119,47 @@ class Gatekeeper:
             self.metrics.in_flight.labels(model).inc()
             return AdmissionTicket(model, time.monotonic(), cost, False, rid, client)
         measured = model in self.settings.measured
+        express = (
+            self.settings.express_interactive
+            and self._express < self.admission.slots
+            and self._is_interactive(client, priority, cost)
+        )
         try:
-            ahead = await self.admission.acquire(cost, client, deadline_s, measured)
+            if express:
+                ahead = self.admission.take_now(cost)
+                self._express += 1
+            else:
+                ahead = await self.admission.acquire(cost, client, deadline_s, measured)
         except Refused:
             self.metrics.refused.labels(model).inc()
             raise
         self.metrics.in_flight.labels(model).inc()
-        # The level is the server's: within its client's interactive work, 1; past it, or
-        # asked as bulk, 2. The gateway's level is its own (it holds the launcher's token): a
-        # text's first piece at 1, the rest at 2, so every listener's first audio goes ahead
-        # of the rest of anyone's text.
-        if client.startswith(GATEWAY) and priority in (1, PRIORITY_LEVELS):
-            interactive = priority == 1
-        else:
-            interactive = priority < PRIORITY_LEVELS and (
-                self._interactive[client] + cost <= self.interactive_work
-            )
+        interactive = express or self._is_interactive(client, priority, cost)
+        self._in_flight_of[client] += 1
         if interactive:
             self._interactive[client] += cost
         return AdmissionTicket(
-            model, time.monotonic(), cost, measured, rid, client, True, ahead, interactive
+            model, time.monotonic(), cost, measured, rid, client, True, ahead, interactive, express
         )
+
+    def _is_interactive(self, client: str, priority: int, cost: float) -> bool:
+        """The level is the server's: within its client's interactive work, 1; past it, or
+        asked as bulk, 2. The gateway's level is its own (it holds the launcher's token): a
+        text's first piece at 1, the rest at 2, so every listener's first audio goes ahead of
+        the rest of anyone's text.
+
+        Where interactive work stops all bulk work (express), only a light client's requests
+        are interactive, the gateway's callers' too, each piece of their text: one with
+        requests waiting here, or with EXPRESS_PER_CLIENT in flight, sends more than the
+        server serves at once, and goes at bulk whatever it asked."""
+        gateway = client.startswith(GATEWAY) and priority in (1, PRIORITY_LEVELS)
+        within = self._interactive[client] + cost <= self.interactive_work
+        if not self.settings.express_interactive:
+            return priority == 1 if gateway else priority < PRIORITY_LEVELS and within
+        light = self._in_flight_of[client] < EXPRESS_PER_CLIENT and not self.admission.waiting_of(
+            client
+        )
+        return light and within and (gateway or priority < PRIORITY_LEVELS)
 
     @staticmethod
     def level(ticket: AdmissionTicket) -> int | None:
@@ -148,6 +174,12 @@ class Gatekeeper:
         if ticket.model is None:
             return
         seconds = time.monotonic() - ticket.start
+        if ticket.express:
+            self._express -= 1
+        if ticket.queued:
+            self._in_flight_of[ticket.client] -= 1
+            if not self._in_flight_of[ticket.client]:
+                del self._in_flight_of[ticket.client]
         if ticket.interactive:
             self._interactive[ticket.client] -= ticket.cost
             if self._interactive[ticket.client] <= 1e-9:

@@ -156,7 +156,9 @@ class GrpcProxy:
         except Refused as e:
             return None, (grpc.StatusCode.UNAVAILABLE, str(e))
         level = self.gatekeeper.level(ticket)
-        if level is not None and level != (info.priority or PRIORITY_LEVELS):
+        # The level is the door's: rewritten when it differs from the one asked, and always
+        # at bulk, which the stages also read from the BULK_PARAMETER flag.
+        if level is not None and (level == PRIORITY_LEVELS or level != info.priority):
             request = with_priority(request, level)
         return ticket, request
 

@@ -14,7 +14,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from tts_wire import AUDIO, EDGE_KEY_HEADER, PRIORITY_LEVELS, SPEED, TEXT
+from tts_wire import AUDIO, BULK_PARAMETER, EDGE_KEY_HEADER, PRIORITY_LEVELS, SPEED, TEXT
 
 from .admission import JSON_OVERHEAD, NotPublic, Refused, TooMany
 from .connections import ConnectionGuard
@@ -144,7 +144,8 @@ class HttpProxy:
                 (k, v) for k, v in inner.items() if not k.startswith(GRPC_HEADER_PREFIX)
             )
             level = self.gatekeeper.level(ticket)
-            if level not in (None, priority or PRIORITY_LEVELS) and isinstance(header, dict):
+            rewrite = level == PRIORITY_LEVELS or level not in (None, priority)
+            if level is not None and rewrite and isinstance(header, dict):
                 body = _at_priority(level, header, body, headers, forwarded)
             url = f"http://{self.settings.triton_http}{request.rel_url}"
             async with self.session.request(
@@ -360,8 +361,12 @@ def _at_priority(
     ``forwarded`` follows."""
     size = _json_size(headers, len(body))
     parameters = header.get("parameters")
-    header["parameters"] = {**(parameters if isinstance(parameters, dict) else {}),
-                            "priority": level}  # fmt: skip
+    kept = {k: v for k, v in (parameters if isinstance(parameters, dict) else {}).items()
+            if k != BULK_PARAMETER}  # fmt: skip
+    # The stages read the level from BULK_PARAMETER (they do not see the priority).
+    header["parameters"] = (
+        kept | {"priority": level} | ({BULK_PARAMETER: True} if level == PRIORITY_LEVELS else {})
+    )
     part = json.dumps(header, separators=(",", ":")).encode()
     if "inference-header-content-length" in headers:
         for name in [k for k in forwarded if k.lower() == "inference-header-content-length"]:

@@ -12,6 +12,8 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from tts_wire import BULK_PARAMETER, PRIORITY_LEVELS
+
 # Field numbers (grpc_service.proto).
 REQUEST_MODEL_NAME, REQUEST_ID, REQUEST_PARAMETERS, REQUEST_RAW_INPUT = 1, 3, 4, 7
 REQUEST_INPUTS = 5
@@ -140,10 +142,14 @@ def _encoded(number: int, kind: int, payload: bytes | int) -> bytes:
 
 def with_priority(message: bytes, level: int) -> bytes:
     """``message`` (a ModelInferRequest) sent at ``level``: a "priority" parameter appended,
-    which wins over any before it (protobuf reads the last of a map's duplicate keys)."""
+    and at the bulk level the ``BULK_PARAMETER`` flag for the stages, each winning over any
+    before it (protobuf reads the last of a map's duplicate keys)."""
     value = _encoded(UINT64_PARAM, 0, level)
     entry = _encoded(1, 2, b"priority") + _encoded(2, 2, value)
-    return bytes(message) + _encoded(REQUEST_PARAMETERS, 2, entry)
+    message = bytes(message) + _encoded(REQUEST_PARAMETERS, 2, entry)
+    bulk = _encoded(BOOL_PARAM, 0, int(level == PRIORITY_LEVELS))
+    entry = _encoded(1, 2, BULK_PARAMETER.encode()) + _encoded(2, 2, bulk)
+    return message + _encoded(REQUEST_PARAMETERS, 2, entry)
 
 
 def infer_request(message: bytes, names: frozenset[str] = frozenset()) -> InferRequest | None:

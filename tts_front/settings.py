@@ -44,6 +44,10 @@ class FrontSettings:
     # batches of the batched stages (acoustic's and vocoder's max_batch_size, 16): one being
     # computed while the next forms; the launcher sets a profile's own (front_slots).
     slots: int = 32
+    # The stages run bulk work only while no interactive work is in the server (their
+    # scheduling "levels"; the launcher sets it from the profile): an interactive request then
+    # goes to Triton at once, beside the slots, up to as many again.
+    express_interactive: bool = False
     # Requests waiting in the queue, in all and per client (the gateway's callers are one):
     # past either a request is refused at once. The gateway sends at most its
     # max_concurrent_requests (256).
@@ -187,6 +191,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--slots", type=int, default=d.slots, help="requests passed on to Triton at once"
     )
+    p.add_argument(
+        "--express-interactive",
+        action="store_true",
+        help="interactive requests go to Triton at once, beside the slots (stages that run "
+        "bulk work only on time interactive work leaves: scheduling levels)",
+    )
     p.add_argument("--max-waiting", type=int, default=d.max_waiting)
     p.add_argument("--max-waiting-per-client", type=int, default=d.max_waiting_per_client)
     p.add_argument(
@@ -230,6 +240,7 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
             interactive_work_per_client=a.interactive_work_per_client,
             max_grpc_streams_per_client=a.max_grpc_streams_per_client,
             slots=a.slots,
+            express_interactive=a.express_interactive,
             max_waiting=a.max_waiting,
             max_waiting_per_client=a.max_waiting_per_client,
             warmup_requests=a.warmup_requests,

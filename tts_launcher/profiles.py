@@ -21,6 +21,10 @@ config.pbtxt's ``input`` and ``output`` blocks are generated too, from the decla
 - ``cpu-padded``: BENCHMARK BASELINE, the CPU default's batches padded into calls on one
   multi-thread session (``items_side_by_side`` false), what ``bench.compare`` measures the
   default's items side by side against.
+- ``cpu-interactive``: one item per batch at the voice's stages (latency beside a flood
+  before throughput).
+- ``cpu-levels``: the stages take requests as they come and run the front door's bulk ones
+  on threads that yield the cores to interactive work (``scheduling`` levels).
 - ``host-ceiling``, ``gpu-host-ceiling``: BENCHMARK ONLY, the default's and the gpu profile's
   batching with the null engine (silence, no network): the host path's own ceiling.
 """
@@ -131,6 +135,15 @@ PROFILES: dict[str, dict[str, Override]] = {
         },
         "tts": Override(max_batch_size=1, why="as its stages"),
     },
+    # Requests taken as they come; the front door's bulk ones run on threads that yield the
+    # cores while interactive work is in the server (tts_serving.levels, docs/performance.md).
+    "cpu-levels": {
+        stage: Override(
+            parameters={"scheduling": "levels"},
+            why="bulk work on the cycles interactive work leaves",
+        )
+        for stage in ("acoustic", "vocoder")
+    },
 }
 
 
@@ -188,13 +201,28 @@ def front_slots(profile: str | None, repository: Path = REPOSITORY) -> int:
     ``repository`` give them, one computed while the next forms. One batch on a CPU halved a
     bystander's wait beside a flood (`python -m bench.flood`) but left requests on half the
     cores waiting in the front door 16 s before their refusal (docs/admission.md)."""
-    sizes = []
+    return 2 * max(config.max_batch_size for config in _stage_configs(profile, repository))
+
+
+def levels_scheduled(profile: str | None, repository: Path = REPOSITORY) -> bool:
+    """Whether the batched stages run bulk work only on the time interactive work leaves
+    (``scheduling`` levels), so the front door may send interactive requests at once."""
+    return all(
+        "scheduling" in config.parameters
+        and config.parameters["scheduling"].string_value == "levels"
+        for config in _stage_configs(profile, repository)
+    )
+
+
+def _stage_configs(profile: str | None, repository: Path) -> list:
+    """The batched stages' configs Triton loads under ``profile`` from ``repository``."""
+    configs = []
     for name in BATCHED:
         config = repository / name / "configs" / f"{profile}.pbtxt"
         if not profile or not config.exists():
             config = repository / name / "config.pbtxt"
-        sizes.append(read_model_config(config).max_batch_size)
-    return 2 * max(sizes)
+        configs.append(read_model_config(config))
+    return configs
 
 
 def check_engines(profiles: dict[str, dict[str, Override]] = PROFILES) -> None:

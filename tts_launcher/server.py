@@ -52,7 +52,7 @@ from .commands import (
 from .edge import EdgePorts, edge_command, write_config
 from .environment import has_gpu, quiet_grpc, server_env
 from .liveness import LIVE_PATH, Heartbeat, serve as serve_metrics
-from .profiles import BENCHMARK_PROFILES, front_slots
+from .profiles import BENCHMARK_PROFILES, front_slots, levels_scheduled
 from .repository import gateway_voices
 from .stub_healing import (
     SupervisorMetrics,
@@ -255,6 +255,7 @@ def front_door(
     given = secret_setting(FRONT_TOKEN_ENV, FRONT_TOKEN_FILE_ENV, "the front door's token")
     token = given or secrets.token_urlsafe(32)
     os.environ[FRONT_TOKEN_ENV] = os.environ[GATEWAY_FRONT_TOKEN_ENV] = token
+    express = ["--express-interactive"] if levels_scheduled(profile, args.model_repository) else []
     return front_command(
         triton_grpc,
         triton_http,
@@ -263,6 +264,7 @@ def front_door(
         [
             "--notify-parent",
             f"--slots={front_slots(profile, args.model_repository)}",
+            *express,
             *shlex.split(args.front_args),
         ],
     )

@@ -19,6 +19,7 @@ from tts_wire import MAX_PAUSE_S
 ONNX_GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
 DEVICES = ("auto", "cpu", "cuda")
 ENGINES = ("onnxruntime", "torch", "null")
+SCHEDULING = ("batch", "levels")
 # What each engine runs the voice in (int8: the export's quantized vocoder, profile cpu-int8).
 DTYPES = {
     "onnxruntime": ("auto", "float32", "int8"),
@@ -83,6 +84,15 @@ class EngineSettings:
             "false: padded calls within `max_padded_length`. Other engines ignore it"
         ),
     )
+    scheduling: str = field(
+        default="batch",
+        metadata=doc(
+            "`batch`: each batch Triton forms runs as one; `levels` (ORT on the CPU): the stage "
+            "takes requests as they come, and the ones the front door sends at the bulk level "
+            "run on threads the kernel gives only the cycles nothing else wants while "
+            "interactive work is in the server (profile cpu-levels)"
+        ),
+    )
     allow_spinning: bool = field(
         default=False,
         metadata=doc("let ORT threads busy-wait (costs the other model's cycles on a small CPU)"),
@@ -132,6 +142,10 @@ class EngineSettings:
             )
         if bool(self.graph_batches) != bool(self.graph_frames):
             raise ValueError("set both cuda_graph_batches and cuda_graph_frames, or neither")
+        if self.scheduling not in SCHEDULING:
+            raise ValueError(
+                f"scheduling must be one of {', '.join(SCHEDULING)}, got {self.scheduling!r}"
+            )
         if self.intra_op_threads < 0 or self.inter_op_threads < 0:
             raise ValueError("thread counts must be >= 0 (0 = ONNX Runtime's default)")
         if self.graph_optimization not in ONNX_GRAPH_OPTIMIZATIONS:

@@ -83,6 +83,10 @@ class InferenceRequest:
         self.inputs = {k: v if isinstance(v, Tensor) else Tensor(k, v) for k, v in inputs.items()}
         self.sender = ResponseSender()
         self.cancelled = False
+        self.params = "{}"  # the request's parameters as JSON, as the stub gives them
+
+    def parameters(self) -> str:
+        return self.params
 
     def get_response_sender(self) -> ResponseSender:
         return self.sender

@@ -27,6 +27,7 @@ from tts_serving.engines.batching import (
 )
 
 from ..errors import ModelConfigError
+from ..levels import Gate, GatedSession
 from ..settings import EngineSettings, VocoderSettings
 from . import INT8_FILE, WEIGHTS_FILE
 from .null import NullAcousticNet, NullVocoderNet
@@ -68,8 +69,11 @@ def torch_options(options: EngineSettings, device_id: int = 0, graph_budget: int
     )
 
 
-def load_acoustic(path: str | Path, options: EngineSettings, device_id: int = 0) -> AcousticModel:
-    """The acoustic half in ``path`` (``model_file(options)`` of a voice) on its engine."""
+def load_acoustic(
+    path: str | Path, options: EngineSettings, device_id: int = 0, gate: Gate | None = None
+) -> AcousticModel:
+    """The acoustic half in ``path`` (``model_file(options)`` of a voice) on its engine;
+    ``gate``: the copy for bulk work, each call through it (:func:`sessions`)."""
     if options.engine == "torch":
         from tts_serving.engines.torch_engine import TorchAcousticNet
 
@@ -78,14 +82,19 @@ def load_acoustic(path: str | Path, options: EngineSettings, device_id: int = 0)
         return AcousticModel(net, options)
     if options.engine == "null":
         return AcousticModel(NullAcousticNet(), options)
-    items = [OrtAcousticNet(create_session(path, o)) for o in _item_sessions(options)]
-    return AcousticModel(OrtAcousticNet(create_session(path, options)), options, items)
+    net, items = sessions(path, options, OrtAcousticNet, gate)
+    return AcousticModel(net, options, items)
 
 
 def load_vocoder(
-    path: str | Path, hop_length: int, options: EngineSettings, device_id: int = 0
+    path: str | Path,
+    hop_length: int,
+    options: EngineSettings,
+    device_id: int = 0,
+    gate: Gate | None = None,
 ) -> VocoderModel:
-    """The vocoder half in ``path`` (``model_file(options)`` of a voice) on its engine."""
+    """The vocoder half in ``path`` (``model_file(options)`` of a voice) on its engine;
+    ``gate``: the copy for bulk work, each call through it (:func:`sessions`)."""
     if options.engine == "torch":
         from tts_serving.engines.torch_engine import TorchVocoderNet
 
@@ -94,10 +103,20 @@ def load_vocoder(
         return VocoderModel(net, hop_length, options)
     if options.engine == "null":
         return VocoderModel(NullVocoderNet(hop_length), hop_length, options)
-    items = [OrtVocoderNet(create_session(path, o)) for o in _item_sessions(options)]
     split = not isinstance(options, VocoderSettings) or options.split_items
-    net = OrtVocoderNet(create_session(path, options))
+    net, items = sessions(path, options, OrtVocoderNet, gate)
     return VocoderModel(net, hop_length, options, items, split_items=split)
+
+
+def sessions(path: str | Path, options: EngineSettings, kind, gate: Gate | None) -> tuple:
+    """(net, item nets) of an ONNX Runtime half: the session of ``intra_op_threads`` and the
+    single-thread ones that run items side by side, each run through ``gate`` if given."""
+
+    def net(o: EngineSettings):
+        session = create_session(path, o)
+        return kind(session if gate is None else GatedSession(session, gate))
+
+    return net(options), [net(o) for o in _item_sessions(options)]
 
 
 def _item_sessions(options: EngineSettings) -> list[EngineSettings]:

@@ -54,6 +54,7 @@ from ..settings import AcousticSettings
 from ..text.words import word_times
 from ..voices import VoiceTable
 from .adapter import (
+    LevelScheduler,
     ModelContext,
     execute_batched,
     latent_check,
@@ -92,16 +93,26 @@ class AcousticStage:
         self.ctx.require_max_batch_size(1)
         self.max_ids = self.ctx.settings.max_phoneme_ids
         models: dict = {}  # one session per ONNX file, shared by the voices that use it
+        self.logger = pb_utils.Logger
+        self.levels = None
+        if self.ctx.settings.scheduling == "levels":
+            self.levels = LevelScheduler(self.ctx, self.logger)
 
         def load(voice):
             check_speakers(voice.name, voice.config.num_speakers, self.ctx.settings)
             path = voice.file(model_file(self.ctx.settings))
             if path not in models:
                 models[path] = load_acoustic(path, self.ctx.settings, self.ctx.device_id)
+                if self.levels is not None:
+                    self.levels.bulk_copy(
+                        models[path],
+                        lambda gate: load_acoustic(path, self.ctx.settings, gate=gate),
+                    )
             return voice.config, models[path]
 
         self.voices = VoiceTable(self.ctx.voices(), load)
-        self.logger = pb_utils.Logger
+        if self.levels is not None:
+            self.levels.start(self.parse, self.run)
         engine = next(iter(models.values())).net.description
         self.logger.log_info(
             f"acoustic ready on {engine}: voices {', '.join(self.voices.names)} "
@@ -156,7 +167,7 @@ class AcousticStage:
         scales = np.array([noise, voice.length_scale, noise_w, speed], np.float32)
         return AcousticPart(model, ids, scales, speaker)
 
-    def run(self, items: list[AcousticItem]) -> list:
+    def run(self, items: list[AcousticItem], bulk: bool = False) -> list:
         parts = [p for it in items for p in it.parts]
 
         def run_model(model: AcousticModel, indices: list[int]) -> list[AcousticResult]:
@@ -166,7 +177,8 @@ class AcousticStage:
                 [parts[i].speaker for i in indices],
             )
 
-        results = run_grouped([p.model for p in parts], run_model)
+        models = [self.levels.pick(p.model, bulk) if self.levels else p.model for p in parts]
+        results = run_grouped(models, run_model)
         outputs, at = [], 0
         for item in items:
             outputs.append(self.outputs(item, results[at : at + len(item.parts)]))
@@ -200,8 +212,14 @@ class AcousticStage:
         tensors.append(pb_utils.Tensor(LATENT_CHECK, check[None]))
         return tensors
 
-    def execute(self, requests: list) -> list:
+    def execute(self, requests: list) -> list | None:
+        if self.levels is not None:
+            return self.levels.execute(requests)
         return execute_batched(requests, self.parse, self.run, self.logger, "acoustic")
+
+    def finalize(self) -> None:
+        if self.levels is not None:
+            self.levels.close()
 
 
 def rows_of(request, name: str, columns: int, ids: int) -> np.ndarray:

@@ -6,8 +6,10 @@ in the adapter tests), so ``pb_utils`` is imported here at module level.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,13 +20,15 @@ import triton_python_backend_utils as pb_utils
 
 from tts_serving.engines.batching import is_numpy
 from tts_serving.model_config import config_parameters, parse_settings
-from tts_wire import SynthesisOptions
+from tts_wire import BULK_PARAMETER, SynthesisOptions
 from tts_wire.tensors import MODEL_IO, OPTIONS, ModelIO
 
 from ..errors import CorruptInputError, InvalidInputError, ModelConfigError
+from ..levels import Gate, InteractiveCount, count_path
 from ..voices import VoiceFiles, decode_name, discover, exported
 
 T = TypeVar("T")
+DEFAULT_MAX_QUEUE = 256  # a stage's waiting requests when its config names no max_queue_size
 S = TypeVar("S")
 
 
@@ -245,6 +249,47 @@ def output_or_error(
     return [output_tensor(name, finish(array) if finish else array)]
 
 
+def error_response(message: str, code) -> Any:
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))
+
+
+def parse_or_respond(request, parse: Callable[[Any], T], logger, model_name: str):
+    """(the item, None) of a valid request, or (None, the error response it gets)."""
+    try:
+        return parse(request), None
+    except InvalidInputError as e:
+        return None, error_response(str(e), pb_utils.TritonError.INVALID_ARG)
+    except CorruptInputError as e:
+        logger.log_error(f"{model_name}: {e}")
+        return None, error_response(str(e), pb_utils.TritonError.INTERNAL)
+
+
+def run_and_respond(
+    items: list[T], run: Callable[[list[T]], list[list]], logger, model_name: str
+) -> list:
+    """A response per item of ``run(items)``: its outputs, or its own error (see
+    :func:`execute_batched`); a failure of the whole run is an error for each."""
+    try:
+        outputs = run(items)
+    except InvalidInputError as e:
+        return [error_response(str(e), pb_utils.TritonError.INVALID_ARG)] * len(items)
+    except Exception as e:  # a failure is an error for each request, never silence
+        logger.log_error(f"{model_name}: batch of {len(items)} failed: {e!r}")
+        message = f"{model_name} failed on this batch ({type(e).__name__}); see the server log"
+        return [error_response(message, pb_utils.TritonError.INTERNAL)] * len(items)
+    responses = []
+    for output in outputs:
+        if isinstance(output, InvalidInputError):
+            responses.append(error_response(str(output), pb_utils.TritonError.INVALID_ARG))
+        elif isinstance(output, Exception):
+            logger.log_error(f"{model_name}: {type(output).__name__}: {output}")
+            message = f"{model_name} produced no valid output for this item; see the server log"
+            responses.append(error_response(message, pb_utils.TritonError.INTERNAL))
+        else:
+            responses.append(pb_utils.InferenceResponse(output_tensors=output))
+    return responses
+
+
 def execute_batched(
     requests: Sequence,
     parse: Callable[[Any], T],
@@ -262,48 +307,116 @@ def execute_batched(
     responses: list = [None] * len(requests)
     valid: list[tuple[int, T]] = []
     for i, request in enumerate(requests):
-        try:
-            valid.append((i, parse(request)))
-        except InvalidInputError as e:
-            responses[i] = pb_utils.InferenceResponse(
-                error=pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG)
-            )
-        except CorruptInputError as e:
-            logger.log_error(f"{model_name}: {e}")
-            responses[i] = pb_utils.InferenceResponse(
-                error=pb_utils.TritonError(str(e), pb_utils.TritonError.INTERNAL)
-            )
+        item, responses[i] = parse_or_respond(request, parse, logger, model_name)
+        if responses[i] is None:
+            valid.append((i, item))
     if valid:
-        try:
-            outputs = run([item for _, item in valid])
-        except InvalidInputError as e:
-            outputs = None
-            error = pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG)
-        except Exception as e:  # a failure is an error for each request, never silence
-            outputs = None
-            logger.log_error(f"{model_name}: batch of {len(valid)} failed: {e!r}")
-            error = pb_utils.TritonError(
-                f"{model_name} failed on this batch ({type(e).__name__}); see the server log",
-                pb_utils.TritonError.INTERNAL,
-            )
-        for k, (i, _) in enumerate(valid):
-            if outputs is None:
-                responses[i] = pb_utils.InferenceResponse(error=error)
-            elif isinstance(outputs[k], InvalidInputError):
-                responses[i] = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(str(outputs[k]), pb_utils.TritonError.INVALID_ARG)
-                )
-            elif isinstance(outputs[k], Exception):
-                logger.log_error(f"{model_name}: {type(outputs[k]).__name__}: {outputs[k]}")
-                responses[i] = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(
-                        f"{model_name} produced no valid output for this item; see the server log",
-                        pb_utils.TritonError.INTERNAL,
-                    )
-                )
-            else:
-                responses[i] = pb_utils.InferenceResponse(output_tensors=outputs[k])
+        answered = run_and_respond([item for _, item in valid], run, logger, model_name)
+        for (i, _), response in zip(valid, answered):
+            responses[i] = response
     # No log line per batch: the stub sends every pb_utils log message to tritonserver, verbose
     # or not, which cost 5-11 % of a stage's time on the null engine (docs/performance.md).
     # Triton's statistics count the batches and their times instead.
     return responses
+
+
+def is_bulk(request) -> bool:
+    """Whether the front door sent ``request`` at the bulk level (``BULK_PARAMETER``)."""
+    try:
+        parameters = json.loads(request.parameters() or "{}")
+    except ValueError:
+        return False
+    return isinstance(parameters, dict) and parameters.get(BULK_PARAMETER) is True
+
+
+class LevelScheduler:
+    """A stage's ``execute`` with ``scheduling: levels`` (tts_serving.levels): it takes the
+    requests, answers each through its response sender when its work is done, and returns at
+    once, so Triton hands it the next requests while it runs. Interactive and bulk requests
+    wait in two queues and run on two workers, each taking up to ``max_batch`` of its own at a
+    time; bulk work runs on the stage's bulk copies of its models (:meth:`bulk_copy`), whose
+    calls run only while no interactive work is in the server (tts_serving.levels.Gate). More
+    than ``max_queue`` waiting: UNAVAILABLE at once, as Triton's full queue."""
+
+    def __init__(self, ctx: ModelContext, logger) -> None:
+        if getattr(ctx.settings, "engine", None) != "onnxruntime":
+            raise ModelConfigError(f"{ctx.name}: scheduling levels needs the onnxruntime engine")
+        self.name, self.logger = ctx.name, logger
+        self.max_batch = ctx.require_max_batch_size(1)
+        policy = ctx.config.get("dynamic_batching", {}).get("default_queue_policy", {})
+        self.max_queue = int(policy.get("max_queue_size", 0) or 0) or DEFAULT_MAX_QUEUE
+        self.count = InteractiveCount(count_path())
+        self.gate = Gate(self.count)
+        self.bulk_of: dict[int, Any] = {}
+        self.waiting: dict[bool, list] = {False: [], True: []}
+        self.ready = threading.Condition()
+        self.stopping = False
+        self.workers: list[threading.Thread] = []
+
+    def bulk_copy(self, model, load: Callable[[Gate], Any]) -> None:
+        """``load(gate)``: ``model``'s copy for bulk work, its calls through ``gate``."""
+        self.bulk_of[id(model)] = load(self.gate)
+
+    def pick(self, model, bulk: bool):
+        return self.bulk_of[id(model)] if bulk else model
+
+    def start(self, parse: Callable[[Any], T], run: Callable[..., list[list]]) -> None:
+        """``run(items, bulk=...)`` answers a batch of one level."""
+        self.parse, self.run = parse, run
+        for bulk, kind in ((False, "interactive"), (True, "bulk")):
+            worker = threading.Thread(
+                target=self._work, args=(bulk,), name=f"{self.name}-{kind}", daemon=True
+            )
+            worker.start()
+            self.workers.append(worker)
+
+    def execute(self, requests: Sequence) -> None:
+        for request in requests:
+            sender = request.get_response_sender()
+            item, error = parse_or_respond(request, self.parse, self.logger, self.name)
+            if error is not None:
+                sender.send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                continue
+            bulk = is_bulk(request)
+            with self.ready:
+                if sum(len(q) for q in self.waiting.values()) >= self.max_queue:
+                    full = f"{self.name}: {self.max_queue} requests are waiting; retry later"
+                    sender.send(
+                        error_response(full, pb_utils.TritonError.UNAVAILABLE),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                    )
+                    continue
+                if not bulk:
+                    self.count.add(1)
+                self.waiting[bulk].append((sender, item))
+                self.ready.notify_all()
+        return None
+
+    def _work(self, bulk: bool) -> None:
+        while True:
+            with self.ready:
+                while not self.waiting[bulk] and not self.stopping:
+                    self.ready.wait()
+                if not self.waiting[bulk]:
+                    return
+                taken = self.waiting[bulk][: self.max_batch]
+                del self.waiting[bulk][: self.max_batch]
+            run = functools.partial(self.run, bulk=bulk)
+            responses = run_and_respond([item for _, item in taken], run, self.logger, self.name)
+            for (sender, _), response in zip(taken, responses):
+                try:
+                    sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                except Exception as e:  # the client is gone: nothing to tell it
+                    self.logger.log_warn(f"{self.name}: a response was not sent: {e}")
+            if not bulk:
+                self.count.add(-len(taken))
+
+    def close(self) -> None:
+        """Finish what waits, then stop the workers."""
+        with self.ready:
+            self.stopping = True
+            self.ready.notify_all()
+        for worker in self.workers:
+            worker.join()
+        self.gate.close()
+        self.count.close()

@@ -33,6 +33,7 @@ from ..model_config import cpu_only_inputs
 from ..settings import VocoderSettings
 from ..voices import VoiceTable
 from .adapter import (
+    LevelScheduler,
     ModelContext,
     check_matches,
     count_non_finite,
@@ -77,6 +78,10 @@ class VocoderStage:
                 "that needs device_tensors true): set both, as profile gpu-dlpack does"
             )
         models: dict = {}  # one session per ONNX file, shared by the voices that use it
+        self.logger = pb_utils.Logger
+        self.levels = None
+        if self.settings.scheduling == "levels":
+            self.levels = LevelScheduler(self.ctx, self.logger)
 
         def load(voice):
             config = voice.config
@@ -95,10 +100,18 @@ class VocoderStage:
                 models[path] = load_vocoder(
                     path, config.hop_length, self.settings, self.ctx.device_id
                 )
+                if self.levels is not None:
+                    self.levels.bulk_copy(
+                        models[path],
+                        lambda gate: load_vocoder(
+                            path, config.hop_length, self.settings, gate=gate
+                        ),
+                    )
             return models[path], VoiceLoudness.read(voice.file(LOUDNESS_FILE))
 
         self.voices = VoiceTable(self.ctx.voices(), load)
-        self.logger = pb_utils.Logger
+        if self.levels is not None:
+            self.levels.start(self.parse, self.run)
         engine = next(iter(models.values())).net.description
         gains = ", ".join(f"{name} {loud.gain}" for name, (_, loud) in self.voices)
         self.logger.log_info(f"vocoder ready on {engine} with {self.settings}; voice gains {gains}")
@@ -161,10 +174,10 @@ class VocoderStage:
         # In place: ``audio`` is this item's part of the engine's output, used once.
         return apply_gain(audio, loudness.gain, out=audio if audio.dtype == np.float32 else None)
 
-    def run(self, items: list[VocoderItem]) -> list:
+    def run(self, items: list[VocoderItem], bulk: bool = False) -> list:
         parts = [p for it in items for p in it.parts]
         audios = run_grouped(
-            [p.model for p in parts],
+            [self.levels.pick(p.model, bulk) if self.levels else p.model for p in parts],
             lambda model, indices: model(
                 [parts[i].latent for i in indices], [parts[i].speaker for i in indices]
             ),
@@ -188,5 +201,11 @@ class VocoderStage:
             outputs.append(output_or_error(AUDIO, join_with_silence(levelled, item.pauses)))
         return outputs
 
-    def execute(self, requests: list) -> list:
+    def execute(self, requests: list) -> list | None:
+        if self.levels is not None:
+            return self.levels.execute(requests)
         return execute_batched(requests, self.parse, self.run, self.logger, "vocoder")
+
+    def finalize(self) -> None:
+        if self.levels is not None:
+            self.levels.close()

@@ -62,6 +62,10 @@ MAX_NOISE = 2.0
 
 # The stages' dynamic_batching priority_levels (config.pbtxt): 1 interactive, 2 bulk.
 PRIORITY_LEVELS = 2
+# The request parameter (bool) the front door sets on a request it sends at the bulk level:
+# Triton's ensemble passes request parameters on to every stage, its priority it does not show
+# them (a stage with scheduling "levels" runs bulk work only on cores nothing else wants).
+BULK_PARAMETER = "bulk"
 
 # The start of the INVALID_ARG message for text over a limit: clients then stream it.
 TEXT_TOO_LONG = "text is too long"

@@ -137,3 +137,10 @@ def test_a_header_length_that_is_no_number_is_read_as_none():
     rewritten = _at_priority(1, header, body, headers, forwarded)
     assert json.loads(rewritten)["parameters"] == {"priority": 1}
     assert forwarded["Inference-Header-Content-Length"] == str(len(rewritten))
+    # At bulk the stages read the level from the bulk flag; a client's own is not kept.
+    header["parameters"] = {"bulk": True, "timeout": 5}
+    assert json.loads(_at_priority(2, header, body, headers, {}))["parameters"] == {
+        "timeout": 5, "priority": 2, "bulk": True
+    }  # fmt: skip
+    header["parameters"] = {"bulk": True}
+    assert json.loads(_at_priority(1, header, body, headers, {}))["parameters"] == {"priority": 1}

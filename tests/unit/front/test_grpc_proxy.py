@@ -53,6 +53,15 @@ def test_a_priority_is_read_and_a_demotion_wins_as_protobuf_reads_it():
     assert infer_request(demoted).priority == 2
     parsed = service_pb2.ModelInferRequest.FromString(demoted)  # as Triton reads it
     assert parsed.parameters["priority"].uint64_param == 2
+    # The stages see the level as the bulk flag (Triton passes request parameters on to an
+    # ensemble's steps, not its priority); a client's own flag is overwritten either way.
+    assert parsed.parameters["bulk"].bool_param is True
+    request.parameters["bulk"].bool_param = True
+    promoted = service_pb2.ModelInferRequest.FromString(
+        with_priority(request.SerializeToString(), 1)
+    )
+    assert promoted.parameters["bulk"].bool_param is False
+    assert promoted.parameters["priority"].uint64_param == 1
     assert parsed.parameters["timeout"].int64_param == 5_000_000
     assert parsed.raw_input_contents == request.raw_input_contents
     plain = service_pb2.ModelInferRequest(model_name="tts").SerializeToString()
@@ -158,3 +167,54 @@ def test_a_callers_long_texts_are_one_count_however_they_came_in():
         assert len(keeper._streams) == 0
 
     asyncio.run(main())
+
+
+def test_with_express_only_a_light_clients_requests_are_interactive_and_go_in_at_once():
+    """Where the stages run bulk work only while no interactive work is in the server
+    (express_interactive), an interactive request goes to Triton at once, beside the slots;
+    only a light client's are interactive: one with two in flight, or with requests waiting,
+    goes at bulk whatever it asked, the gateway's callers too."""
+    import asyncio
+
+    from tts_front.admission import GATEWAY
+    from tts_front.gatekeeper import EXPRESS_PER_CLIENT, Gatekeeper
+    from tts_front.settings import FrontSettings
+
+    async def main():
+        settings = FrontSettings(warmup_requests=0, slots=8, express_interactive=True)
+        keeper = Gatekeeper(settings)
+        flood = [await keeper.enter("tts", 10.0, client="flood", priority=1) for _ in range(2)]
+        assert [keeper.level(t) for t in flood] == [1] * EXPRESS_PER_CLIENT
+        assert all(t.express for t in flood) and keeper.admission.in_flight == 2
+        # The flood's third is bulk, and takes one of the slots left.
+        third = await keeper.enter("tts", 10.0, client="flood", priority=1)
+        assert keeper.level(third) == 2 and not third.express
+        fourth = await keeper.enter("tts", 10.0, client="flood")
+        # No room is left (4, a batch, with no rate measured yet): a light client's request
+        # still goes in at once, at level 1.
+        bystander = await asyncio.wait_for(keeper.enter("tts", 10.0, client="b"), 1)
+        assert keeper.level(bystander) == 1 and bystander.express
+        waiting = asyncio.ensure_future(keeper.enter("tts", 10.0, client="flood", priority=1))
+        await asyncio.sleep(0.01)
+        assert not waiting.done()  # the flood's next waits for a slot
+        keeper.leave(flood[0], "served")
+        keeper.leave(flood[1], "served")
+        # The flood has requests waiting: bulk, though it has no interactive work left.
+        assert not keeper._is_interactive("flood", 1, 10.0)
+        caller = f"{GATEWAY}203.0.113.7"
+        first = await keeper.enter("tts", 10.0, client=caller, priority=1)
+        rest = await keeper.enter("tts", 10.0, client=caller, priority=2)
+        assert keeper.level(first) == keeper.level(rest) == 1  # a light caller's whole text
+        for ticket in (third, fourth, bystander, first, rest):
+            keeper.leave(ticket, "served")
+        keeper.leave(await waiting, "served")
+        assert keeper._express == 0 and not keeper._in_flight_of and not keeper._interactive
+
+    asyncio.run(main())
+
+
+def test_the_launcher_sends_interactive_work_at_once_only_to_stages_that_run_levels():
+    from tts_launcher.profiles import levels_scheduled
+
+    assert levels_scheduled("cpu-levels")
+    assert not levels_scheduled(None) and not levels_scheduled("cpu-interactive")

@@ -1,0 +1,86 @@
+"""``scheduling: levels`` in the acoustic and vocoder model.py: requests answered through their
+senders, bulk ones only while no interactive work is in the server, the batch mode's results."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from tests.support import pb_utils as pb
+from tests.support.models import load_model, served_latents, text_request
+from tts_serving.errors import ModelConfigError
+from tts_serving.triton import adapter
+
+TEXTS = ["Short one.", "A much longer sentence that takes more time to say.", "Medium here."]
+BULK = json.dumps({"bulk": True})
+
+
+@pytest.fixture(autouse=True)
+def own_count(monkeypatch, tmp_path):
+    """The stage's count in a file of this test's (a stub's is its tritonserver's)."""
+    monkeypatch.setattr(adapter, "count_path", lambda: tmp_path / "levels")
+
+
+def answers(requests, timeout_s: float = 60) -> list:
+    """Each request's one final response, once all have one."""
+    deadline = time.monotonic() + timeout_s
+    while not all(r.sender.sent for r in requests):
+        assert time.monotonic() < deadline, "a request was never answered"
+        time.sleep(0.01)
+    for r in requests:
+        assert (
+            len(r.sender.sent) == 1
+            and r.sender.sent[0][1] == pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        )
+    return [r.sender.sent[0][0] for r in requests]
+
+
+def test_the_vocoder_answers_both_levels_with_the_batch_modes_audio(exported_repository):
+    latents = served_latents(exported_repository, TEXTS)
+    batch = load_model(exported_repository, "vocoder")
+    expected = [
+        r.output("audio") for r in batch.execute([pb.InferenceRequest(latent=x) for x in latents])
+    ]
+    levels = load_model(exported_repository, "vocoder", {"scheduling": "levels"})
+    try:
+        requests = [pb.InferenceRequest(latent=x) for x in latents]
+        requests[1].params = requests[2].params = BULK
+        bad = pb.InferenceRequest(latent=np.zeros((1, 5, 10), np.float32))
+        assert levels.execute([*requests, bad]) is None  # answered through the senders
+        (refused,) = answers([bad], timeout_s=1)  # a bad request at once, alone
+        assert refused.error().code() == pb.TritonError.INVALID_ARG
+        for response, audio in zip(answers(requests), expected):
+            assert response.output("audio").shape == audio.shape
+            assert np.max(np.abs(response.output("audio") - audio)) < 1e-4
+    finally:
+        levels.finalize()
+
+
+def test_bulk_work_waits_while_interactive_work_is_in_the_server(exported_repository):
+    phonemizer = load_model(exported_repository, "phonemizer")
+    ids = phonemizer.execute([text_request(b"Wait for the others.")])[0].output("phoneme_ids")
+    acoustic = load_model(exported_repository, "acoustic", {"scheduling": "levels"})
+    try:
+        acoustic.levels.count.add(1)  # an interactive request somewhere in the server
+        bulk = pb.InferenceRequest(phoneme_ids=ids)
+        bulk.params = BULK
+        acoustic.execute([bulk])
+        time.sleep(0.5)
+        assert not bulk.sender.sent
+        interactive = pb.InferenceRequest(phoneme_ids=ids)
+        acoustic.execute([interactive])
+        (first,) = answers([interactive])  # interactive work is not held back
+        assert not bulk.sender.sent
+        acoustic.levels.count.add(-1)
+        (later,) = answers([bulk])
+        assert later.output("latent").shape[1] == 192 and first.output("latent").shape[1] == 192
+    finally:
+        acoustic.finalize()
+
+
+def test_levels_need_onnx_runtime(exported_repository):
+    with pytest.raises(ModelConfigError, match="scheduling levels needs the onnxruntime engine"):
+        load_model(exported_repository, "vocoder", {"scheduling": "levels", "engine": "null"})

@@ -1,0 +1,146 @@
+"""tts_serving.levels: the interactive count shared by processes, and the gate of bulk calls."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import onnxruntime as ort
+import pytest
+
+from tts_serving.levels import Gate, InteractiveCount
+
+
+def child_holding(path, n: int) -> subprocess.Popen:
+    """Another process in the count, with ``n`` interactive requests, until its stdin ends."""
+    code = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        from tts_serving.levels import InteractiveCount
+        count = InteractiveCount(Path({str(path)!r}))
+        count.add({n})
+        print(count.slot, flush=True)
+        sys.stdin.read()
+    """)
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None
+    child.slot = int(child.stdout.readline())
+    return child
+
+
+def test_processes_share_the_total_each_in_its_own_slot(tmp_path):
+    path = tmp_path / "count"
+    mine = InteractiveCount(path)
+    mine.add(2)
+    child = child_holding(path, 3)
+    try:
+        assert child.slot != mine.slot
+        assert mine.total() == 5
+        mine.clear_dead()  # a live process's count stays
+        assert mine.total() == 5
+    finally:
+        child.communicate("")
+    assert mine.total() == 5  # until the dead one's slot is looked at
+    mine.clear_dead()
+    assert mine.total() == 2
+    mine.add(-2)
+    mine.close()
+    assert not path.exists()  # the last one out removes the file
+
+
+def test_the_file_stays_while_another_process_takes_part(tmp_path):
+    path = tmp_path / "count"
+    child = child_holding(path, 0)
+    try:
+        mine = InteractiveCount(path)
+        mine.close()
+        assert path.exists()
+    finally:
+        child.communicate("")
+
+
+class FakeCount:
+    def __init__(self) -> None:
+        self.value = 0
+        self.cleared = 0
+
+    def total(self) -> int:
+        return self.value
+
+    def clear_dead(self) -> None:
+        self.cleared += 1
+
+
+def test_a_bulk_call_waits_for_interactive_work_to_end():
+    count = FakeCount()
+    count.value = 1
+    gate = Gate(count, poll_s=0.001)
+    started = threading.Event()
+    result: list = []
+
+    def call(options: ort.RunOptions) -> str:
+        started.set()
+        return "done"
+
+    thread = threading.Thread(target=lambda: result.append(gate.run(call)))
+    thread.start()
+    try:
+        assert not started.wait(0.2)  # held back while interactive work is in the server
+        count.value = 0
+        thread.join(5)
+        assert result == ["done"]
+    finally:
+        gate.close()
+
+
+def test_a_running_bulk_call_is_stopped_when_interactive_work_comes_and_run_again():
+    count = FakeCount()
+    gate = Gate(count, poll_s=0.001)
+    runs: list[str] = []
+    first_running = threading.Event()
+
+    def call(options: ort.RunOptions) -> str:
+        if not runs:  # the first run lasts until stopped, as a long ONNX Runtime call
+            runs.append("stopped")
+            first_running.set()
+            deadline = time.monotonic() + 10
+            while not options.terminate:
+                assert time.monotonic() < deadline, "never stopped"
+                time.sleep(0.001)
+            raise RuntimeError("Exiting due to terminate flag being set to true.")
+        runs.append("whole")
+        return "audio"
+
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(gate.run(call)))
+    thread.start()
+    try:
+        assert first_running.wait(5)
+        count.value = 1  # an interactive request arrives somewhere in the server
+        time.sleep(0.1)
+        assert runs == ["stopped"]  # stopped, and not run again while it is there
+        count.value = 0
+        thread.join(5)
+        assert result == ["audio"] and runs == ["stopped", "whole"]
+        assert gate.stopped_calls == 1
+    finally:
+        gate.close()
+
+
+def test_an_error_that_is_no_stop_is_raised():
+    gate = Gate(FakeCount())
+    try:
+
+        def call(options: ort.RunOptions):
+            raise ValueError("bad input")
+
+        with pytest.raises(ValueError, match="bad input"):
+            gate.run(call)
+        assert gate.stopped_calls == 0
+    finally:
+        gate.close()

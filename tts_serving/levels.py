@@ -1,0 +1,165 @@
+"""Two levels of work on one CPU: interactive work first, bulk work on the time it leaves.
+
+A stage with ``scheduling: levels`` runs the requests the front door sends at the bulk level
+(``tts_wire.BULK_PARAMETER``) on its own worker. Bulk work runs only while no interactive
+request is anywhere in the server's stages (any stage process): an ONNX Runtime call of bulk
+work is stopped as soon as one arrives (``RunOptions.terminate``: within a few milliseconds)
+and run again, whole, once none is left. So an interactive request waits for no running batch
+at any stage and has the cores to itself, and a flood sent at the bulk level cannot slow it;
+what that costs is the stopped calls' work. (Threads on ``SCHED_IDLE`` were tried first: a
+bulk thread the kernel parked while it held the Python GIL stalled the stage's interactive
+work behind it.)
+
+The count of interactive requests is shared by the server's stage processes through a small
+file in /dev/shm: one slot per process, claimed with a lock that ends with the process.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+SLOTS = 64  # stage processes (instances) one server can have taking part
+POLL_S = 0.001  # how often the gate looks at the count
+CLEAR_EVERY = 500  # polls a bulk call waits between looks for ended processes' counts
+
+
+def count_path(server_pid: int | None = None) -> Path:
+    """The count's file for the tritonserver whose stub processes we are (their parent)."""
+    return Path("/dev/shm") / f"tts-levels-{server_pid or os.getppid()}"
+
+
+class InteractiveCount:
+    """Interactive requests in the server's stages: this process's slot, everyone's total."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        if os.fstat(self.fd).st_size < 8 * SLOTS:
+            os.ftruncate(self.fd, 8 * SLOTS)
+        self.map = mmap.mmap(self.fd, 8 * SLOTS)
+        self.values = np.frombuffer(self.map, dtype=np.int64)
+        self.slot = self._claim()
+        self.values[self.slot] = 0  # a dead process's count ended with it
+        self.lock = threading.Lock()
+
+    def _claim(self) -> int:
+        for slot in range(SLOTS):
+            try:
+                fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 8, 8 * slot)
+                return slot
+            except OSError:
+                continue
+        raise RuntimeError(f"more than {SLOTS} stage processes share {self.path}")
+
+    def add(self, n: int) -> None:
+        with self.lock:
+            self.values[self.slot] += n
+
+    def total(self) -> int:
+        return int(self.values.sum())
+
+    def clear_dead(self) -> None:
+        """Zero the slots of processes that ended (a crashed stage's count would otherwise
+        hold every bulk call back): a slot whose lock can be taken has no process."""
+        for slot in np.flatnonzero(self.values):
+            if slot == self.slot:
+                continue
+            try:
+                fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 8, 8 * int(slot))
+            except OSError:
+                continue  # held: its process lives
+            self.values[slot] = 0
+            fcntl.lockf(self.fd, fcntl.LOCK_UN, 8, 8 * int(slot))
+
+    def close(self) -> None:
+        """Leave the count; the last process to leave removes its file."""
+        self.values[self.slot] = 0
+        try:
+            fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 8 * SLOTS, 0)
+            os.unlink(self.path)
+        except OSError:
+            pass  # another process still takes part
+        self.values = np.zeros(0, np.int64)  # no view of the map left, so it may close
+        self.map.close()
+        os.close(self.fd)
+
+
+class Gate:
+    """Lets bulk calls run only while ``count`` is 0, and stops the running ones when it
+    rises (their callers run them again once it is 0)."""
+
+    def __init__(self, count: InteractiveCount, poll_s: float = POLL_S) -> None:
+        self.count = count
+        self.poll_s = poll_s
+        self.running: set[ort.RunOptions] = set()
+        self.lock = threading.Lock()
+        self.busy = threading.Event()  # a bulk call runs: the watcher looks (else it sleeps)
+        self.stopped_calls = 0  # calls stopped for interactive work (each run again)
+        self.closing = threading.Event()
+        self.watcher = threading.Thread(target=self._watch, name="bulk-gate", daemon=True)
+        self.watcher.start()
+
+    def run(self, call: Callable[[ort.RunOptions], object]) -> object:
+        """``call(run_options)``, started when no interactive work is in the server, again
+        after every stop."""
+        while True:
+            waited = 0
+            while self.count.total() > 0 and not self.closing.is_set():
+                time.sleep(self.poll_s)
+                waited += 1
+                if waited % CLEAR_EVERY == 0:
+                    self.count.clear_dead()
+            options = ort.RunOptions()
+            with self.lock:
+                self.running.add(options)
+                self.busy.set()
+            try:
+                return call(options)
+            except Exception:
+                if not options.terminate:
+                    raise
+                self.stopped_calls += 1
+            finally:
+                with self.lock:
+                    self.running.discard(options)
+                    if not self.running:
+                        self.busy.clear()
+
+    def _watch(self) -> None:
+        while not self.closing.is_set():
+            self.busy.wait()
+            if self.count.total() > 0:
+                with self.lock:
+                    for options in self.running:
+                        options.terminate = True
+            time.sleep(self.poll_s)
+
+    def close(self) -> None:
+        self.closing.set()
+        self.busy.set()
+        self.watcher.join(1)
+
+
+class GatedSession:
+    """An ONNX Runtime session whose every ``run`` goes through ``gate``."""
+
+    def __init__(self, session: ort.InferenceSession, gate: Gate) -> None:
+        self.session, self.gate = session, gate
+
+    def run(self, outputs, feeds):
+        return self.gate.run(lambda options: self.session.run(outputs, feeds, options))
+
+    def get_inputs(self):
+        return self.session.get_inputs()
+
+    def get_providers(self):
+        return self.session.get_providers()
