@@ -139,6 +139,7 @@ def halve_and_restore(launcher: Launcher, url: str, rate: float, seconds: float)
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.admission", description=__doc__)
     p.add_argument("--repository", type=Path, default=ROOT / "model_repository")
+    p.add_argument("--profile", help="serve configs/<profile>.pbtxt (default: config.pbtxt)")
     p.add_argument("--idle", type=float, default=45.0, help="seconds idle before the 2nd bursts")
     p.add_argument("--seconds", type=float, default=20.0, help="seconds of each open-loop load")
     p.add_argument("--deadline", type=float, help="the requests' own deadline (gRPC), seconds")
@@ -148,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     DEADLINE_S = a.deadline
     print(f"machine: {cpu_line()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        launcher = Launcher(a.repository, Path(tmp) / "launcher.log")
+        extra = [f"--model-config-name={a.profile}"] if a.profile else []
+        launcher = Launcher(a.repository, Path(tmp) / "launcher.log", extra)
         try:
             launcher.wait_ready()
             url = f"127.0.0.1:{launcher.grpc}"

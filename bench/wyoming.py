@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument("--requests", type=int, default=32, help="requests per concurrency")
     p.add_argument("--repository", type=Path, default=ROOT / "model_repository")
+    p.add_argument("--profile", help="serve configs/<profile>.pbtxt (default: config.pbtxt)")
     a = p.parse_args(argv)
     print(f"machine: {cpu_line()}", flush=True)
     python = piper_python()
@@ -124,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
              str(voice_dir()), "--download-dir", tmp, "--uri", f"tcp://127.0.0.1:{piper_port}"],
             stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / "piper.log", "w"),
         )  # fmt: skip
-        ours = Launcher(a.repository, Path(tmp) / "launcher.log")
+        extra = [f"--model-config-name={a.profile}"] if a.profile else []
+        ours = Launcher(a.repository, Path(tmp) / "launcher.log", extra)
         try:
             ours.wait_ready()
             _wait_for_port(piper_port)

@@ -89,3 +89,14 @@ def test_a_bad_item_gets_its_own_error_and_the_others_their_audio(levels):
         status = pool.submit(bad).result()
         assert all(g.result().size > 10_000 for g in good)
     assert status == "StatusCode.INVALID_ARGUMENT"
+
+
+def test_a_stream_has_its_first_chunk_interactive_and_the_rest_as_bulk(levels):
+    """tts_stream sends its later chunks to the stages with the bulk flag (its BLS requests'
+    parameters); the stream is spoken whole."""
+    from tts_client import TTSClient
+
+    text = " ".join(SENTENCES[:6])
+    with TTSClient(levels.grpc_url) as client:
+        chunks = list(client.stream(text))
+    assert len(chunks) > 2 and all(c.samples.size for c in chunks)

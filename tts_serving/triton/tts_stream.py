@@ -17,6 +17,7 @@ import triton_python_backend_utils as pb_utils
 
 from tts_wire import (
     AUDIO,
+    BULK_PARAMETER,
     CANCELLED,
     CHUNK_TEXT,
     INTERNAL,
@@ -187,9 +188,14 @@ class TtsStream:
         by_stage = {stage: forwarded(request, stage) for stage in STAGES}
         return StreamRequest(plan, options, voice, by_stage, received.clean)
 
-    async def bls(self, model, inputs, outputs: list[str]) -> list:
+    async def bls(self, model, inputs, outputs: list[str], bulk: bool = False) -> list:
         request = pb_utils.InferenceRequest(
-            model_name=model, requested_output_names=outputs, inputs=inputs
+            model_name=model,
+            requested_output_names=outputs,
+            inputs=inputs,
+            # A stream's later chunks are bulk work for stages that run levels (its first is
+            # its first audio); the stages in batch mode ignore it.
+            parameters={BULK_PARAMETER: True} if bulk else {},
         )
         response = await request.async_exec()
         if response.has_error():
@@ -205,9 +211,10 @@ class TtsStream:
         if chunk.marks is not None:
             inputs.append(pb_utils.Tensor(MARK_SPANS, chunk.marks[None]))
             outputs.append(MARKS)
-        found = await self.bls(ACOUSTIC, [*inputs, *stream.inputs(chunk, ACOUSTIC)], outputs)
+        bulk = chunk.index > 0
+        found = await self.bls(ACOUSTIC, [*inputs, *stream.inputs(chunk, ACOUSTIC)], outputs, bulk)
         latent = [found.pop(0), found.pop(0)]  # the latent and its check, as tts sends them
-        (audio,) = await self.bls(VOCODER, [*latent, *stream.inputs(chunk, VOCODER)], [AUDIO])
+        (audio,) = await self.bls(VOCODER, [*latent, *stream.inputs(chunk, VOCODER)], [AUDIO], bulk)
         marks = found.pop().as_numpy().reshape(-1, 2).copy() if chunk.marks is not None else None
         times = found[0].as_numpy().reshape(-1, 4) if found else None
         if not stream.options.word_timestamps:
