@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tts_front.admission import BATCH_ITEM_COST
+from tts_front.gatekeeper import EXPRESS_PER_CLIENT
 from tts_front.http_proxy import MAX_JSON_DEPTH
 from tts_front.settings import FrontSettings
 from tts_gateway.settings import GatewaySettings
@@ -99,6 +100,14 @@ LIMITS: tuple[Limit, ...] = (
     Limit("a client's work at priority 1 (interactive)", "tts_front/gatekeeper.py",
           lambda: f"{2 * BATCH_ITEM_COST} cost units", _front_flag("interactive_work_per_client"),
           "past it its requests go at priority 2, behind other clients' first ones"),
+    Limit("a client's requests in flight for it to be interactive, under profile cpu-levels",
+          "tts_front/gatekeeper.py", lambda: f"{EXPRESS_PER_CLIENT - 1}",
+          "`EXPRESS_PER_CLIENT` (code)",
+          "more, or any waiting in the front door: its requests go at bulk, on the time "
+          "interactive work leaves"),
+    Limit("interactive requests sent on beside the slots, under profile cpu-levels",
+          "tts_front/gatekeeper.py", lambda: "as many as the slots", "front door `--slots`",
+          "past them an interactive request waits for a slot as others do"),
     Limit("long-text (`tts_stream`) requests per client: gRPC, and the gateway's HTTP, "
           "sessions and Wyoming for the caller they name, one count", "tts_front/gatekeeper.py",
           _front("max_streams_per_client"), _front_flag("max_streams_per_client"),
@@ -113,6 +122,9 @@ LIMITS: tuple[Limit, ...] = (
           "UNAVAILABLE naming the cap"),
     Limit("requests queued at each stage", "model_repository/*/config.pbtxt",
           _queue_size, "`max_queue_size`", "UNAVAILABLE (the front door keeps far fewer in)"),
+    Limit("requests waiting in a stage with scheduling levels (Triton's queue is empty there)",
+          "tts_serving/triton/adapter.py", _queue_size, "`max_queue_size`",
+          "UNAVAILABLE at once (retry later)"),
     Limit("requests the gateway answers at once", "tts_gateway/drain.py",
           _gateway("max_concurrent_requests"), _gateway_var("max_concurrent_requests"),
           "429 with Retry-After"),
