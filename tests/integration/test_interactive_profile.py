@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.support.paths import ROOT
-from tests.support.processes import ServerProcess
+from tests.support.processes import profile_server
 from tts_client import TTSClient
 from tts_front.sample_texts import SENTENCES
 from tts_launcher.profiles import front_slots
@@ -18,14 +17,8 @@ EXACT = {"noise_scale": 0.0, "noise_w": 0.0}
 
 @pytest.fixture(scope="module")
 def interactive(exported_repository, tmp_path_factory):
-    log = tmp_path_factory.mktemp("triton-interactive") / "server.log"
-    with ServerProcess(
-        exported_repository,
-        log,
-        cache_dir=ROOT / ".cache" / "triton",
-        extra_args=["--model-config-name=cpu-interactive"],
-        supervisor_options={"canary_interval": 0},
-    ) as srv:
+    logs = tmp_path_factory.mktemp("triton-interactive")
+    with profile_server(exported_repository, logs, "cpu-interactive") as srv:
         yield srv
 
 

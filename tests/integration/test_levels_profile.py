@@ -14,8 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support.paths import ROOT
-from tests.support.processes import ServerProcess
+from tests.support.processes import profile_server
 from tts_front.sample_texts import SENTENCES
 from tts_wire import BULK_PARAMETER
 
@@ -24,14 +23,8 @@ EXACT = np.zeros((1, 1), np.float32)  # noise scales 0: the same audio every tim
 
 @pytest.fixture(scope="module")
 def levels(exported_repository, tmp_path_factory):
-    log = tmp_path_factory.mktemp("triton-levels") / "server.log"
-    with ServerProcess(
-        exported_repository,
-        log,
-        cache_dir=ROOT / ".cache" / "triton",
-        extra_args=["--model-config-name=cpu-levels"],
-        supervisor_options={"canary_interval": 0},
-    ) as srv:
+    logs = tmp_path_factory.mktemp("triton-levels")
+    with profile_server(exported_repository, logs, "cpu-levels") as srv:
         yield srv
     assert not Path(f"/dev/shm/tts-levels-{srv.process.pid}").exists()  # the last one out
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.support.paths import ROOT
-from tests.support.processes import ServerProcess
+from tests.support.processes import ServerProcess, profile_server
 from tests.support.speech import transcribe, words
 from tts_client import TTSClient
 from tts_front.sample_texts import SENTENCES
@@ -21,14 +21,8 @@ EXACT = {"noise_scale": 0.0, "noise_w": 0.0}
 
 @pytest.fixture(scope="module")
 def torch_server(exported_repository, tmp_path_factory):
-    log = tmp_path_factory.mktemp("triton-torch") / "server.log"
-    with ServerProcess(
-        exported_repository,
-        log,
-        cache_dir=ROOT / ".cache" / "triton",
-        extra_args=["--model-config-name=torch-cpu"],
-        supervisor_options={"canary_interval": 0},
-    ) as srv:
+    logs = tmp_path_factory.mktemp("triton-torch")
+    with profile_server(exported_repository, logs, "torch-cpu") as srv:
         yield srv
 
 

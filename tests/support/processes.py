@@ -310,3 +310,16 @@ def server_and_gateway(
             gateway.stop()
     finally:
         server.stop()
+
+
+def profile_server(repository: Path, logs: Path, profile: str) -> ServerProcess:
+    """tritonserver serving ``configs/<profile>.pbtxt`` (logs in ``logs``), its canary off so
+    that a test's batches are only its own: ``with profile_server(...) as server:``."""
+    from tests.support.paths import ROOT
+    return ServerProcess(
+        repository,
+        logs / "server.log",
+        cache_dir=ROOT / ".cache" / "triton",
+        extra_args=[f"--model-config-name={profile}"],
+        supervisor_options={"canary_interval": 0},
+    )
