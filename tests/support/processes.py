@@ -316,6 +316,7 @@ def profile_server(repository: Path, logs: Path, profile: str) -> ServerProcess:
     """tritonserver serving ``configs/<profile>.pbtxt`` (logs in ``logs``), its canary off so
     that a test's batches are only its own: ``with profile_server(...) as server:``."""
     from tests.support.paths import ROOT
+
     return ServerProcess(
         repository,
         logs / "server.log",
