@@ -35,7 +35,7 @@ from bench.machine import cpu_line
 from tests.support.processes import ServerProcess
 from tts_front.sample_texts import SENTENCES
 from tts_launcher.commands import free_port
-from tts_triton.statistics import ModelStatistics, model_statistics
+from tts_triton.statistics import ModelStatistics, stage_statistics
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -198,8 +198,12 @@ class PiperHTTP:
 
 
 def statistics_of(server: ServerProcess) -> dict[str, ModelStatistics]:
-    address = f"localhost:{server.grpc_port}"
-    return model_statistics(address, ("acoustic", "vocoder"), server.admin_headers)
+    """The stages' batches (a stage scheduling by levels: its own counts, not Triton's)."""
+    address, metrics = (
+        f"localhost:{server.grpc_port}",
+        f"http://localhost:{server.metrics_port}/metrics",
+    )
+    return stage_statistics(address, metrics, ("acoustic", "vocoder"), server.admin_headers)
 
 
 class OursGRPC:

@@ -129,6 +129,7 @@ class AdmissionTicket:
     ahead: float = 0.0  # the work in Triton as it went in, its own with it
     interactive: bool = False  # counted in its client's requests above the default priority
     express: bool = False  # went in at once, beside the slots (FrontSettings.express_interactive)
+    listener: str = ""  # which of the client's listeners (Gatekeeper.listener); empty: itself
 
 
 FREE = AdmissionTicket(None, 0.0)

@@ -12,6 +12,7 @@ from collections import Counter
 from tts_wire import (
     CALLER_HEADER,
     FRONT_TOKEN_HEADER,
+    LISTENER_HEADER,
     PRIORITY_LEVELS,
     SPEED,
     TEXT,
@@ -47,6 +48,11 @@ from .settings import FrontSettings
 # A client with fewer requests in flight is light (FrontSettings.express_interactive): a text's
 # piece being made and the next one (the gateway sends one ahead).
 EXPRESS_PER_CLIENT = 2
+# The gateway's listeners (LISTENER_HEADER) behind one address that may be interactive at once
+# take up to this share of the room beside the slots: a Home Assistant host's 16 satellites
+# are each a light listener, and a flood of connections from one address leaves the rest of it
+# to other clients.
+LISTENERS_SHARE = 0.5
 
 
 def stream_holder(client: str) -> str:
@@ -84,7 +90,8 @@ class Gatekeeper:
         self._streams = PerClient(settings.max_streams_per_client)  # streams in progress
         self._interactive: Counter[str] = Counter()  # work at the interactive level, per client
         self._express = 0  # interactive requests that went in beside the slots
-        self._in_flight_of: Counter[str] = Counter()  # tts requests in Triton, per client
+        self._in_flight_of: Counter[str] = Counter()  # tts requests in Triton, per listener
+        self._listening: Counter[str] = Counter()  # interactive listeners' requests, per client
         self.interactive_work = settings.interactive_work_per_client
         if self.interactive_work is None:
             self.interactive_work = 2 * BATCH_ITEM_COST
@@ -97,11 +104,13 @@ class Gatekeeper:
         client: str = "",
         deadline_s: float | None = None,
         priority: int = 0,
+        listener: str = "",
     ) -> AdmissionTicket:
         """A ticket for a request to ``model`` of ``cost`` from ``client``, once it may go on
         (it may wait in the queue first). Raises Refused for overload, TooMany when the client
         holds its limit of streams. ``priority``: the level it asks for (only bulk is kept as
-        asked); the one it goes at: :meth:`level`."""
+        asked); the one it goes at: :meth:`level`. ``listener``: which of the client's
+        listeners it is for (:meth:`listener`; empty: the client is one)."""
         if model is None:
             return FREE
         if model in self.settings.streamed:
@@ -119,10 +128,11 @@ class Gatekeeper:
             self.metrics.in_flight.labels(model).inc()
             return AdmissionTicket(model, time.monotonic(), cost, False, rid, client)
         measured = model in self.settings.measured
+        listener = listener or client
         express = (
             self.settings.express_interactive
             and self._express < self.admission.slots
-            and self._is_interactive(client, priority, cost)
+            and self._is_interactive(client, priority, cost, listener)
         )
         try:
             if express:
@@ -134,15 +144,27 @@ class Gatekeeper:
             self.metrics.refused.labels(model).inc()
             raise
         self.metrics.in_flight.labels(model).inc()
-        interactive = express or self._is_interactive(client, priority, cost)
-        self._in_flight_of[client] += 1
+        interactive = express or self._is_interactive(client, priority, cost, listener)
+        self._in_flight_of[listener] += 1
         if interactive:
-            self._interactive[client] += cost
+            self._interactive[listener] += cost
+            if listener != client:
+                self._listening[client] += 1
         return AdmissionTicket(
-            model, time.monotonic(), cost, measured, rid, client, True, ahead, interactive, express
+            model,
+            time.monotonic(),
+            cost,
+            measured,
+            rid,
+            client,
+            True,
+            ahead,
+            interactive,
+            express,
+            listener,
         )
 
-    def _is_interactive(self, client: str, priority: int, cost: float) -> bool:
+    def _is_interactive(self, client: str, priority: int, cost: float, listener: str = "") -> bool:
         """The level is the server's: within its client's interactive work, 1; past it, or
         asked as bulk, 2. The gateway's level is its own (it holds the launcher's token): a
         text's first piece at 1, the rest at 2, so every listener's first audio goes ahead of
@@ -151,14 +173,19 @@ class Gatekeeper:
         Where interactive work stops all bulk work (express), only a light client's requests
         are interactive, the gateway's callers' too, each piece of their text: one with
         requests waiting here, or with EXPRESS_PER_CLIENT in flight, sends more than the
-        server serves at once, and goes at bulk whatever it asked."""
+        server serves at once, and goes at bulk whatever it asked. A gateway's listener (a
+        Wyoming connection, a session) is light or not by its own requests, up to
+        LISTENERS_SHARE of the room beside the slots per address."""
+        listener = listener or client
         gateway = client.startswith(GATEWAY) and priority in (1, PRIORITY_LEVELS)
-        within = self._interactive[client] + cost <= self.interactive_work
+        within = self._interactive[listener] + cost <= self.interactive_work
         if not self.settings.express_interactive:
             return priority == 1 if gateway else priority < PRIORITY_LEVELS and within
-        light = self._in_flight_of[client] < EXPRESS_PER_CLIENT and not self.admission.waiting_of(
+        light = self._in_flight_of[listener] < EXPRESS_PER_CLIENT and not self.admission.waiting_of(
             client
         )
+        if light and listener != client:
+            light = self._listening[client] < LISTENERS_SHARE * self.admission.slots
         return light and within and (gateway or priority < PRIORITY_LEVELS)
 
     @staticmethod
@@ -176,14 +203,19 @@ class Gatekeeper:
         seconds = time.monotonic() - ticket.start
         if ticket.express:
             self._express -= 1
+        listener = ticket.listener or ticket.client
         if ticket.queued:
-            self._in_flight_of[ticket.client] -= 1
-            if not self._in_flight_of[ticket.client]:
-                del self._in_flight_of[ticket.client]
+            self._in_flight_of[listener] -= 1
+            if not self._in_flight_of[listener]:
+                del self._in_flight_of[listener]
         if ticket.interactive:
-            self._interactive[ticket.client] -= ticket.cost
-            if self._interactive[ticket.client] <= 1e-9:
-                del self._interactive[ticket.client]
+            self._interactive[listener] -= ticket.cost
+            if self._interactive[listener] <= 1e-9:
+                del self._interactive[listener]
+            if listener != ticket.client:
+                self._listening[ticket.client] -= 1
+                if not self._listening[ticket.client]:
+                    del self._listening[ticket.client]
         if ticket.queued:
             work = work_done(samples) if samples is not None and ticket.measured else None
             served, measured = outcome == "served", ticket.measured
@@ -233,3 +265,10 @@ class Gatekeeper:
         if token and self._token and hmac.compare_digest(token.encode(), self._token.encode()):
             return f"{GATEWAY}{headers.get(CALLER_HEADER, '')[:256]}"
         return edge_client(headers, peer, self.edge_key)
+
+    @staticmethod
+    def listener(headers: dict[str, str], client: str) -> str:
+        """Which of ``client``'s listeners a request is for: the gateway's (its client
+        carries the launcher's token) may name one (LISTENER_HEADER); anyone else is one."""
+        named = headers.get(LISTENER_HEADER, "")[:64] if client.startswith(GATEWAY) else ""
+        return f"{client}#{named}" if named else client

@@ -127,9 +127,11 @@ class GrpcProxy:
         client: str,
         call_left_s: float | None,
         stream: bool = False,
+        listener: str = "",
     ) -> tuple[AdmissionTicket, bytes] | tuple[None, tuple[grpc.StatusCode, str]]:
         """(ticket, the request to pass on) for a ModelInferRequest (at the default priority
-        when its client holds its share above it), or (None, (code, message)).
+        when its client holds its share above it), or (None, (code, message)). ``listener``:
+        Gatekeeper.listener.
 
         Its deadline: :func:`message_deadline`."""
         info = infer_request(request, COSTED)
@@ -149,7 +151,7 @@ class GrpcProxy:
         deadline_s = message_deadline(own, call_left_s, stream, self.settings.deadline_s)
         try:
             ticket = await self.gatekeeper.enter(
-                model, cost, info.id, client, deadline_s, info.priority
+                model, cost, info.id, client, deadline_s, info.priority, listener
             )
         except TooMany as e:
             return None, (grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
@@ -166,11 +168,13 @@ class GrpcProxy:
         gatekeeper, ticket = self.gatekeeper, FREE
         if method == INFER_METHOD:
             headers = _headers(context)
+            client = gatekeeper.client(headers, _peer(context))
             ticket, passed = await self.admit(
                 request,
                 gatekeeper.is_admin(headers),
-                gatekeeper.client(headers, _peer(context)),
+                client,
                 context.time_remaining(),
+                listener=gatekeeper.listener(headers, client),
             )
             if ticket is None:
                 await context.abort(*passed)

@@ -128,7 +128,12 @@ class HttpProxy:
         try:
             priority = _priority(header)
             ticket = await self.gatekeeper.enter(
-                model, cost, client=client, deadline_s=_timeout_s(header), priority=priority
+                model,
+                cost,
+                client=client,
+                deadline_s=_timeout_s(header),
+                priority=priority,
+                listener=self.gatekeeper.listener(headers, client),
             )
         except (TooMany, Refused) as e:
             return _http_error(429, str(e), {"Retry-After": "1"})

@@ -21,6 +21,7 @@ off the socket and lose it).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import time
@@ -196,10 +197,10 @@ class Sessions:
             self.service.metrics.sessions.dec()
 
     def options(
-        self, config: SessionConfig, client: str = ""
+        self, config: SessionConfig, client: str = "", listener: str | None = None
     ) -> tuple[SynthesisOptions, BufferRule]:
-        """The synthesis options (sent for ``client``) and buffering rule of ``config``;
-        SessionEnd if invalid."""
+        """The synthesis options (sent for ``client``'s ``listener``) and buffering rule of
+        ``config``; SessionEnd if invalid."""
         if config.model is not None and not known_model(config.model):
             raise SessionEnd(POLICY, f"unknown model {config.model!r}; models: {', '.join(MODELS)}")
         name = config.voice or self.settings.voices[0].id
@@ -215,6 +216,7 @@ class Sessions:
                 priority=config.priority,
                 word_timestamps=config.word_timestamps,
                 caller=client or None,
+                listener=listener,
             )
             rule = config.rule()
         except ValueError as e:
@@ -234,12 +236,16 @@ class Utterance:
     done: bool = False  # input.done was read
 
 
+_CONNECTIONS = itertools.count(1)
+
+
 class Connection:
     """One WebSocket: utterances one after another, read by one reader, each with a writer."""
 
     def __init__(self, sessions: Sessions, websocket: WebSocket, client: str = "") -> None:
         self.sessions = sessions
         self.client = client  # its address: the front door queues its requests as its own
+        self.listener = f"session-{next(_CONNECTIONS)}"  # each WebSocket is one listener
         self.settings = sessions.settings
         self.ws = websocket
         self.lock = asyncio.Lock()  # one frame at a time, and cancel's frames in order
@@ -283,7 +289,8 @@ class Connection:
                         "session.config while an utterance is in progress; send input.done first",
                     )
                 self.config = self._parse_config(data)
-                self.made = self.sessions.options(self.config, self.client)  # a bad voice: now
+                # A bad voice: now.
+                self.made = self.sessions.options(self.config, self.client, self.listener)
                 continue
             if self.config is None:
                 raise SessionEnd(POLICY, f"expected session.config first, got {kind!r}")

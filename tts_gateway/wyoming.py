@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import dataclasses
 import ipaddress
+import itertools
 import logging
 import socket
 
@@ -54,7 +55,7 @@ from .settings import GatewaySettings, Voice
 
 log = logging.getLogger("tts_gateway.wyoming")
 
-VERSION = "0.8.0"
+VERSION = "0.9.0"
 # What a client may send: a header line, its JSON data, a binary payload (a TTS client sends
 # none; an ASR client's audio is not for this server).
 MAX_LINE = 64 * 1024
@@ -123,6 +124,9 @@ def info(settings: GatewaySettings) -> Info:
     return Info(tts=[program])
 
 
+_CONNECTIONS = itertools.count(1)
+
+
 class Handler(AsyncEventHandler):
     """One Wyoming connection."""
 
@@ -135,6 +139,8 @@ class Handler(AsyncEventHandler):
     ) -> None:
         super().__init__(reader, writer)
         self.server, self.client = server, client
+        # Home Assistant opens a connection per satellite's request: each is one listener.
+        self.listener = f"wyoming-{next(_CONNECTIONS)}"
         self.settings = server.settings
         self.bounded = BoundedReader(reader)
         self.stream_voice: SynthesizeVoice | None = None
@@ -290,7 +296,7 @@ class Handler(AsyncEventHandler):
             )
         voice = self._voice(wanted)
         try:
-            options = voice.options(1.0, caller=self.client or None)
+            options = voice.options(1.0, caller=self.client or None, listener=self.listener)
         except ValueError as e:
             raise APIError(400, str(e), code="invalid_voice") from None
         if whole:

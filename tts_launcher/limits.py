@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tts_front.admission import BATCH_ITEM_COST
-from tts_front.gatekeeper import EXPRESS_PER_CLIENT
+from tts_front.gatekeeper import EXPRESS_PER_CLIENT, LISTENERS_SHARE
 from tts_front.http_proxy import MAX_JSON_DEPTH
 from tts_front.settings import FrontSettings
 from tts_gateway.settings import GatewaySettings
@@ -100,14 +100,19 @@ LIMITS: tuple[Limit, ...] = (
     Limit("a client's work at priority 1 (interactive)", "tts_front/gatekeeper.py",
           lambda: f"{2 * BATCH_ITEM_COST} cost units", _front_flag("interactive_work_per_client"),
           "past it its requests go at priority 2, behind other clients' first ones"),
-    Limit("a client's requests in flight for it to be interactive, under profile cpu-levels",
+    Limit("a client's (or a gateway listener's) requests in flight for it to be interactive, "
+          "where the stages schedule by levels (the CPU default)",
           "tts_front/gatekeeper.py", lambda: f"{EXPRESS_PER_CLIENT - 1}",
           "`EXPRESS_PER_CLIENT` (code)",
           "more, or any waiting in the front door: its requests go at bulk, on the time "
           "interactive work leaves"),
-    Limit("interactive requests sent on beside the slots, under profile cpu-levels",
+    Limit("interactive requests sent on beside the slots, where the stages schedule by levels",
           "tts_front/gatekeeper.py", lambda: "as many as the slots", "front door `--slots`",
           "past them an interactive request waits for a slot as others do"),
+    Limit("interactive requests of one address's gateway listeners (Wyoming connections, "
+          "WebSocket sessions), where the stages schedule by levels", "tts_front/gatekeeper.py",
+          lambda: f"{LISTENERS_SHARE:.0%} of the slots", "`LISTENERS_SHARE` (code)",
+          "its other listeners' requests go at bulk"),
     Limit("long-text (`tts_stream`) requests per client: gRPC, and the gateway's HTTP, "
           "sessions and Wyoming for the caller they name, one count", "tts_front/gatekeeper.py",
           _front("max_streams_per_client"), _front_flag("max_streams_per_client"),

@@ -23,8 +23,10 @@ config.pbtxt's ``input`` and ``output`` blocks are generated too, from the decla
   default's items side by side against.
 - ``cpu-interactive``: one item per batch at the voice's stages (latency beside a flood
   before throughput).
-- ``cpu-levels``: the stages take requests as they come and run the front door's bulk ones
-  on threads that yield the cores to interactive work (``scheduling`` levels).
+- ``cpu-batch``: BENCHMARK BASELINE, the stages batch as Triton forms batches, bulk work
+  beside interactive work (``scheduling`` batch): what the default's levels (the front
+  door's bulk requests run only while no interactive work is in the server) are measured
+  against.
 - ``host-ceiling``, ``gpu-host-ceiling``: BENCHMARK ONLY, the default's and the gpu profile's
   batching with the null engine (silence, no network): the host path's own ceiling.
 """
@@ -38,7 +40,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tts_serving.model_config import TRITON_PARAMETERS, read_model_config
+from tts_serving.model_config import TRITON_PARAMETERS, parse_settings, read_model_config
+from tts_serving.settings import SETTINGS
 from tts_wire.tensors import ENSEMBLES, MODEL_IO, check_ensemble
 
 REPOSITORY = Path(__file__).resolve().parent.parent / "model_repository"
@@ -129,18 +132,19 @@ PROFILES: dict[str, dict[str, Override]] = {
             stage: Override(
                 max_batch_size=1,
                 preferred_batch_size=(1,),
+                parameters={"scheduling": "batch"},
                 why="one item per batch: latency beside a flood before throughput",
             )
             for stage in ("acoustic", "vocoder")
         },
         "tts": Override(max_batch_size=1, why="as its stages"),
     },
-    # Requests taken as they come; the front door's bulk ones run on threads that yield the
-    # cores while interactive work is in the server (tts_serving.levels, docs/performance.md).
-    "cpu-levels": {
+    # BENCHMARK BASELINE: the stages run each batch Triton forms as one, bulk work beside
+    # interactive work (the default before 0.9.0), what bench.flood measures levels against.
+    "cpu-batch": {
         stage: Override(
-            parameters={"scheduling": "levels"},
-            why="bulk work on the cycles interactive work leaves",
+            parameters={"scheduling": "batch"},
+            why="BENCHMARK BASELINE: batches as Triton forms them, bulk and interactive alike",
         )
         for stage in ("acoustic", "vocoder")
     },
@@ -206,10 +210,13 @@ def front_slots(profile: str | None, repository: Path = REPOSITORY) -> int:
 
 def levels_scheduled(profile: str | None, repository: Path = REPOSITORY) -> bool:
     """Whether the batched stages run bulk work only on the time interactive work leaves
-    (``scheduling`` levels), so the front door may send interactive requests at once."""
+    (EngineSettings.levels), so the front door may send interactive requests at once."""
     return all(
-        "scheduling" in config.parameters
-        and config.parameters["scheduling"].string_value == "levels"
+        parse_settings(
+            SETTINGS[config.name],
+            {k: v.string_value for k, v in config.parameters.items() if k not in TRITON_PARAMETERS},
+            config.name,
+        ).levels
         for config in _stage_configs(profile, repository)
     )
 

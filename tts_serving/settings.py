@@ -19,7 +19,7 @@ from tts_wire import MAX_PAUSE_S
 ONNX_GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
 DEVICES = ("auto", "cpu", "cuda")
 ENGINES = ("onnxruntime", "torch", "null")
-SCHEDULING = ("batch", "levels")
+SCHEDULING = ("auto", "batch", "levels")
 # What each engine runs the voice in (int8: the export's quantized vocoder, profile cpu-int8).
 DTYPES = {
     "onnxruntime": ("auto", "float32", "int8"),
@@ -85,12 +85,12 @@ class EngineSettings:
         ),
     )
     scheduling: str = field(
-        default="batch",
+        default="auto",
         metadata=doc(
             "`batch`: each batch Triton forms runs as one; `levels` (ORT on the CPU): the stage "
             "takes requests as they come, and the ones the front door sends at the bulk level "
-            "run on threads the kernel gives only the cycles nothing else wants while "
-            "interactive work is in the server (profile cpu-levels)"
+            "run only while no interactive work is in the server (stopped when some arrives, "
+            "then run again); `auto`: levels for ORT on the CPU, else batch"
         ),
     )
     allow_spinning: bool = field(
@@ -122,6 +122,13 @@ class EngineSettings:
             "`FORCE_CPU_ONLY_INPUT_TENSORS: no`; profile gpu-dlpack)"
         ),
     )
+
+    @property
+    def levels(self) -> bool:
+        """Whether the stage schedules by levels (``scheduling``; auto: ORT, not on CUDA)."""
+        if self.scheduling == "auto":
+            return self.engine == "onnxruntime" and self.device != "cuda"
+        return self.scheduling == "levels"
 
     @property
     def graph_batches(self) -> tuple[int, ...]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 PARTS = ("compute_input", "compute_infer", "compute_output")  # of Triton's compute time
 
@@ -80,3 +80,57 @@ def model_statistics(
         )
     client.close()
     return out
+
+
+def level_batches(metrics_url: str) -> dict[str, ModelStatistics]:
+    """The batches the stages that schedule by levels ran, per model (both levels together),
+    from Triton's metrics endpoint (``http://host:port/metrics``): ``inferences`` the requests
+    in them, ``executions`` the batches (Triton's own statistics time only the hand-over there).
+    A model that runs batches as Triton forms them is absent."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tts_wire import LEVEL_BATCHES_METRIC, LEVEL_ITEMS_METRIC
+
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    counts: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in (LEVEL_BATCHES_METRIC, LEVEL_ITEMS_METRIC):
+                model = counts.setdefault(sample.labels.get("model", ""), {})
+                model[sample.name] = model.get(sample.name, 0.0) + sample.value
+    return {
+        model: ModelStatistics(
+            requests=int(c.get(LEVEL_ITEMS_METRIC, 0)),
+            inferences=int(c.get(LEVEL_ITEMS_METRIC, 0)),
+            executions=int(c.get(LEVEL_BATCHES_METRIC, 0)),
+            queue_ns=0,
+            compute_ns=0,
+        )
+        for model, c in counts.items()
+    }
+
+
+def stage_statistics(
+    grpc_address: str,
+    metrics_url: str,
+    models: Sequence[str],
+    headers: dict[str, str] | None = None,
+) -> dict[str, ModelStatistics]:
+    """:func:`model_statistics`, with the batches (``inferences``, ``executions``; sizes
+    unknown) of a model that schedules by levels taken from :func:`level_batches`."""
+    stats = model_statistics(grpc_address, models, headers)
+    levels = level_batches(metrics_url)
+    return {
+        model: replace(
+            s,
+            inferences=levels[model].inferences,
+            executions=levels[model].executions,
+            batch_sizes={},
+        )
+        if model in levels
+        else s
+        for model, s in stats.items()
+    }

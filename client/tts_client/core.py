@@ -103,9 +103,17 @@ class ClientCore:
 
     def headers_for(self, options: protocol.SynthesisOptions) -> dict[str, str] | None:
         """The headers of one request: the client's, and whom a relay sends it for."""
-        if options.caller is None:
+        relayed = {
+            name: value
+            for name, value in (
+                (protocol.CALLER_HEADER, options.caller),
+                (protocol.LISTENER_HEADER, options.listener),
+            )
+            if value is not None
+        }
+        if not relayed:
             return self.headers
-        return {**(self.headers or {}), protocol.CALLER_HEADER: options.caller}
+        return {**(self.headers or {}), **relayed}
 
     def _stream_inputs(self, text: str, options: protocol.SynthesisOptions) -> list:
         if self.endpoint.protocol != "grpc":

@@ -52,11 +52,28 @@ def test_the_vocoder_answers_both_levels_with_the_batch_modes_audio(exported_rep
         assert levels.execute([*requests, bad]) is None  # answered through the senders
         (refused,) = answers([bad], timeout_s=1)  # a bad request at once, alone
         assert refused.error().code() == pb.TritonError.INVALID_ARG
+        counted = {k: metric(k) for k in ("batches", "items")}
         for response, audio in zip(answers(requests), expected):
             assert response.output("audio").shape == audio.shape
             assert np.max(np.abs(response.output("audio") - audio)) < 1e-4
+        # Each level's batches are counted for the metrics port; the bad one is in none.
+        # (A worker counts once its batch's answers are sent.)
+        deadline = time.monotonic() + 5
+        while metric("items") - counted["items"] < len(requests) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert metric("items") - counted["items"] == len(requests)
+        assert 2 <= metric("batches") - counted["batches"] <= len(requests)
     finally:
         levels.finalize()
+
+
+def metric(kind: str) -> float:
+    """The vocoder's count of ``kind`` (batches, items) on the fake metrics port, both levels."""
+    from tts_wire import LEVEL_BATCHES_METRIC, LEVEL_ITEMS_METRIC
+
+    name = LEVEL_BATCHES_METRIC if kind == "batches" else LEVEL_ITEMS_METRIC
+    family = pb.MetricFamily.families.get(name, {})
+    return sum(m.value() for labels, m in family.items() if ("model", "vocoder") in labels)
 
 
 def test_bulk_work_waits_while_interactive_work_is_in_the_server(exported_repository):

@@ -26,7 +26,10 @@ from tests.support.paths import ROOT
 from tests.support.processes import GatewayProcess
 from tts_front.sample_texts import PARAGRAPH, SENTENCES
 from tts_launcher.commands import free_port
-from tts_triton.statistics import model_statistics
+from tts_triton.statistics import stage_statistics
+
+# The batches of a stage scheduling by levels are its own metrics (tts_triton.statistics).
+STAGES = ["acoustic", "vocoder"]
 
 SENTENCE = (
     "A rainbow is a meteorological phenomenon caused by reflection, refraction and "
@@ -207,7 +210,8 @@ def test_a_long_input_starts_early_and_is_spoken_whole(gateway):
 @pytest.mark.bench
 def test_100_concurrent_requests_all_succeed_and_are_batched(gateway, server):
     address = f"localhost:{server.grpc_port}"
-    before = model_statistics(address, ["acoustic", "vocoder"], server.admin_headers)
+    metrics = f"http://localhost:{server.metrics_port}/metrics"
+    before = stage_statistics(address, metrics, STAGES, server.admin_headers)
 
     async def main() -> list[httpx.Response]:
         limits = httpx.Limits(max_connections=100)
@@ -229,7 +233,7 @@ def test_100_concurrent_requests_all_succeed_and_are_batched(gateway, server):
 
     responses = asyncio.run(main())
     assert [r.status_code for r in responses] == [200] * 100, {r.text for r in responses}
-    after = model_statistics(address, ["acoustic", "vocoder"], server.admin_headers)
+    after = stage_statistics(address, metrics, STAGES, server.admin_headers)
     for model in ("acoustic", "vocoder"):
         delta = after[model] - before[model]
         assert delta.inferences >= 100

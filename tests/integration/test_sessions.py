@@ -19,7 +19,10 @@ from tests.support.audio import decode
 from tests.support.gateway import rms_dbfs
 from tts_client import AsyncTTSClient
 from tts_front.sample_texts import SENTENCES
-from tts_triton.statistics import model_statistics
+from tts_triton.statistics import model_statistics, stage_statistics
+
+# The batches of a stage scheduling by levels are its own metrics (tts_triton.statistics).
+STAGES = ["acoustic", "vocoder"]
 
 OUTSIDE = runpy.run_path("examples/vllm_omni_stream_client.py")
 
@@ -115,14 +118,15 @@ def run_sessions(gateway, count: int, text: str) -> list[list]:
 
 def test_concurrent_sessions_are_batched_together_in_triton(gateway, server):
     address = f"localhost:{server.grpc_port}"
-    before = model_statistics(address, ["acoustic", "vocoder"], server.admin_headers)
+    metrics = f"http://localhost:{server.metrics_port}/metrics"
+    before = stage_statistics(address, metrics, STAGES, server.admin_headers)
     results = run_sessions(gateway, 8, SENTENCES[2] + " " + SENTENCES[3])
     for got in results:
         assert got[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 2}, got[
             -1
         ]
         assert sum(g.get("bytes", 0) for g in got) > 24000 * 2  # seconds of audio
-    after = model_statistics(address, ["acoustic", "vocoder"], server.admin_headers)
+    after = stage_statistics(address, metrics, STAGES, server.admin_headers)
     for model in ("acoustic", "vocoder"):
         delta = after[model] - before[model]
         assert delta.inferences >= 16

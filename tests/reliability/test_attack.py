@@ -277,7 +277,8 @@ def post_tts(conn: http.client.HTTPConnection, text: str, priority: int = 0) -> 
 def test_one_clients_flood_leaves_room_for_others(front):
     """One client keeping 36 long requests in flight took the whole deadline budget, and
     another client was refused for as long as it lasted; now the flood waits behind its own
-    requests (and is refused by its deadline) while another client is served in turn."""
+    requests (served on what is left, or refused by its deadline) while another client is
+    served in turn."""
 
     def connect(source: str) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(
@@ -320,15 +321,16 @@ def test_one_clients_flood_leaves_room_for_others(front):
                 f"never admitted beside a flood; the last refusal: {text[:300]!r}"
             )
             time.sleep(0.2)
-        # The other client goes ahead (its level is interactive, the flood's bulk): the flood,
-        # kept on, is refused by its deadline.
-        shed = settles(lambda: any(b"server overloaded" in text for _, text in flood), 90)
+        # The other client went ahead (its level is interactive, the flood's bulk); the
+        # flood, kept on, is served on what is left (bulk work yields to interactive work at
+        # the stages, tts_serving.levels) or refused by its deadline, never an error.
+        served = len(flood)
+        assert settles(lambda: len(flood) > served + 5, 90), "the flood stalled"
     finally:
         stop.set()
         for t in threads:
             t.join(300)
     assert {status for status, _ in flood} <= {200, 429}
-    assert shed, f"the flood was never refused: {len(flood)} served"
 
 
 def test_every_message_of_a_stream_is_admitted(server, front):

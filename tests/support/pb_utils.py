@@ -75,6 +75,31 @@ class ResponseSender:
         self.sent.append((response, flags))
 
 
+class Metric:
+    def __init__(self) -> None:
+        self.total = 0.0
+
+    def increment(self, value: float) -> None:
+        self.total += value
+
+    def value(self) -> float:
+        return self.total
+
+
+class MetricFamily:
+    """Fake custom metrics: a family's metrics by their labels, shared by name (as the stub's
+    are in one server)."""
+
+    COUNTER, GAUGE = "COUNTER", "GAUGE"
+    families: dict[str, dict[tuple, Metric]] = {}  # noqa: RUF012 - the server's registry
+
+    def __init__(self, name: str, description: str, kind: str) -> None:
+        self.metrics = MetricFamily.families.setdefault(name, {})
+
+    def Metric(self, labels: dict[str, str] | None = None) -> Metric:
+        return self.metrics.setdefault(tuple(sorted((labels or {}).items())), Metric())
+
+
 class InferenceRequest:
     """Fake request: a dict of input name -> numpy array (with the batch dimension), or a
     Tensor as another model's response holds it (a DLPack one included)."""

@@ -312,15 +312,16 @@ def server_and_gateway(
         server.stop()
 
 
-def profile_server(repository: Path, logs: Path, profile: str) -> ServerProcess:
-    """tritonserver serving ``configs/<profile>.pbtxt`` (logs in ``logs``), its canary off so
-    that a test's batches are only its own: ``with profile_server(...) as server:``."""
+def profile_server(repository: Path, logs: Path, profile: str | None) -> ServerProcess:
+    """tritonserver serving ``configs/<profile>.pbtxt`` (None: the config.pbtxt files; logs in
+    ``logs``), its canary off so that a test's batches are only its own: ``with
+    profile_server(...) as server:``."""
     from tests.support.paths import ROOT
 
     return ServerProcess(
         repository,
         logs / "server.log",
         cache_dir=ROOT / ".cache" / "triton",
-        extra_args=[f"--model-config-name={profile}"],
+        extra_args=[f"--model-config-name={profile}"] if profile else [],
         supervisor_options={"canary_interval": 0},
     )

@@ -20,7 +20,12 @@ import triton_python_backend_utils as pb_utils
 
 from tts_serving.engines.batching import is_numpy
 from tts_serving.model_config import config_parameters, parse_settings
-from tts_wire import BULK_PARAMETER, SynthesisOptions
+from tts_wire import (
+    BULK_PARAMETER,
+    LEVEL_BATCHES_METRIC,
+    LEVEL_ITEMS_METRIC,
+    SynthesisOptions,
+)
 from tts_wire.tensors import MODEL_IO, OPTIONS, ModelIO
 
 from ..errors import CorruptInputError, InvalidInputError, ModelConfigError
@@ -329,6 +334,9 @@ def is_bulk(request) -> bool:
     return isinstance(parameters, dict) and parameters.get(BULK_PARAMETER) is True
 
 
+LEVEL_NAMES = {False: "interactive", True: "bulk"}
+
+
 class LevelScheduler:
     """A stage's ``execute`` with ``scheduling: levels`` (tts_serving.levels): it takes the
     requests, answers each through its response sender when its work is done, and returns at
@@ -340,8 +348,9 @@ class LevelScheduler:
 
     @classmethod
     def of(cls, ctx: ModelContext, logger) -> LevelScheduler | None:
-        """The stage's scheduler when its ``scheduling`` is levels, else None (batches)."""
-        return cls(ctx, logger) if ctx.settings.scheduling == "levels" else None
+        """The stage's scheduler when it schedules by levels (EngineSettings.levels), else
+        None (batches)."""
+        return cls(ctx, logger) if ctx.settings.levels else None
 
     def __init__(self, ctx: ModelContext, logger) -> None:
         if getattr(ctx.settings, "engine", None) != "onnxruntime":
@@ -357,6 +366,23 @@ class LevelScheduler:
         self.ready = threading.Condition()
         self.stopping = False
         self.workers: list[threading.Thread] = []
+        # Triton's statistics time only the hand-over here (each execute takes what came):
+        # the batches the workers run are counted on Triton's metrics port instead. The
+        # families are kept: a Metric whose family was collected refuses to count.
+        self.families = [
+            pb_utils.MetricFamily(name=name, description=what, kind=pb_utils.MetricFamily.COUNTER)
+            for name, what in (
+                (LEVEL_BATCHES_METRIC, "batches a stage scheduling by levels ran"),
+                (LEVEL_ITEMS_METRIC, "requests in the batches a stage scheduling by levels ran"),
+            )
+        ]
+        self.batches, self.items = (
+            {
+                bulk: family.Metric(labels={"model": self.name, "level": level})
+                for bulk, level in LEVEL_NAMES.items()
+            }
+            for family in self.families
+        )
 
     def bulk_copy(self, model, load: Callable[[Gate], Any]) -> None:
         """``load(gate)``: ``model``'s copy for bulk work, its calls through ``gate``."""
@@ -369,7 +395,7 @@ class LevelScheduler:
     def start(self, parse: Callable[[Any], T], run: Callable[..., list[list]]) -> None:
         """``run(items, bulk=...)`` answers a batch of one level."""
         self.parse, self.run = parse, run
-        for bulk, kind in ((False, "interactive"), (True, "bulk")):
+        for bulk, kind in LEVEL_NAMES.items():
             worker = threading.Thread(
                 target=self._work, args=(bulk,), name=f"{self.name}-{kind}", daemon=True
             )
@@ -416,6 +442,11 @@ class LevelScheduler:
                     self.logger.log_warn(f"{self.name}: a response was not sent: {e}")
             if not bulk:
                 self.count.add(-len(taken))
+            try:
+                self.batches[bulk].increment(1)
+                self.items[bulk].increment(len(taken))
+            except Exception as e:  # a count lost must not stop the worker
+                self.logger.log_warn(f"{self.name}: batch not counted: {e}")
 
     def close(self) -> None:
         """Finish what waits, then stop the workers."""
@@ -424,5 +455,7 @@ class LevelScheduler:
             self.ready.notify_all()
         for worker in self.workers:
             worker.join()
+        self.batches = self.items = {}  # the metrics before their families (the stub's order)
+        self.families = []
         self.gate.close()
         self.count.close()

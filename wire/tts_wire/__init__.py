@@ -64,8 +64,12 @@ MAX_NOISE = 2.0
 PRIORITY_LEVELS = 2
 # The request parameter (bool) the front door sets on a request it sends at the bulk level:
 # Triton's ensemble passes request parameters on to every stage, its priority it does not show
-# them (a stage with scheduling "levels" runs bulk work only on cores nothing else wants).
+# them (a stage scheduling by levels runs bulk work only while no interactive work is in).
 BULK_PARAMETER = "bulk"
+# On Triton's metrics port, per stage scheduling by levels (labels model, level): the batches
+# its workers ran and the requests in them (Triton's own statistics time the hand-over there).
+LEVEL_BATCHES_METRIC = "tts_level_batches_total"
+LEVEL_ITEMS_METRIC = "tts_level_items_total"
 
 # The start of the INVALID_ARG message for text over a limit: clients then stream it.
 TEXT_TOO_LONG = "text is too long"
@@ -90,6 +94,11 @@ FRONT_TOKEN_HEADER = "tts-front-token"
 # Whom the gateway sends a request for (its caller's address): the front door queues it as that
 # caller's, when the request also carries the launcher's token (FRONT_TOKEN_HEADER).
 CALLER_HEADER = "tts-caller"
+# Which of the caller's listeners a request is for (a Wyoming connection, a WebSocket session):
+# where bulk work yields to interactive work (profile levels), the front door tells a light
+# listener behind a busy address (a Home Assistant host's satellites) from a flood by it.
+# Read only with the launcher's token, as CALLER_HEADER.
+LISTENER_HEADER = "tts-listener"
 
 # The edge (nginx in front of the public ports, tts_launcher/edge.py) names the address that
 # connected in EDGE_ADDRESS_HEADER and proves it is the edge with EDGE_KEY_HEADER, a secret of
@@ -155,6 +164,10 @@ def priority_error(priority: object) -> str | None:
     return None
 
 
+# SynthesisOptions' fields that are not inputs: Triton's priority, the relay's headers.
+_NOT_INPUTS = ("priority", "caller", "listener")
+
+
 @dataclass(frozen=True)
 class SynthesisOptions:
     """One request's options, the same object on every side.
@@ -177,6 +190,8 @@ class SynthesisOptions:
     speaker: str | None = None  # of a multi-speaker voice: a name or an id; None: its first
     # Whom a relay (the gateway) sends the request for: the CALLER_HEADER header, not an input.
     caller: str | None = None
+    # Which of the caller's listeners (LISTENER_HEADER): a relay's connection or session.
+    listener: str | None = None
 
     def __post_init__(self) -> None:
         problem = speed_error(self.speed)
@@ -194,6 +209,8 @@ class SynthesisOptions:
             problem = priority_error(self.priority)
         if problem is None and self.caller is not None and not isinstance(self.caller, str):
             problem = f"caller must be a str, got {type(self.caller).__name__}"
+        if problem is None and self.listener is not None and not isinstance(self.listener, str):
+            problem = f"listener must be a str, got {type(self.listener).__name__}"
         if problem is None and not isinstance(self.word_timestamps, bool):
             problem = f"word_timestamps must be true or false, got {self.word_timestamps!r}"
         if problem:
@@ -203,7 +220,5 @@ class SynthesisOptions:
         """The optional inputs to send, by tensor name (each field is the input of its name,
         tts_wire.tensors.OPTIONS): those set away from their default, whose value the server
         takes when the input is absent."""
-        values = (
-            (f, getattr(self, f.name)) for f in fields(self) if f.name not in ("priority", "caller")
-        )
+        values = ((f, getattr(self, f.name)) for f in fields(self) if f.name not in _NOT_INPUTS)
         return {f.name: value for f, value in values if value is not None and value != f.default}

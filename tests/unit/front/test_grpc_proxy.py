@@ -213,8 +213,56 @@ def test_with_express_only_a_light_clients_requests_are_interactive_and_go_in_at
     asyncio.run(main())
 
 
+def test_with_express_each_gateway_listener_behind_one_address_is_light_up_to_its_share():
+    """A Home Assistant host's satellites come from one address, a Wyoming connection each:
+    the gateway names each (LISTENER_HEADER) and each is light by its own requests, while
+    the same address's requests without one (a flood of HTTP requests) go at bulk; one
+    address's listeners take up to LISTENERS_SHARE of the room beside the slots, so a flood
+    of connections leaves the rest to others. Only the gateway (its token) names listeners."""
+    import asyncio
+
+    from tts_front.admission import GATEWAY
+    from tts_front.gatekeeper import LISTENERS_SHARE, Gatekeeper
+    from tts_front.settings import FrontSettings
+    from tts_wire import LISTENER_HEADER
+
+    async def main():
+        settings = FrontSettings(warmup_requests=0, slots=8, express_interactive=True)
+        keeper = Gatekeeper(settings)
+        home = f"{GATEWAY}203.0.113.7"
+        assert keeper.listener({LISTENER_HEADER: "wyoming-1"}, "203.0.113.7") == "203.0.113.7"
+        assert keeper.listener({}, home) == home
+        share = int(LISTENERS_SHARE * settings.slots)
+        satellites = []
+        for n in range(share):
+            listener = keeper.listener({LISTENER_HEADER: f"wyoming-{n}"}, home)
+            satellites.append(
+                await keeper.enter("tts", 1.0, client=home, priority=1, listener=listener)
+            )
+        assert all(keeper.level(t) == 1 and t.express for t in satellites)
+        assert not keeper._is_interactive(home, 1, 1.0, f"{home}#wyoming-{share}")
+        # A satellite's next piece beside its first: still light (one ahead).
+        assert keeper._is_interactive(home, 1, 1.0, f"{home}#wyoming-0") is False  # share full
+        keeper.leave(satellites.pop(), "served")
+        assert keeper._is_interactive(home, 1, 1.0, f"{home}#wyoming-0")
+        # Without a listener, the same address is one client: heavy from its second in flight.
+        plain = [await keeper.enter("tts", 1.0, client=home, priority=1) for _ in range(2)]
+        assert [keeper.level(t) for t in plain] == [1, 1]
+        assert not keeper._is_interactive(home, 1, 1.0)
+        # Another address still goes in at once.
+        bystander = await asyncio.wait_for(keeper.enter("tts", 1.0, client="b"), 1)
+        assert keeper.level(bystander) == 1 and bystander.express
+        for ticket in (*satellites, *plain, bystander):
+            keeper.leave(ticket, "served")
+        assert not keeper._in_flight_of and not keeper._interactive and not keeper._listening
+
+    asyncio.run(main())
+
+
 def test_the_launcher_sends_interactive_work_at_once_only_to_stages_that_run_levels():
     from tts_launcher.profiles import levels_scheduled
 
-    assert levels_scheduled("cpu-levels")
-    assert not levels_scheduled(None) and not levels_scheduled("cpu-interactive")
+    assert levels_scheduled(None)  # the default: scheduling auto, ORT on the CPU
+    assert levels_scheduled("cpu-int8") and levels_scheduled("cpu-padded")
+    for profile in ("cpu-batch", "cpu-interactive", "torch-cpu", "gpu", "host-ceiling"):
+        assert not levels_scheduled(profile), profile

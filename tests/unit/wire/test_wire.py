@@ -26,10 +26,11 @@ def test_options_send_only_what_was_set():
 
 
 def test_each_option_field_is_an_input_of_tts_and_tts_stream_and_a_client_keyword():
-    """One declaration: the fields (priority and caller aside: Triton's request priority and a
-    header) are the options tensors.py declares, and the client's loose keywords (a static
-    type) list the same."""
-    names = [f.name for f in fields(SynthesisOptions) if f.name not in ("priority", "caller")]
+    """One declaration: the fields (priority, caller and listener aside: Triton's request
+    priority and headers) are the options tensors.py declares, and the client's loose keywords
+    (a static type) list the same."""
+    relayed = ("priority", "caller", "listener")
+    names = [f.name for f in fields(SynthesisOptions) if f.name not in relayed]
     assert names == [o.name for o in OPTIONS]
     for model in ("tts", "tts_stream"):
         assert set(names) <= {t.name for t in MODEL_IO[model].inputs}

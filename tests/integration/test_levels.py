@@ -1,7 +1,7 @@
-"""Profile ``cpu-levels`` end to end: tritonserver with ``--model-config-name=cpu-levels``; its
-acoustic and vocoder stages answer through their response senders (Triton 2.51 takes that from
-a model that is not decoupled), bulk requests (the front door's flag) and interactive ones with
-the default's audio, over gRPC and HTTP, and a bad item its own error."""
+"""Scheduling by levels end to end (the CPU default, ``scheduling: auto``): the acoustic and
+vocoder stages answer through their response senders (Triton 2.51 takes that from a model that
+is not decoupled), bulk requests (the front door's flag) and interactive ones with the audio of
+stages that batch (profile ``cpu-batch``), over gRPC and HTTP, and a bad item its own error."""
 
 from __future__ import annotations
 
@@ -23,10 +23,18 @@ EXACT = np.zeros((1, 1), np.float32)  # noise scales 0: the same audio every tim
 
 @pytest.fixture(scope="module")
 def levels(exported_repository, tmp_path_factory):
+    """A server of the default configs: its stages schedule by levels."""
     logs = tmp_path_factory.mktemp("triton-levels")
-    with profile_server(exported_repository, logs, "cpu-levels") as srv:
+    with profile_server(exported_repository, logs, None) as srv:
         yield srv
     assert not Path(f"/dev/shm/tts-levels-{srv.process.pid}").exists()  # the last one out
+
+
+@pytest.fixture(scope="module")
+def batched(exported_repository, tmp_path_factory):
+    logs = tmp_path_factory.mktemp("triton-batch")
+    with profile_server(exported_repository, logs, "cpu-batch") as srv:
+        yield srv
 
 
 def inputs(module, text: str) -> list:
@@ -48,14 +56,16 @@ def speak(server, text: str, bulk: bool) -> np.ndarray:
     return result.as_numpy("audio")[0]
 
 
-def test_bulk_and_interactive_requests_at_once_sound_as_the_default(levels, server):
+def test_bulk_and_interactive_requests_at_once_sound_as_batched_stages(levels, batched):
+    assert Path(f"/dev/shm/tts-levels-{levels.process.pid}").exists()  # it runs levels
+    assert not Path(f"/dev/shm/tts-levels-{batched.process.pid}").exists()
     texts = SENTENCES[:8]
     with ThreadPoolExecutor(8) as pool:
         ours = list(pool.map(lambda k: speak(levels, texts[k], bulk=k % 2 == 1), range(8)))
     for text, audio in zip(texts, ours):
-        default = speak(server, text, bulk=False)
-        assert audio.shape == default.shape, text
-        assert np.max(np.abs(audio - default)) < 1e-3, text
+        reference = speak(batched, text, bulk=False)
+        assert audio.shape == reference.shape, text
+        assert np.max(np.abs(audio - reference)) < 1e-3, text
 
 
 def test_over_http_too(levels):
