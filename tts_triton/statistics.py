@@ -6,6 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 PARTS = ("compute_input", "compute_infer", "compute_output")  # of Triton's compute time
+# On Triton's metrics port, per stage scheduling by levels (labels model, level): the batches
+# its workers ran and the requests in them (Triton's own statistics time the hand-over there).
+LEVEL_BATCHES_METRIC = "tts_level_batches_total"
+LEVEL_ITEMS_METRIC = "tts_level_items_total"
 
 
 @dataclass(frozen=True)
@@ -90,8 +94,6 @@ def level_batches(metrics_url: str) -> dict[str, ModelStatistics]:
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
-
-    from tts_wire import LEVEL_BATCHES_METRIC, LEVEL_ITEMS_METRIC
 
     with urllib.request.urlopen(metrics_url, timeout=10) as response:
         text = response.read().decode()

@@ -69,7 +69,7 @@ def test_the_vocoder_answers_both_levels_with_the_batch_modes_audio(exported_rep
 
 def metric(kind: str) -> float:
     """The vocoder's count of ``kind`` (batches, items) on the fake metrics port, both levels."""
-    from tts_wire import LEVEL_BATCHES_METRIC, LEVEL_ITEMS_METRIC
+    from tts_triton.statistics import LEVEL_BATCHES_METRIC, LEVEL_ITEMS_METRIC
 
     name = LEVEL_BATCHES_METRIC if kind == "batches" else LEVEL_ITEMS_METRIC
     family = pb.MetricFamily.families.get(name, {})

@@ -20,12 +20,8 @@ import triton_python_backend_utils as pb_utils
 
 from tts_serving.engines.batching import is_numpy
 from tts_serving.model_config import config_parameters, parse_settings
-from tts_wire import (
-    BULK_PARAMETER,
-    LEVEL_BATCHES_METRIC,
-    LEVEL_ITEMS_METRIC,
-    SynthesisOptions,
-)
+from tts_triton.statistics import LEVEL_BATCHES_METRIC, LEVEL_ITEMS_METRIC
+from tts_wire import BULK_PARAMETER, SynthesisOptions
 from tts_wire.tensors import MODEL_IO, OPTIONS, ModelIO
 
 from ..errors import CorruptInputError, InvalidInputError, ModelConfigError

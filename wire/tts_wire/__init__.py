@@ -66,10 +66,6 @@ PRIORITY_LEVELS = 2
 # Triton's ensemble passes request parameters on to every stage, its priority it does not show
 # them (a stage scheduling by levels runs bulk work only while no interactive work is in).
 BULK_PARAMETER = "bulk"
-# On Triton's metrics port, per stage scheduling by levels (labels model, level): the batches
-# its workers ran and the requests in them (Triton's own statistics time the hand-over there).
-LEVEL_BATCHES_METRIC = "tts_level_batches_total"
-LEVEL_ITEMS_METRIC = "tts_level_items_total"
 
 # The start of the INVALID_ARG message for text over a limit: clients then stream it.
 TEXT_TOO_LONG = "text is too long"
