@@ -408,7 +408,10 @@ class LevelScheduler:
             bulk = is_bulk(request)
             with self.ready:
                 if sum(len(q) for q in self.waiting.values()) >= self.max_queue:
-                    full = f"{self.name}: {self.max_queue} requests are waiting; retry later"
+                    full = (
+                        f"{self.name}: its queue is full ({self.max_queue} waiting, "
+                        "max_queue_size); retry later"
+                    )
                     sender.send(
                         error_response(full, pb_utils.TritonError.UNAVAILABLE),
                         flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
