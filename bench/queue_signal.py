@@ -24,16 +24,15 @@ import random
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.grpc import aio as grpc_aio
 
 from bench.admission import capacity, one
 from bench.compare import percentile
 from bench.machine import cpu_line
 from tests.support.launcher import Launcher
+from tts_triton.statistics import model_counters
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("phonemizer", "acoustic", "vocoder")
@@ -41,8 +40,6 @@ STAGES = ("phonemizer", "acoustic", "vocoder")
 
 def counters(url: str) -> dict[tuple[str, str], float]:
     """(metric, model) -> value for the queue and success counters of the three stages."""
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
     wanted = (
         "nv_inference_queue_duration_us",
         "nv_inference_request_success",
@@ -50,14 +47,7 @@ def counters(url: str) -> dict[tuple[str, str], float]:
         "nv_inference_count",  # requests in batches
         "nv_inference_exec_count",  # batches
     )
-    found: dict[tuple[str, str], float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            name = s.name.removesuffix("_total")  # the parser names counters' samples *_total
-            if name in wanted and s.labels.get("model") in STAGES:
-                key = (name, s.labels["model"])
-                found[key] = found.get(key, 0.0) + s.value  # summed over versions
-    return found
+    return {key: v for key, v in model_counters(url, wanted).items() if key[1] in STAGES}
 
 
 def grown(before: dict, after: dict, name: str, stage: str) -> float:

@@ -40,7 +40,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tts_serving.model_config import TRITON_PARAMETERS, parse_settings, read_model_config
+from tts_serving.model_config import (
+    TRITON_PARAMETERS,
+    parse_settings,
+    pbtxt_parameters,
+    read_model_config,
+)
 from tts_serving.settings import SETTINGS
 from tts_wire.tensors import ENSEMBLES, MODEL_IO, check_ensemble
 
@@ -212,24 +217,25 @@ def levels_scheduled(profile: str | None, repository: Path = REPOSITORY) -> bool
     """Whether the batched stages run bulk work only on the time interactive work leaves
     (EngineSettings.levels), so the front door may send interactive requests at once."""
     return all(
-        parse_settings(
-            SETTINGS[config.name],
-            {k: v.string_value for k, v in config.parameters.items() if k not in TRITON_PARAMETERS},
-            config.name,
-        ).levels
-        for config in _stage_configs(profile, repository)
+        parse_settings(SETTINGS[name], pbtxt_parameters(path), name).levels
+        for name, path in _stage_config_paths(profile, repository).items()
     )
 
 
-def _stage_configs(profile: str | None, repository: Path) -> list:
-    """The batched stages' configs Triton loads under ``profile`` from ``repository``."""
-    configs = []
+def _stage_config_paths(profile: str | None, repository: Path) -> dict[str, Path]:
+    """The files of the batched stages' configs Triton loads under ``profile``, by model."""
+    paths = {}
     for name in BATCHED:
         config = repository / name / "configs" / f"{profile}.pbtxt"
         if not profile or not config.exists():
             config = repository / name / "config.pbtxt"
-        configs.append(read_model_config(config))
-    return configs
+        paths[name] = config
+    return paths
+
+
+def _stage_configs(profile: str | None, repository: Path) -> list:
+    """The batched stages' configs Triton loads under ``profile`` from ``repository``."""
+    return [read_model_config(p) for p in _stage_config_paths(profile, repository).values()]
 
 
 def check_engines(profiles: dict[str, dict[str, Override]] = PROFILES) -> None:

@@ -86,33 +86,26 @@ def model_statistics(
     return out
 
 
-def level_batches(metrics_url: str) -> dict[str, ModelStatistics]:
-    """The batches the stages that schedule by levels ran, per model (both levels together),
-    from Triton's metrics endpoint (``http://host:port/metrics``): ``inferences`` the requests
-    in them, ``executions`` the batches (Triton's own statistics time only the hand-over there).
-    A model that runs batches as Triton forms them is absent."""
+def model_counters(metrics_url: str, names: Sequence[str]) -> dict[tuple[str, str], float]:
+    """(counter, model) -> value, summed over the other labels (versions, levels), of the
+    counters ``names`` at a Prometheus endpoint such as Triton's (``http://host:port/metrics``),
+    read with prometheus_client's parser."""
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(metrics_url, timeout=10) as response:
         text = response.read().decode()
-    counts: dict[str, dict[str, float]] = {}
+    # The parser names a counter's samples *_total, whether or not the exposition did.
+    wanted = {name.removesuffix("_total"): name for name in names}
+    found: dict[tuple[str, str], float] = {}
     for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in (LEVEL_BATCHES_METRIC, LEVEL_ITEMS_METRIC):
-                model = counts.setdefault(sample.labels.get("model", ""), {})
-                model[sample.name] = model.get(sample.name, 0.0) + sample.value
-    return {
-        model: ModelStatistics(
-            requests=int(c.get(LEVEL_ITEMS_METRIC, 0)),
-            inferences=int(c.get(LEVEL_ITEMS_METRIC, 0)),
-            executions=int(c.get(LEVEL_BATCHES_METRIC, 0)),
-            queue_ns=0,
-            compute_ns=0,
-        )
-        for model, c in counts.items()
-    }
+        for s in family.samples:
+            name = wanted.get(s.name.removesuffix("_total"))
+            if name is not None:
+                key = (name, s.labels.get("model", ""))
+                found[key] = found.get(key, 0.0) + s.value
+    return found
 
 
 def stage_statistics(
@@ -122,17 +115,18 @@ def stage_statistics(
     headers: dict[str, str] | None = None,
 ) -> dict[str, ModelStatistics]:
     """:func:`model_statistics`, with the batches (``inferences``, ``executions``; sizes
-    unknown) of a model that schedules by levels taken from :func:`level_batches`."""
+    unknown) of a model that schedules by levels taken from its own counters on the metrics
+    port (Triton's statistics time only the hand-over there; a model that batches has none)."""
     stats = model_statistics(grpc_address, models, headers)
-    levels = level_batches(metrics_url)
+    counts = model_counters(metrics_url, (LEVEL_ITEMS_METRIC, LEVEL_BATCHES_METRIC))
     return {
         model: replace(
             s,
-            inferences=levels[model].inferences,
-            executions=levels[model].executions,
+            inferences=int(counts[LEVEL_ITEMS_METRIC, model]),
+            executions=int(counts.get((LEVEL_BATCHES_METRIC, model), 0)),
             batch_sizes={},
         )
-        if model in levels
+        if (LEVEL_ITEMS_METRIC, model) in counts
         else s
         for model, s in stats.items()
     }
