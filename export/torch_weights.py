@@ -45,6 +45,11 @@ def onnx_weights(path: str | Path) -> dict[str, np.ndarray]:
     weights: dict[str, np.ndarray] = {}
     for init in graph.initializer:
         array = numpy_helper.to_array(init)
+        reader = readers.get(init.name)
+        if reader is not None and reader.op_type == "Conv" and array.ndim == 4:
+            # A served half's 1-D convolution as a 2-D one of height 1 (convolutions_as_2d):
+            # the module's Conv1d takes the weight without that axis.
+            array = array[:, :, 0, :]
         if init.name in _DERIVED:
             name, fn = _DERIVED[init.name]
             weights[name] = fn(array).astype(np.float32)
