@@ -246,10 +246,11 @@ def convolutions_as_2d(model: onnx.ModelProto) -> int:
     and every tensor name stays as it was. Returns how many were rewritten.
 
     Why: ONNX Runtime's CPU runs 2-D convolutions through MLAS's blocked (NCHWc) kernels and
-    1-D ones through im2col and a GEMM; the same arithmetic in another order (audio within
-    2e-7, latents within 1e-4). Measured on one thread, Intel Xeon and AMD EPYC with AVX-512:
-    the vocoder 1.2-1.4x as fast, the acoustic half 1.03-1.2x (docs/performance.md, "2-D
-    convolutions"). A weight another kind of node also reads is left alone, with its Conv."""
+    1-D ones through im2col and a GEMM; the same arithmetic in another order (the vocoder's
+    audio within 2e-6, the acoustic half's latents within 1e-3). Measured on one thread on an
+    Intel Xeon with AVX-512: the vocoder 1.14-1.28x as fast, the acoustic half 1.02-1.16x
+    (``python -m bench.conv_layout``; docs/performance.md, "The same model, faster kernels").
+    A weight another kind of node also reads is left alone, with its Conv."""
     graph = model.graph
     weights = {w.name: w for w in graph.initializer}
     readers: dict[str, set[str]] = {}
@@ -262,8 +263,6 @@ def convolutions_as_2d(model: onnx.ModelProto) -> int:
         return w is not None and len(w.dims) == 3 and readers[w.name] == {"Conv"}
 
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
-    if opset >= 13:  # axes an input since opset 13, an attribute before
-        graph.initializer.append(numpy_helper.from_array(np.array([2], np.int64), _AS_2D_AXIS))
 
     def reshape(op: str, x: str, y: str, name: str) -> onnx.NodeProto:
         if opset >= 13:
@@ -302,5 +301,7 @@ def convolutions_as_2d(model: onnx.ModelProto) -> int:
         nodes.append(reshape("Squeeze", f"{y}/2d", y, f"{node.name or y}/as_1d"))
     del graph.node[:]
     graph.node.extend(nodes)
+    if count and opset >= 13:  # axes an input since opset 13, an attribute before
+        graph.initializer.append(numpy_helper.from_array(np.array([2], np.int64), _AS_2D_AXIS))
     onnx.checker.check_model(model)
     return count

@@ -81,8 +81,8 @@ def test_a_multi_speaker_voice_takes_one_speaker_per_item_in_both_halves(tmp_pat
 
 
 def _conv_graph(opset: int) -> onnx.ModelProto:
-    """x [B, 8, T] through two Convs reading x (one strided, padded, dilated and grouped), a
-    third whose weight a Mul also reads, and their sum."""
+    """x [B, 8, T] through two Convs reading x (one padded, one dilated and grouped too), a
+    third whose weight a Mul also reads, and a strided one on their sum."""
     rng = np.random.default_rng(0)
 
     def weight(name: str, shape: tuple) -> onnx.TensorProto:
