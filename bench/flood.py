@@ -7,7 +7,10 @@ flight for ``--seconds`` (a closed loop: each answer is followed by the next req
 
 - ``tts``: short sentences to Triton's `tts` over gRPC;
 - ``gateway``: the same sentences to the gateway's /v1/audio/speech (wav), with the bystander
-  on the gateway too.
+  on the gateway too;
+- ``streams``: ``--streams`` long texts streamed at once through `tts_stream` (Triton's HTTP
+  ``generate_stream``, each read to its end and started again), half from 127.0.0.1 and half
+  from 127.0.0.3, with the bystander on `tts`.
 
 ``--flood-text`` and ``--flood-speed`` make the flood one text at one speed (work the text's
 length does not show: digits at speed 0.25).
@@ -35,7 +38,7 @@ import tritonclient.grpc as grpcclient
 
 from bench.machine import cpu_line
 from tests.support.launcher import Launcher
-from tts_front.sample_texts import SENTENCES
+from tts_front.sample_texts import PARAGRAPH, SENTENCES
 
 ROOT = Path(__file__).resolve().parent.parent
 SHORT = [s for s in SENTENCES if len(s) < 60] or SENTENCES[:4]
@@ -57,7 +60,7 @@ class Bystander:
 
     def one(self, k: int) -> None:
         text = SHORT[k % len(SHORT)]
-        if self.through == "gateway":
+        if self.through == "gateway":  # else `tts` (beside streams too)
             port, path = self.launcher.gateway, "/v1/audio/speech"
             body = json.dumps(
                 {"model": "tts-1", "voice": "joe", "input": text, "response_format": "wav"}
@@ -96,13 +99,48 @@ class Flood:
     speed: float = 1.0
 
 
+def stream_once(launcher: Launcher, source: str, text: str) -> bool:
+    """One long text streamed through `tts_stream` from ``source``, read to its end: whether
+    every event was audio."""
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", launcher.http, timeout=300, source_address=(source, 0)
+    )
+    try:
+        body = json.dumps({"text": text}).encode()
+        conn.request(
+            "POST",
+            "/v2/models/tts_stream/generate_stream",
+            body=body,
+            headers={"Content-Type": "application/json"},
+        )
+        response = conn.getresponse()
+        events = [line for line in response.read().splitlines() if line.startswith(b"data:")]
+    finally:
+        conn.close()
+    return response.status == 200 and bool(events) and all(b'"error"' not in e for e in events)
+
+
 def flood(launcher: Launcher, through: str, load: Flood, stop: threading.Event) -> list[int]:
-    """``load.clients`` closed loops from 127.0.0.1 until ``stop``; [served, refused or
-    failed]."""
+    """``load.clients`` closed loops from 127.0.0.1 (streams: and 127.0.0.3) until ``stop``;
+    [served, refused or failed]."""
     counts = [0, 0]
     lock = threading.Lock()
 
+    def streams(i: int) -> None:
+        source = ("127.0.0.1", "127.0.0.3")[i % 2]
+        while not stop.is_set():
+            try:
+                ok = stream_once(launcher, source, load.text or PARAGRAPH)
+            except Exception:  # counted, and the loop goes on as a flood would
+                ok = False
+            with lock:
+                counts[0 if ok else 1] += 1
+            if not ok:
+                time.sleep(0.05)
+
     def loop(i: int) -> None:
+        if through == "streams":
+            return streams(i)
         if through == "gateway":
             client = httpx.Client(base_url=launcher.url, timeout=300)
         else:
@@ -188,8 +226,14 @@ def measure(launcher: Launcher, through: str, load: Flood, seconds: float, quiet
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.flood", description=__doc__)
     p.add_argument("--profiles", nargs="+", default=["default"])
-    p.add_argument("--through", nargs="+", default=["tts", "gateway"], choices=["tts", "gateway"])
+    p.add_argument(
+        "--through",
+        nargs="+",
+        default=["tts", "gateway", "streams"],
+        choices=["tts", "gateway", "streams"],
+    )
     p.add_argument("--flood", type=int, default=64, help="the flooder's requests in flight")
+    p.add_argument("--streams", type=int, default=8, help="long streams at once (two addresses)")
     p.add_argument("--flood-text", help="one text the flooder sends (default: short sentences)")
     p.add_argument("--flood-speed", type=float, default=1.0)
     p.add_argument("--seconds", type=float, default=30.0)
@@ -205,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 launcher.wait_ready()
                 for through in a.through:
-                    clients = a.flood if through == "tts" else a.flood // 2
+                    in_flight = {"tts": a.flood, "gateway": a.flood // 2, "streams": a.streams}
+                    clients = in_flight[through]
                     load = Flood(clients, a.flood_text, a.flood_speed)
                     r = measure(launcher, through, load, a.seconds, a.quiet)
                     rows.append((profile, through, clients, r))
