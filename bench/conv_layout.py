@@ -1,13 +1,15 @@
-"""1-D against 2-D convolutions: each half of the voice as Piper exports it (1-D) and as the
-export serves it (``export.graph.convolutions_as_2d``), side by side in one process.
+"""1-D against 2-D convolutions: each half of the voice as Piper exports it (1-D), with its
+convolutions as 2-D ones (``export.graph.convolutions_as_2d``) and, for the vocoder, its
+upsampling layers as phase convolutions too (``transposed_convolutions_as_convolutions``):
+the last layout of each half is the one the export serves. Side by side in one process.
 
 Both come from the same source voice, split here in memory; each session made as the server
 makes its own (``create_session``), on 1 thread (the sessions that run items side by side) and
 on 2 (the stage's session). Inputs are the served kind: the phoneme ids of
 ``tts_front/sample_texts.py``'s sentences, and the latents the acoustic half makes from them
-with the voice's noise. The two layouts take turns in every round. Prints milliseconds per
-call (median) and the ratio 1-D / 2-D (above 1: the 2-D graph is faster), and the largest
-difference between their outputs.
+with the voice's noise. The layouts take turns in every round. Prints milliseconds per call
+(median), the ratio 1-D / the layout (above 1: faster than Piper's graph) and the largest
+difference from the 1-D graph's output.
 
     python -m bench.conv_layout [--rounds 7]
 """
@@ -25,7 +27,12 @@ import numpy as np
 import onnx
 
 from bench.machine import cpu_line
-from export.graph import convolutions_as_2d, make_scales_per_item, split
+from export.graph import (
+    convolutions_as_2d,
+    make_scales_per_item,
+    split,
+    transposed_convolutions_as_convolutions,
+)
 from tts_front.sample_texts import SENTENCES
 from tts_serving.engines.onnx import create_session
 from tts_serving.settings import EngineSettings
@@ -34,6 +41,9 @@ from tts_serving.voices import load_voice_config
 
 # A lone short and a lone long sentence, and four long ones as one padded batch.
 CASES = (("lone short", [1]), ("lone long", [13]), ("batch of 4", [6, 7, 11, 13]))
+
+
+PHASES = "2-D, phases"
 
 
 def halves(folder: Path) -> dict[tuple[str, str], Path]:
@@ -47,6 +57,9 @@ def halves(folder: Path) -> dict[tuple[str, str], Path]:
         convolutions_as_2d(half)
         files[name, "2-D"] = folder / f"{name}-2d.onnx"
         onnx.save(half, str(files[name, "2-D"]))
+        if transposed_convolutions_as_convolutions(half):
+            files[name, PHASES] = folder / f"{name}-phases.onnx"
+            onnx.save(half, str(files[name, PHASES]))
     return files
 
 
@@ -82,14 +95,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         files = halves(Path(tmp))
         inputs = feeds(files["acoustic", "1-D"])
-        print("| half | threads | input | 1-D ms | 2-D ms | 1-D / 2-D | max difference |")
+        print("| half | threads | input | layout | ms | 1-D / layout | max difference |")
         print("|---|---|---|---|---|---|---|")
         for half in ("acoustic", "vocoder"):
             for threads in (1, 2):
                 settings = EngineSettings(intra_op_threads=threads)
                 sessions = {
-                    layout: create_session(files[half, layout], settings)
-                    for layout in ("1-D", "2-D")
+                    layout: create_session(path, settings)
+                    for (name, layout), path in files.items()
+                    if name == half
                 }
                 for (case, _), feed in zip(CASES, inputs[half]):
                     first = {k: s.run(None, feed)[0] for k, s in sessions.items()}
@@ -99,13 +113,15 @@ def main(argv: list[str] | None = None) -> int:
                             t0 = time.perf_counter()
                             session.run(None, feed)
                             times[layout].append(time.perf_counter() - t0)
-                    one, two = (1000 * statistics.median(times[k]) for k in ("1-D", "2-D"))
-                    diff = float(np.max(np.abs(first["1-D"] - first["2-D"])))
-                    print(
-                        f"| {half} | {threads} | {case} | {one:.1f} | {two:.1f} | "
-                        f"{one / two:.2f}x | {diff:.1e} |",
-                        flush=True,
-                    )
+                    one = statistics.median(times["1-D"])
+                    for layout in sessions:
+                        ms = statistics.median(times[layout])
+                        diff = float(np.max(np.abs(first["1-D"] - first[layout])))
+                        print(
+                            f"| {half} | {threads} | {case} | {layout} | {1000 * ms:.1f} | "
+                            f"{one / ms:.2f}x | {diff:.1e} |",
+                            flush=True,
+                        )
     return 0
 
 

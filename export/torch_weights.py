@@ -35,6 +35,8 @@ def onnx_weights(path: str | Path) -> dict[str, np.ndarray]:
     import onnx  # export only: the serving stubs load safetensors and need no onnx
     from onnx import numpy_helper
 
+    from export.graph import POLYPHASE
+
     graph = onnx.load(str(path)).graph
     readers: dict[str, onnx.NodeProto] = {}
     for node in graph.node:
@@ -46,6 +48,10 @@ def onnx_weights(path: str | Path) -> dict[str, np.ndarray]:
     for init in graph.initializer:
         array = numpy_helper.to_array(init)
         reader = readers.get(init.name)
+        if POLYPHASE in init.name:  # a served upsampling layer (export.graph)
+            name, stride = init.name.rsplit(POLYPHASE, 1)
+            weights[name] = _transposed(array, int(stride))
+            continue
         if reader is not None and reader.op_type == "Conv" and array.ndim == 4:
             # A served half's 1-D convolution as a 2-D one of height 1 (convolutions_as_2d):
             # the module's Conv1d takes the weight without that axis.
@@ -62,6 +68,18 @@ def onnx_weights(path: str | Path) -> dict[str, np.ndarray]:
         else:
             raise ModelConfigError(f"{path}: initializer {init.name} {array.shape} is not mapped")
     return weights
+
+
+def _transposed(array: np.ndarray, stride: int) -> np.ndarray:
+    """A ConvTranspose's weight [Ci, Co, k] (its bias [Co]) from the phase convolution's
+    [Co * stride, Ci, 1, k / stride] (bias repeated per phase) that
+    ``export.graph.transposed_convolutions_as_convolutions`` wrote for it."""
+    if array.ndim == 1:
+        return array[::stride]
+    phases, ci, _, taps = array.shape
+    co = phases // stride
+    w = array[:, :, 0, ::-1].reshape(co, stride, ci, taps)  # [co, r, ci, j]
+    return np.ascontiguousarray(w.transpose(2, 0, 3, 1).reshape(ci, co, taps * stride))
 
 
 def _is_param_name(name: str) -> bool:

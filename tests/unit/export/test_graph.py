@@ -135,3 +135,73 @@ def test_one_dimensional_convolutions_run_as_two_dimensional_ones_with_the_same_
     assert after[0].shape == before[0].shape == (2, 4, 19)
     np.testing.assert_allclose(after[0], before[0], atol=1e-4)
     np.testing.assert_array_equal(after[1], before[1])
+
+
+def _upsampling_graph(opset: int) -> onnx.ModelProto:
+    """HiFi-GAN's upsampling (kernel twice the stride, padded by (k - s) / 2, with a bias),
+    one without a bias and unpadded, one whose kernel is not a whole number of strides, and
+    one grouped: the first two become phase convolutions, the others stay."""
+    rng = np.random.default_rng(2)
+
+    def weight(name: str, shape: tuple) -> onnx.TensorProto:
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("ConvTranspose", ["x", "w1", "b1"], ["a"], name="u1", strides=[8],
+                         kernel_shape=[16], pads=[4, 4]),
+        helper.make_node("ConvTranspose", ["a", "w2"], ["b"], name="u2", strides=[2],
+                         kernel_shape=[4]),
+        helper.make_node("ConvTranspose", ["b", "w3"], ["c"], name="u3", strides=[2],
+                         kernel_shape=[3], pads=[1, 1]),
+        helper.make_node("ConvTranspose", ["c", "w4"], ["y"], name="u4", strides=[2],
+                         kernel_shape=[4], pads=[1, 1], group=2),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "upsampling",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16, "time"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, "samples"])],
+        [weight("w1", (16, 8, 16)), weight("b1", (8,)), weight("w2", (8, 4, 4)),
+         weight("w3", (4, 4, 3)), weight("w4", (4, 2, 4))],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("opset", [13, 15])
+def test_upsampling_layers_run_as_phase_convolutions_with_the_same_output(opset):
+    from export.graph import transposed_convolutions_as_convolutions
+    from export.torch_weights import _transposed
+
+    model = _upsampling_graph(opset)
+    before_weights = {w.name: numpy_helper.to_array(w) for w in model.graph.initializer}
+    x = np.random.default_rng(3).standard_normal((2, 16, 23)).astype(np.float32)
+
+    def run(m: onnx.ModelProto) -> np.ndarray:
+        session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        return session.run(None, {"x": x})[0]
+
+    before = run(model)
+    assert transposed_convolutions_as_convolutions(model) == 2
+    kinds = [n.op_type for n in model.graph.node]
+    assert kinds.count("ConvTranspose") == 2 and kinds.count("Conv") == 2
+    weights = {w.name: numpy_helper.to_array(w) for w in model.graph.initializer}
+    assert weights["w1/polyphase8"].shape == (64, 16, 1, 2)  # 8 phases of 8 channels, 2 taps
+    assert "w1" not in weights and "b1" not in weights
+    after = run(model)
+    samples = 23
+    for kernel, stride, pad in ((16, 8, 4), (4, 2, 0), (3, 2, 1), (4, 2, 1)):
+        samples = (samples - 1) * stride + kernel - 2 * pad
+    assert after.shape == before.shape == (2, 4, samples)
+    np.testing.assert_allclose(after, before, atol=1e-4)
+    # The torch engine's reader gets the layer's own weights back.
+    for name in ("w1", "b1", "w2"):
+        stride = 8 if name != "w2" else 2
+        again = _transposed(weights[f"{name}/polyphase{stride}"], stride)
+        np.testing.assert_array_equal(again, before_weights[name])
+
+
+def test_upsampling_layers_stay_before_opset_13():
+    from export.graph import transposed_convolutions_as_convolutions
+
+    model = _upsampling_graph(11)
+    assert transposed_convolutions_as_convolutions(model) == 0
