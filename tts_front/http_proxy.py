@@ -14,7 +14,15 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from tts_wire import AUDIO, BULK_PARAMETER, EDGE_KEY_HEADER, PRIORITY_LEVELS, SPEED, TEXT
+from tts_wire import (
+    AUDIO,
+    BULK_PARAMETER,
+    EDGE_KEY_HEADER,
+    LATER_PARAMETER,
+    PRIORITY_LEVELS,
+    SPEED,
+    TEXT,
+)
 
 from .admission import JSON_OVERHEAD, NotPublic, Refused, TooMany
 from .connections import ConnectionGuard
@@ -151,7 +159,8 @@ class HttpProxy:
             level = self.gatekeeper.level(ticket)
             rewrite = level == PRIORITY_LEVELS or level not in (None, priority)
             if level is not None and rewrite and isinstance(header, dict):
-                body = _at_priority(level, header, body, headers, forwarded)
+                later = level < PRIORITY_LEVELS == priority  # as grpc_proxy: a later piece
+                body = _at_priority(level, header, body, headers, forwarded, later)
             url = f"http://{self.settings.triton_http}{request.rel_url}"
             async with self.session.request(
                 request.method, url, data=bytes(body), headers=forwarded
@@ -361,17 +370,17 @@ def _at_priority(
     body: bytearray,
     headers: dict[str, str],
     forwarded: dict[str, str],
+    later: bool = False,
 ) -> bytearray:
-    """The body with its JSON header asking for ``level``; a binary body's header length in
-    ``forwarded`` follows."""
+    """The body with its JSON header asking for ``level`` (and flagged ``later``); a binary
+    body's header length in ``forwarded`` follows."""
     size = _json_size(headers, len(body))
     parameters = header.get("parameters")
     kept = {k: v for k, v in (parameters if isinstance(parameters, dict) else {}).items()
-            if k != BULK_PARAMETER}  # fmt: skip
+            if k not in (BULK_PARAMETER, LATER_PARAMETER)}  # fmt: skip
     # The stages read the level from BULK_PARAMETER (they do not see the priority).
-    header["parameters"] = (
-        kept | {"priority": level} | ({BULK_PARAMETER: True} if level == PRIORITY_LEVELS else {})
-    )
+    flags = {BULK_PARAMETER: level == PRIORITY_LEVELS, LATER_PARAMETER: later}
+    header["parameters"] = kept | {"priority": level} | {k: True for k, v in flags.items() if v}
     part = json.dumps(header, separators=(",", ":")).encode()
     if "inference-header-content-length" in headers:
         for name in [k for k in forwarded if k.lower() == "inference-header-content-length"]:

@@ -12,7 +12,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from tts_wire import BULK_PARAMETER, PRIORITY_LEVELS
+from tts_wire import BULK_PARAMETER, LATER_PARAMETER, PRIORITY_LEVELS
 
 # Field numbers (grpc_service.proto).
 REQUEST_MODEL_NAME, REQUEST_ID, REQUEST_PARAMETERS, REQUEST_RAW_INPUT = 1, 3, 4, 7
@@ -140,16 +140,19 @@ def _encoded(number: int, kind: int, payload: bytes | int) -> bytes:
     return varint(number << 3 | 2) + varint(len(payload)) + payload  # type: ignore[arg-type]
 
 
-def with_priority(message: bytes, level: int) -> bytes:
+def with_priority(message: bytes, level: int, later: bool = False) -> bytes:
     """``message`` (a ModelInferRequest) sent at ``level``: a "priority" parameter appended,
-    and at the bulk level the ``BULK_PARAMETER`` flag for the stages, each winning over any
-    before it (protobuf reads the last of a map's duplicate keys)."""
+    the ``BULK_PARAMETER`` flag (set at the bulk level) and the ``LATER_PARAMETER`` flag
+    (``later``) for the stages, each winning over any before it (protobuf reads the last of a
+    map's duplicate keys)."""
     value = _encoded(UINT64_PARAM, 0, level)
     entry = _encoded(1, 2, b"priority") + _encoded(2, 2, value)
     message = bytes(message) + _encoded(REQUEST_PARAMETERS, 2, entry)
-    bulk = _encoded(BOOL_PARAM, 0, int(level == PRIORITY_LEVELS))
-    entry = _encoded(1, 2, BULK_PARAMETER.encode()) + _encoded(2, 2, bulk)
-    return message + _encoded(REQUEST_PARAMETERS, 2, entry)
+    for name, flag in ((BULK_PARAMETER, level == PRIORITY_LEVELS), (LATER_PARAMETER, later)):
+        value = _encoded(BOOL_PARAM, 0, int(flag))
+        entry = _encoded(1, 2, name.encode()) + _encoded(2, 2, value)
+        message += _encoded(REQUEST_PARAMETERS, 2, entry)
+    return message
 
 
 def infer_request(message: bytes, names: frozenset[str] = frozenset()) -> InferRequest | None:

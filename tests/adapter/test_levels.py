@@ -101,3 +101,17 @@ def test_bulk_work_waits_while_interactive_work_is_in_the_server(exported_reposi
 def test_levels_need_onnx_runtime(exported_repository):
     with pytest.raises(ModelConfigError, match="scheduling levels needs the onnxruntime engine"):
         load_model(exported_repository, "vocoder", {"scheduling": "levels", "engine": "null"})
+
+
+def test_a_batch_takes_first_pieces_before_anyones_later_ones():
+    """The front door flags a light listener's later pieces (LATER_PARAMETER): a batch is of
+    first pieces while any wait, in their order, and never mixes in a later piece."""
+    waiting = [("a", 1, True), ("b", 2, False), ("c", 3, True), ("d", 4, False), ("e", 5, False)]
+    assert [e[0] for e in adapter.take(waiting, 2)] == ["b", "d"]
+    assert [e[0] for e in adapter.take(waiting, 2)] == ["e"]
+    assert [e[0] for e in adapter.take(waiting, 3)] == ["a", "c"]
+    assert waiting == []
+    request = pb.InferenceRequest(latent=np.zeros((1, 192, 4), np.float32))
+    assert not adapter.flag(request, "later")
+    request.params = json.dumps({"later": True, "bulk": False})
+    assert adapter.flag(request, "later") and not adapter.is_bulk(request)

@@ -21,7 +21,7 @@ import triton_python_backend_utils as pb_utils
 from tts_serving.engines.batching import is_numpy
 from tts_serving.model_config import config_parameters, parse_settings
 from tts_triton.statistics import LEVEL_BATCHES_METRIC, LEVEL_ITEMS_METRIC
-from tts_wire import BULK_PARAMETER, SynthesisOptions
+from tts_wire import BULK_PARAMETER, LATER_PARAMETER, SynthesisOptions
 from tts_wire.tensors import MODEL_IO, OPTIONS, ModelIO
 
 from ..errors import CorruptInputError, InvalidInputError, ModelConfigError
@@ -321,13 +321,30 @@ def execute_batched(
     return responses
 
 
-def is_bulk(request) -> bool:
-    """Whether the front door sent ``request`` at the bulk level (``BULK_PARAMETER``)."""
+def flag(request, name: str) -> bool:
+    """Whether ``request`` carries the request parameter ``name`` set to true (the front
+    door's ``BULK_PARAMETER`` and ``LATER_PARAMETER``)."""
     try:
         parameters = json.loads(request.parameters() or "{}")
     except ValueError:
         return False
-    return isinstance(parameters, dict) and parameters.get(BULK_PARAMETER) is True
+    return isinstance(parameters, dict) and parameters.get(name) is True
+
+
+def is_bulk(request) -> bool:
+    """Whether the front door sent ``request`` at the bulk level (``BULK_PARAMETER``)."""
+    return flag(request, BULK_PARAMETER)
+
+
+def take(waiting: list, most: int) -> list:
+    """Up to ``most`` of ``waiting``'s (sender, item, later) entries, removed from it, in
+    order: those not flagged later while there are any (a batch of first pieces finishes
+    sooner than one with someone's rest in it), else the later ones."""
+    first = [entry for entry in waiting if not entry[2]][:most]
+    taken = first or waiting[:most]
+    ids = {id(entry) for entry in taken}
+    waiting[:] = [entry for entry in waiting if id(entry) not in ids]
+    return taken
 
 
 LEVEL_NAMES = {False: "interactive", True: "bulk"}
@@ -405,7 +422,7 @@ class LevelScheduler:
             if error is not None:
                 sender.send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 continue
-            bulk = is_bulk(request)
+            bulk, later = is_bulk(request), flag(request, LATER_PARAMETER)
             with self.ready:
                 if sum(len(q) for q in self.waiting.values()) >= self.max_queue:
                     full = (
@@ -419,7 +436,7 @@ class LevelScheduler:
                     continue
                 if not bulk:
                     self.count.add(1)
-                self.waiting[bulk].append((sender, item))
+                self.waiting[bulk].append((sender, item, later))
                 self.ready.notify_all()
         return None
 
@@ -430,11 +447,10 @@ class LevelScheduler:
                     self.ready.wait()
                 if not self.waiting[bulk]:
                     return
-                taken = self.waiting[bulk][: self.max_batch]
-                del self.waiting[bulk][: self.max_batch]
+                taken = take(self.waiting[bulk], self.max_batch)
             run = functools.partial(self.run, bulk=bulk)
-            responses = run_and_respond([item for _, item in taken], run, self.logger, self.name)
-            for (sender, _), response in zip(taken, responses):
+            responses = run_and_respond([e[1] for e in taken], run, self.logger, self.name)
+            for (sender, _, _), response in zip(taken, responses):
                 try:
                     sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 except Exception as e:  # the client is gone: nothing to tell it

@@ -66,6 +66,11 @@ PRIORITY_LEVELS = 2
 # Triton's ensemble passes request parameters on to every stage, its priority it does not show
 # them (a stage scheduling by levels runs bulk work only while no interactive work is in).
 BULK_PARAMETER = "bulk"
+# The request parameter (bool) the front door sets on an interactive request that asked for the
+# bulk level: the gateway's later pieces of a light listener's text (Wyoming's rest after a
+# turn's first words). A stage scheduling by levels takes interactive requests without it
+# first, so every listener's first piece waits behind no one's rest.
+LATER_PARAMETER = "later"
 
 # The start of the INVALID_ARG message for text over a limit: clients then stream it.
 TEXT_TOO_LONG = "text is too long"

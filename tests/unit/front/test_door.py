@@ -144,3 +144,10 @@ def test_a_header_length_that_is_no_number_is_read_as_none():
     }  # fmt: skip
     header["parameters"] = {"bulk": True}
     assert json.loads(_at_priority(1, header, body, headers, {}))["parameters"] == {"priority": 1}
+    # A light listener's later piece (asked at bulk, sent interactive) is flagged later; a
+    # client's own flag is not kept either.
+    header["parameters"] = {"later": True}
+    assert json.loads(_at_priority(1, header, body, headers, {}, later=True))["parameters"] == {
+        "priority": 1, "later": True
+    }  # fmt: skip
+    assert json.loads(_at_priority(1, header, body, headers, {}))["parameters"] == {"priority": 1}

@@ -61,7 +61,13 @@ def test_a_priority_is_read_and_a_demotion_wins_as_protobuf_reads_it():
         with_priority(request.SerializeToString(), 1)
     )
     assert promoted.parameters["bulk"].bool_param is False
+    assert promoted.parameters["later"].bool_param is False
     assert promoted.parameters["priority"].uint64_param == 1
+    # A light listener's later piece: interactive, flagged so the stages take first pieces
+    # first.
+    later = service_pb2.ModelInferRequest.FromString(with_priority(message, 1, later=True))
+    assert later.parameters["later"].bool_param is True
+    assert later.parameters["bulk"].bool_param is False
     assert parsed.parameters["timeout"].int64_param == 5_000_000
     assert parsed.raw_input_contents == request.raw_input_contents
     plain = service_pb2.ModelInferRequest(model_name="tts").SerializeToString()
