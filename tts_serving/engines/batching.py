@@ -226,9 +226,17 @@ def split_for_lanes(
     (a convolutional network's receptive field: the kept frames then equal the whole item's).
     So every lane gets the same work, whatever the items' lengths (a lone item runs on all of
     them), for at most ``lanes - 1`` cuts of ``2 * context`` frames' extra work. No span keeps
-    fewer than ``min_span`` frames: a cut nearer an item's end moves to it."""
+    fewer than ``min_span`` frames: a cut nearer an item's end moves to it. Where whole items,
+    longest first on the least loaded lane (as ``run_side_by_side`` runs them), load no lane
+    more than a cut stretch would (``context`` more than an equal share), they stay whole: the
+    same time, without the cuts' work."""
     total = sum(lengths)
     stretch = -(-total // max(1, lanes))  # ceil
+    loads = [0] * max(1, lanes)
+    for n in sorted(lengths, reverse=True):
+        loads[loads.index(min(loads))] += n
+    if max(loads) <= stretch + context:
+        return [FrameSpan(item, 0, n, 0, n) for item, n in enumerate(lengths)]
     cuts = {k * stretch for k in range(1, lanes)}
     spans: list[FrameSpan] = []
     offset = 0

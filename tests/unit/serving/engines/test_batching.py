@@ -189,6 +189,12 @@ def test_split_for_lanes_gives_every_lane_the_same_work():
     assert len(split_for_lanes([100] * 16, 2, 12, 36)) == 16
     assert len(split_for_lanes([210, 10], 2, 12, 36)) == 3  # the cut at 110 stays
     assert len(split_for_lanes([120, 100], 2, 12, 36)) == 2  # the cut at 110 is 10 from the end
+    # Whole items that load the lanes as evenly as cut stretches would (200 + 50 and 150 +
+    # 100; 260 + 40 against 150 + 150 is past one context): no cut, no context work.
+    assert [(s.start, s.end) for s in split_for_lanes([200, 150, 100, 50], 2, 15, 45)] == [
+        (0, 200), (0, 150), (0, 100), (0, 50)
+    ]  # fmt: skip
+    assert len(split_for_lanes([260, 40], 2, 15, 45)) == 3
 
 
 def _convolve(latent: np.ndarray, reach: int, scale: int) -> np.ndarray:
