@@ -126,6 +126,12 @@ def flood(launcher: Launcher, through: str, load: Flood, stop: threading.Event) 
     counts = [0, 0]
     lock = threading.Lock()
 
+    def count(ok: bool) -> None:
+        with lock:
+            counts[0 if ok else 1] += 1
+        if not ok:
+            time.sleep(0.05)  # a failure comes back at once: no busy loop on it
+
     def streams(i: int) -> None:
         source = ("127.0.0.1", "127.0.0.3")[i % 2]
         while not stop.is_set():
@@ -133,10 +139,7 @@ def flood(launcher: Launcher, through: str, load: Flood, stop: threading.Event) 
                 ok = stream_once(launcher, source, load.text or PARAGRAPH)
             except Exception:  # counted, and the loop goes on as a flood would
                 ok = False
-            with lock:
-                counts[0 if ok else 1] += 1
-            if not ok:
-                time.sleep(0.05)
+            count(ok)
 
     def loop(i: int) -> None:
         if through == "streams":
@@ -171,10 +174,7 @@ def flood(launcher: Launcher, through: str, load: Flood, stop: threading.Event) 
                         ok = True
                 except Exception:  # counted, and the loop goes on as a flood would
                     ok = False
-                with lock:
-                    counts[0 if ok else 1] += 1
-                if not ok:
-                    time.sleep(0.05)
+                count(ok)
         finally:
             client.close()
 
