@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.support.metrics import settled
 from tests.support.processes import profile_server
 from tts_client import TTSClient
 from tts_front.sample_texts import SENTENCES
@@ -29,7 +30,10 @@ def test_eight_at_once_run_one_item_per_batch_and_sound_as_the_default(interacti
     before = model_statistics(address, stages, interactive.admin_headers)
     with TTSClient(interactive.grpc_url, concurrency=8) as client:
         ours = client.synthesize_many(texts, **EXACT)
-    after = model_statistics(address, stages, interactive.admin_headers)
+    after = settled(
+        lambda: model_statistics(address, stages, interactive.admin_headers),
+        lambda now: all((now[s] - before[s]).inferences >= len(texts) for s in stages),
+    )
     for stage in stages:
         delta = after[stage] - before[stage]
         assert delta.inferences == 8 and delta.batch_sizes == {1: 8}, (stage, delta)
