@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from tts_front.security import EDGE_KEY_ENV, GATEWAY_EDGE_KEY_ENV, INNER_KEY_ENV
+from tts_serving.engines.cpu_share import SERVICE_PID_ENV
 
 PY_VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -147,6 +148,8 @@ def server_env(
     """tritonserver's environment; with ``key`` (and ``inner_key``), the shim that hands it
     the keys (server_shim.c)."""
     env = dict(os.environ if base is None else base)
+    # The stages tell this service's CPU from other processes' by this tree (cpu_share.py).
+    env.setdefault(SERVICE_PID_ENV, str(os.getpid()))
     for secret in (INNER_KEY_ENV, EDGE_KEY_ENV, GATEWAY_EDGE_KEY_ENV):  # not for Triton's stubs
         env.pop(secret, None)
     if key is not None:

@@ -13,6 +13,9 @@ config.pbtxt's ``input`` and ``output`` blocks are generated too, from the decla
   phonemizer (espeak-ng, CPU) gets several instances to keep up.
 - ``torch-cpu``: the torch engine on the CPU, everything else as config.pbtxt (what CI uses to
   test the torch engine end to end).
+- ``cpu-fixed-lanes``: BENCHMARK BASELINE, no more single-thread sessions while other
+  processes keep the CPU busy (``busy_cpu_lanes`` 1): what ``bench.compare`` on a busy
+  machine measures the default's against.
 - ``cpu-int8``: the vocoder in int8 (ONNX Runtime static quantization, the last stage in
   float32; ``export/quantize.py``), within the quality gates of ``bench.cpu_variants``; not the
   default (docs/performance.md, "Cheaper arithmetic", says why).
@@ -120,6 +123,12 @@ PROFILES: dict[str, dict[str, Override]] = {
         "vocoder": Override(
             parameters={"split_items": "false"},
             why="BENCHMARK BASELINE: whole items side by side, a lone one on the 2-thread session",
+        ),
+    },
+    "cpu-fixed-lanes": {
+        "vocoder": Override(
+            parameters={"busy_cpu_lanes": "1"},
+            why="BENCHMARK BASELINE: one lane per thread also while other processes are busy",
         ),
     },
     "cpu-int8": {

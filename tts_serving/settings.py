@@ -313,6 +313,15 @@ class VocoderSettings(EngineSettings):
             "enough runs on every session too. false: whole items"
         ),
     )
+    busy_cpu_lanes: int = field(
+        default=2,
+        metadata=doc(
+            "ORT on the CPU with `split_items`: while other processes take over half a core "
+            "(read from /proc), a batch is cut into this many times `intra_op_threads` "
+            "stretches on as many single-thread sessions (Linux shares a busy CPU by runnable "
+            "threads; quiet, they would only wait on each other); 1: never more"
+        ),
+    )
     loudness: str = field(
         default="voice",
         metadata=doc(
@@ -327,6 +336,8 @@ class VocoderSettings(EngineSettings):
             raise ValueError(f"loudness must be voice or peak, got {self.loudness!r}")
         if self.max_frames < 1:
             raise ValueError("max_frames must be >= 1")
+        if self.busy_cpu_lanes < 1:
+            raise ValueError("busy_cpu_lanes must be >= 1 (1 = no more lanes on a busy CPU)")
 
 
 @dataclass(frozen=True)

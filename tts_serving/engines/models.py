@@ -7,7 +7,7 @@ the item's own length. A bucket that runs out of accelerator memory is retried i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
@@ -30,6 +30,7 @@ from ..errors import ModelConfigError
 from ..levels import Gate, GatedSession
 from ..settings import EngineSettings, VocoderSettings
 from . import INT8_FILE, WEIGHTS_FILE
+from .cpu_share import CpuShare, process_share
 from .null import NullAcousticNet, NullVocoderNet
 from .onnx import OrtAcousticNet, OrtVocoderNet, create_session, providers
 
@@ -82,7 +83,7 @@ def load_acoustic(
         return AcousticModel(net, options)
     if options.engine == "null":
         return AcousticModel(NullAcousticNet(), options)
-    net, items = sessions(path, options, OrtAcousticNet, gate)
+    net, items, _ = sessions(path, options, OrtAcousticNet, gate)
     return AcousticModel(net, options, items)
 
 
@@ -92,9 +93,11 @@ def load_vocoder(
     options: EngineSettings,
     device_id: int = 0,
     gate: Gate | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> VocoderModel:
     """The vocoder half in ``path`` (``model_file(options)`` of a voice) on its engine;
-    ``gate``: the copy for bulk work, each call through it (:func:`sessions`)."""
+    ``gate``: the copy for bulk work, each call through it (:func:`sessions`); ``log``: hears
+    when a batch runs on more lanes because other processes keep the CPU busy."""
     if options.engine == "torch":
         from tts_serving.engines.torch_engine import TorchVocoderNet
 
@@ -104,19 +107,41 @@ def load_vocoder(
     if options.engine == "null":
         return VocoderModel(NullVocoderNet(hop_length), hop_length, options)
     split = not isinstance(options, VocoderSettings) or options.split_items
-    net, items = sessions(path, options, OrtVocoderNet, gate)
-    return VocoderModel(net, hop_length, options, items, split_items=split)
+    lanes = options.busy_cpu_lanes if isinstance(options, VocoderSettings) and split else 1
+    net, items, more = sessions(path, options, OrtVocoderNet, gate, lanes)
+    share = _share(more, len(items), log)
+    return VocoderModel(net, hop_length, options, items, split, more, share)
 
 
-def sessions(path: str | Path, options: EngineSettings, kind, gate: Gate | None) -> tuple:
-    """(net, item nets) of an ONNX Runtime half: the session of ``intra_op_threads`` and the
-    single-thread ones that run items side by side, each run through ``gate`` if given."""
+def sessions(
+    path: str | Path, options: EngineSettings, kind, gate: Gate | None, busy_lanes: int = 1
+) -> tuple:
+    """(net, item nets, more item nets) of an ONNX Runtime half: the session of
+    ``intra_op_threads``, the single-thread ones that run items side by side, and
+    ``busy_lanes - 1`` times as many more for while other processes keep the CPU busy (a
+    session runs concurrent calls one at a time); each run through ``gate`` if given."""
 
     def net(o: EngineSettings):
         session = create_session(path, o)
         return kind(session if gate is None else GatedSession(session, gate))
 
-    return net(options), [net(o) for o in _item_sessions(options)]
+    lanes = _item_sessions(options)
+    more = lanes * max(0, busy_lanes - 1)
+    return net(options), [net(o) for o in lanes], [net(o) for o in more]
+
+
+def _share(more: Sequence, lanes: int, log: Callable[[str], None] | None) -> CpuShare | None:
+    """What tells a half with ``more`` lanes that other processes keep the CPU busy; ``log``
+    hears each turn (``lanes``: the lanes while quiet)."""
+    if not more:
+        return None
+
+    def heard(busy: bool, cores: float) -> None:
+        if log is not None:
+            count = lanes + len(more) if busy else lanes
+            log(f"other processes took {cores:.1f} cores: a batch now runs on {count} lanes")
+
+    return process_share(heard)
 
 
 def _item_sessions(options: EngineSettings) -> list[EngineSettings]:
@@ -132,19 +157,31 @@ def _item_sessions(options: EngineSettings) -> list[EngineSettings]:
 
 class _SideBySide:
     """A half's sessions that run several items one each, side by side (``nets``), with
-    the threads that call them; a lone item goes to the half's multi-thread session."""
+    the threads that call them; a lone item goes to the half's multi-thread session.
+    ``more``: sessions a batch also runs on while other processes keep the CPU busy
+    (``share``): the kernel shares a busy CPU by runnable threads (cpu_share.py)."""
 
-    def __init__(self, nets: Sequence) -> None:
+    def __init__(self, nets: Sequence, more: Sequence = (), share: CpuShare | None = None) -> None:
         self.nets = list(nets)
-        self.pool = ThreadPoolExecutor(len(self.nets)) if len(self.nets) > 1 else None
+        self.more = list(more) if share is not None else []
+        self.share = share
+        lanes = len(self.nets) + len(self.more)
+        self.pool = ThreadPoolExecutor(lanes) if len(self.nets) > 1 else None
 
     def applies(self, count: int) -> bool:
         return self.pool is not None and count > 1
 
-    def run(self, items: Sequence, lengths: Sequence[int], call) -> list:
-        """``call(net, [item]) -> [result]`` for each item on a free net."""
+    def lanes(self) -> list:
+        """The sessions a batch runs on now: ``more`` too while others keep the CPU busy."""
+        if self.more and self.share is not None and self.share.others_busy():
+            return self.nets + self.more
+        return self.nets
+
+    def run(self, items: Sequence, lengths: Sequence[int], call, nets: Sequence = ()) -> list:
+        """``call(net, [item]) -> [result]`` for each item on a free net of ``nets``
+        (``lanes()`` when none are given)."""
         assert self.pool is not None
-        runners = [partial(call, net) for net in self.nets]
+        runners = [partial(call, net) for net in (nets or self.lanes())]
         return run_side_by_side(items, lengths, runners, self.pool)
 
 
@@ -241,12 +278,15 @@ class VocoderModel:
         options: EngineSettings,
         item_nets: Sequence = (),
         split_items: bool = True,
+        more_nets: Sequence = (),
+        share: CpuShare | None = None,
     ) -> None:
         """``net``: an OrtVocoderNet, a TorchVocoderNet, or an ONNX Runtime session;
         ``item_nets``: single-thread nets that run several items side by side (CPU);
-        ``split_items``: items cut into equal stretches over them (``split_for_lanes``)."""
+        ``split_items``: items cut into equal stretches over them (``split_for_lanes``);
+        ``more_nets``: more of them, for while ``share`` says others keep the CPU busy."""
         self.net = OrtVocoderNet(net) if isinstance(net, ort.InferenceSession) else net
-        self.side_by_side = _SideBySide(item_nets)
+        self.side_by_side = _SideBySide(item_nets, more_nets, share)
         self.hop_length = hop_length
         self.options = options
         self.multi_speaker = bool(getattr(self.net, "takes_speakers", False))
@@ -267,11 +307,14 @@ class VocoderModel:
         if self.context is not None:
             # Every lane the same work: the items end to end, cut in equal stretches (a lone
             # item long enough runs on every lane too; docs/performance.md).
-            lanes = len(self.side_by_side.nets)
-            spans = split_for_lanes(lengths, lanes, self.context, MIN_SPAN_CONTEXTS * self.context)
+            nets = self.side_by_side.lanes()
+            spans = split_for_lanes(
+                lengths, len(nets), self.context, MIN_SPAN_CONTEXTS * self.context
+            )
             if len(spans) > 1:
                 units = [(items[s.item][0][..., s.lo : s.hi], items[s.item][1]) for s in spans]
-                outputs = self.side_by_side.run(units, [s.hi - s.lo for s in spans], self._call)
+                lengths = [s.hi - s.lo for s in spans]
+                outputs = self.side_by_side.run(units, lengths, self._call, nets)
                 return join_spans(spans, outputs, len(items), self.hop_length)
         elif self.side_by_side.applies(len(items)):
             return self.side_by_side.run(items, lengths, self._call)

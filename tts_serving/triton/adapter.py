@@ -321,14 +321,21 @@ def execute_batched(
     return responses
 
 
-def flag(request, name: str) -> bool:
-    """Whether ``request`` carries the request parameter ``name`` set to true (the front
-    door's ``BULK_PARAMETER`` and ``LATER_PARAMETER``)."""
+def flags(request, *names: str) -> tuple[bool, ...]:
+    """For each of ``names``, whether ``request`` carries that request parameter set to true
+    (the front door's ``BULK_PARAMETER`` and ``LATER_PARAMETER``); the JSON parsed once."""
     try:
         parameters = json.loads(request.parameters() or "{}")
     except ValueError:
-        return False
-    return isinstance(parameters, dict) and parameters.get(name) is True
+        parameters = {}
+    if not isinstance(parameters, dict):
+        parameters = {}
+    return tuple(parameters.get(name) is True for name in names)
+
+
+def flag(request, name: str) -> bool:
+    """Whether ``request`` carries the request parameter ``name`` set to true."""
+    return flags(request, name)[0]
 
 
 def is_bulk(request) -> bool:
@@ -422,7 +429,7 @@ class LevelScheduler:
             if error is not None:
                 sender.send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 continue
-            bulk, later = is_bulk(request), flag(request, LATER_PARAMETER)
+            bulk, later = flags(request, BULK_PARAMETER, LATER_PARAMETER)
             with self.ready:
                 if sum(len(q) for q in self.waiting.values()) >= self.max_queue:
                     full = (

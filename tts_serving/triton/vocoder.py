@@ -96,7 +96,11 @@ class VocoderStage:
             path = voice.file(model_file(self.settings))
             if path not in models:
                 models[path] = load_vocoder(
-                    path, config.hop_length, self.settings, self.ctx.device_id
+                    path,
+                    config.hop_length,
+                    self.settings,
+                    self.ctx.device_id,
+                    log=lambda line: self.logger.log_info(f"vocoder: {line}"),
                 )
                 if self.levels is not None:
                     self.levels.bulk_copy(

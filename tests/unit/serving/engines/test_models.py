@@ -181,3 +181,37 @@ def test_a_vocoder_reaching_past_the_window_runs_items_whole():
 
     nets = [ConvVocoderNet(MAX_REACH + 10, 4) for _ in range(3)]
     assert VocoderModel(nets[0], 4, OPTIONS, nets[1:]).context is None
+
+
+class Share:
+    """A CpuShare stand-in: ``busy`` says whether other processes take the CPU."""
+
+    def __init__(self, busy: bool) -> None:
+        self.busy = busy
+
+    def others_busy(self) -> bool:
+        return self.busy
+
+
+def test_a_batch_runs_on_the_more_lanes_only_while_others_keep_the_cpu_busy():
+    import threading
+
+    main = ConvVocoderNet(7, 4)
+    lanes = [ConvVocoderNet(7, 4), ConvVocoderNet(7, 4)]
+    more = [ConvVocoderNet(7, 4), ConvVocoderNet(7, 4)]
+    share = Share(False)
+    vocoder = VocoderModel(main, 4, OPTIONS, lanes, True, more, share)
+    latent = np.random.default_rng(3).standard_normal((192, 400)).astype(np.float32)
+    (whole,) = VocoderModel(main, 4, OPTIONS)([latent])
+    for lane in lanes + more:
+        lane.calls = []
+    (quiet,) = vocoder([latent])
+    assert sum(len(n.calls) for n in lanes) == 2 and not more[0].calls and not more[1].calls
+    share.busy = True
+    all_busy = threading.Barrier(4, timeout=10)  # four stretches, side by side
+    for lane in lanes + more:
+        lane.calls, lane.barrier = [], all_busy
+    (busy,) = vocoder([latent])
+    assert [len(n.calls) for n in lanes + more] == [1, 1, 1, 1]
+    np.testing.assert_allclose(quiet, whole, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(busy, whole, rtol=1e-5, atol=1e-4)
