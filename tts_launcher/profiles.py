@@ -126,10 +126,11 @@ PROFILES: dict[str, dict[str, Override]] = {
         ),
     },
     "cpu-fixed-lanes": {
-        "vocoder": Override(
+        stage: Override(
             parameters={"busy_cpu_lanes": "1"},
             why="BENCHMARK BASELINE: one lane per thread also while other processes are busy",
-        ),
+        )
+        for stage in ("acoustic", "vocoder")
     },
     "cpu-int8": {
         "vocoder": Override(

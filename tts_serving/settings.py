@@ -84,6 +84,15 @@ class EngineSettings:
             "false: padded calls within `max_padded_length`. Other engines ignore it"
         ),
     )
+    busy_cpu_lanes: int = field(
+        default=4,
+        metadata=doc(
+            "ORT on the CPU with `items_side_by_side`: while other processes take over half "
+            "a core (read from /proc), a batch runs on this many times `intra_op_threads` "
+            "threads, each calling one of the single-thread sessions (Linux shares a busy CPU "
+            "by runnable threads; quiet, more would only wait on each other); 1: never more"
+        ),
+    )
     scheduling: str = field(
         default="auto",
         metadata=doc(
@@ -155,6 +164,8 @@ class EngineSettings:
             )
         if self.intra_op_threads < 0 or self.inter_op_threads < 0:
             raise ValueError("thread counts must be >= 0 (0 = ONNX Runtime's default)")
+        if self.busy_cpu_lanes < 1:
+            raise ValueError("busy_cpu_lanes must be >= 1 (1 = no more lanes on a busy CPU)")
         if self.graph_optimization not in ONNX_GRAPH_OPTIMIZATIONS:
             raise ValueError(
                 f"graph_optimization must be one of {', '.join(ONNX_GRAPH_OPTIMIZATIONS)}, "
@@ -313,15 +324,6 @@ class VocoderSettings(EngineSettings):
             "enough runs on every session too. false: whole items"
         ),
     )
-    busy_cpu_lanes: int = field(
-        default=2,
-        metadata=doc(
-            "ORT on the CPU with `split_items`: while other processes take over half a core "
-            "(read from /proc), a batch is cut into this many times `intra_op_threads` "
-            "stretches on as many single-thread sessions (Linux shares a busy CPU by runnable "
-            "threads; quiet, they would only wait on each other); 1: never more"
-        ),
-    )
     loudness: str = field(
         default="voice",
         metadata=doc(
@@ -336,8 +338,6 @@ class VocoderSettings(EngineSettings):
             raise ValueError(f"loudness must be voice or peak, got {self.loudness!r}")
         if self.max_frames < 1:
             raise ValueError("max_frames must be >= 1")
-        if self.busy_cpu_lanes < 1:
-            raise ValueError("busy_cpu_lanes must be >= 1 (1 = no more lanes on a busy CPU)")
 
 
 @dataclass(frozen=True)

@@ -71,10 +71,15 @@ def torch_options(options: EngineSettings, device_id: int = 0, graph_budget: int
 
 
 def load_acoustic(
-    path: str | Path, options: EngineSettings, device_id: int = 0, gate: Gate | None = None
+    path: str | Path,
+    options: EngineSettings,
+    device_id: int = 0,
+    gate: Gate | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> AcousticModel:
     """The acoustic half in ``path`` (``model_file(options)`` of a voice) on its engine;
-    ``gate``: the copy for bulk work, each call through it (:func:`sessions`)."""
+    ``gate``: the copy for bulk work, each call through it (:func:`sessions`); ``log``: hears
+    when a batch runs on more lanes because other processes keep the CPU busy."""
     if options.engine == "torch":
         from tts_serving.engines.torch_engine import TorchAcousticNet
 
@@ -83,8 +88,9 @@ def load_acoustic(
         return AcousticModel(net, options)
     if options.engine == "null":
         return AcousticModel(NullAcousticNet(), options)
-    net, items, _ = sessions(path, options, OrtAcousticNet, gate)
-    return AcousticModel(net, options, items)
+    net, items, more = sessions(path, options, OrtAcousticNet, gate)
+    share = _share(more, len(items), log)
+    return AcousticModel(net, options, items, more, share)
 
 
 def load_vocoder(
@@ -107,39 +113,36 @@ def load_vocoder(
     if options.engine == "null":
         return VocoderModel(NullVocoderNet(hop_length), hop_length, options)
     split = not isinstance(options, VocoderSettings) or options.split_items
-    lanes = options.busy_cpu_lanes if isinstance(options, VocoderSettings) and split else 1
-    net, items, more = sessions(path, options, OrtVocoderNet, gate, lanes)
+    net, items, more = sessions(path, options, OrtVocoderNet, gate)
     share = _share(more, len(items), log)
     return VocoderModel(net, hop_length, options, items, split, more, share)
 
 
-def sessions(
-    path: str | Path, options: EngineSettings, kind, gate: Gate | None, busy_lanes: int = 1
-) -> tuple:
-    """(net, item nets, more item nets) of an ONNX Runtime half: the session of
-    ``intra_op_threads``, the single-thread ones that run items side by side, and
-    ``busy_lanes - 1`` times as many more for while other processes keep the CPU busy (a
-    session runs concurrent calls one at a time); each run through ``gate`` if given."""
+def sessions(path: str | Path, options: EngineSettings, kind, gate: Gate | None) -> tuple:
+    """(net, item nets, more lanes) of an ONNX Runtime half: the session of
+    ``intra_op_threads``, the single-thread ones that run items side by side, and the lanes a
+    batch also runs on while other processes keep the CPU busy (``busy_cpu_lanes``): the same
+    single-thread sessions again (a session runs concurrent calls side by side, each on its
+    caller's thread: no more memory, nor the acoustic half's seconds of loading per session);
+    each run through ``gate`` if given."""
 
     def net(o: EngineSettings):
         session = create_session(path, o)
         return kind(session if gate is None else GatedSession(session, gate))
 
-    lanes = _item_sessions(options)
-    more = lanes * max(0, busy_lanes - 1)
-    return net(options), [net(o) for o in lanes], [net(o) for o in more]
+    items = [net(o) for o in _item_sessions(options)]
+    return net(options), items, items * max(0, options.busy_cpu_lanes - 1)
 
 
 def _share(more: Sequence, lanes: int, log: Callable[[str], None] | None) -> CpuShare | None:
     """What tells a half with ``more`` lanes that other processes keep the CPU busy; ``log``
     hears each turn (``lanes``: the lanes while quiet)."""
-    if not more:
-        return None
+    if not more or log is None:
+        return process_share() if more else None
 
     def heard(busy: bool, cores: float) -> None:
-        if log is not None:
-            count = lanes + len(more) if busy else lanes
-            log(f"other processes took {cores:.1f} cores: a batch now runs on {count} lanes")
+        count = lanes + len(more) if busy else lanes
+        log(f"other processes took {cores:.1f} cores: a batch runs on {count} lanes")
 
     return process_share(heard)
 
@@ -158,8 +161,8 @@ def _item_sessions(options: EngineSettings) -> list[EngineSettings]:
 class _SideBySide:
     """A half's sessions that run several items one each, side by side (``nets``), with
     the threads that call them; a lone item goes to the half's multi-thread session.
-    ``more``: sessions a batch also runs on while other processes keep the CPU busy
-    (``share``): the kernel shares a busy CPU by runnable threads (cpu_share.py)."""
+    ``more``: lanes a batch also runs on while other processes keep the CPU busy (``share``):
+    the kernel shares a busy CPU by runnable threads (cpu_share.py)."""
 
     def __init__(self, nets: Sequence, more: Sequence = (), share: CpuShare | None = None) -> None:
         self.nets = list(nets)
@@ -206,11 +209,19 @@ def with_speed(scales: np.ndarray) -> np.ndarray:
 class AcousticModel:
     """Phoneme ids + per-item scales (+ speakers) -> latent frames [192, T_i] per item."""
 
-    def __init__(self, net, options: EngineSettings, item_nets: Sequence = ()) -> None:
+    def __init__(
+        self,
+        net,
+        options: EngineSettings,
+        item_nets: Sequence = (),
+        more_nets: Sequence = (),
+        share: CpuShare | None = None,
+    ) -> None:
         """``net``: an OrtAcousticNet, a TorchAcousticNet, or an ONNX Runtime session;
-        ``item_nets``: single-thread nets that run several items side by side (CPU)."""
+        ``item_nets``: single-thread nets that run several items side by side (CPU);
+        ``more_nets``: more lanes, for while ``share`` says others keep the CPU busy."""
         self.net = OrtAcousticNet(net) if isinstance(net, ort.InferenceSession) else net
-        self.side_by_side = _SideBySide(item_nets)
+        self.side_by_side = _SideBySide(item_nets, more_nets, share)
         self.options = options
         # The torch engine can keep the latents on its device (the DLPack hand-off).
         self.net_options = {"on_device": True} if options.device_tensors else {}
@@ -284,7 +295,7 @@ class VocoderModel:
         """``net``: an OrtVocoderNet, a TorchVocoderNet, or an ONNX Runtime session;
         ``item_nets``: single-thread nets that run several items side by side (CPU);
         ``split_items``: items cut into equal stretches over them (``split_for_lanes``);
-        ``more_nets``: more of them, for while ``share`` says others keep the CPU busy."""
+        ``more_nets``: more lanes, for while ``share`` says others keep the CPU busy."""
         self.net = OrtVocoderNet(net) if isinstance(net, ort.InferenceSession) else net
         self.side_by_side = _SideBySide(item_nets, more_nets, share)
         self.hop_length = hop_length

@@ -100,7 +100,12 @@ class AcousticStage:
             check_speakers(voice.name, voice.config.num_speakers, self.ctx.settings)
             path = voice.file(model_file(self.ctx.settings))
             if path not in models:
-                models[path] = load_acoustic(path, self.ctx.settings, self.ctx.device_id)
+                models[path] = load_acoustic(
+                    path,
+                    self.ctx.settings,
+                    self.ctx.device_id,
+                    log=lambda line: self.logger.log_info(f"acoustic: {line}"),
+                )
                 if self.levels is not None:
                     self.levels.bulk_copy(
                         models[path],

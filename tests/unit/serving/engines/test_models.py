@@ -215,3 +215,25 @@ def test_a_batch_runs_on_the_more_lanes_only_while_others_keep_the_cpu_busy():
     assert [len(n.calls) for n in lanes + more] == [1, 1, 1, 1]
     np.testing.assert_allclose(quiet, whole, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(busy, whole, rtol=1e-5, atol=1e-4)
+
+    # The acoustic half, as served: the more lanes are the same sessions called again.
+    class Meeting(AcousticNet):
+        """Each call waits at ``barrier`` (when set) for the others: side by side."""
+
+        barrier: threading.Barrier | None = None
+
+        def __call__(self, ids, lengths, scales, speakers):
+            if self.barrier is not None:
+                self.barrier.wait()
+            return super().__call__(ids, lengths, scales, speakers)
+
+    nets = [Meeting(), Meeting()]
+    acoustic = AcousticModel(AcousticNet(), OPTIONS, nets, nets, share)
+    ids = [np.zeros(n, np.int64) for n in (9, 8, 7, 6)]
+    share.busy = False
+    acoustic(ids, np.ones((4, 4)), [0, 1, 2, 3])
+    assert sum(len(n.calls) for n in nets) == 4
+    share.busy = True
+    Meeting.barrier = threading.Barrier(4, timeout=10)  # four calls at once, or it breaks
+    latents = acoustic(ids, np.ones((4, 4)), [0, 1, 2, 3])
+    assert [lat.shape[-1] for lat in latents] == [9, 8, 7, 6]
