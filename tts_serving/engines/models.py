@@ -76,10 +76,12 @@ def load_acoustic(
     device_id: int = 0,
     gate: Gate | None = None,
     log: Callable[[str], None] | None = None,
+    like: AcousticModel | None = None,
 ) -> AcousticModel:
     """The acoustic half in ``path`` (``model_file(options)`` of a voice) on its engine;
-    ``gate``: the copy for bulk work, each call through it (:func:`sessions`); ``log``: hears
-    when a batch runs on more lanes because other processes keep the CPU busy."""
+    ``gate``: the copy for bulk work, each call through it, on ``like``'s ONNX Runtime
+    sessions if given (:func:`sessions`); ``log``: hears when a batch runs on more lanes
+    because other processes keep the CPU busy."""
     if options.engine == "torch":
         from tts_serving.engines.torch_engine import TorchAcousticNet
 
@@ -88,7 +90,7 @@ def load_acoustic(
         return AcousticModel(net, options)
     if options.engine == "null":
         return AcousticModel(NullAcousticNet(), options)
-    net, items, more = sessions(path, options, OrtAcousticNet, gate)
+    net, items, more = sessions(path, options, OrtAcousticNet, gate, like)
     share = _share(more, len(items), log)
     return AcousticModel(net, options, items, more, share)
 
@@ -100,10 +102,12 @@ def load_vocoder(
     device_id: int = 0,
     gate: Gate | None = None,
     log: Callable[[str], None] | None = None,
+    like: VocoderModel | None = None,
 ) -> VocoderModel:
     """The vocoder half in ``path`` (``model_file(options)`` of a voice) on its engine;
-    ``gate``: the copy for bulk work, each call through it (:func:`sessions`); ``log``: hears
-    when a batch runs on more lanes because other processes keep the CPU busy."""
+    ``gate``: the copy for bulk work, each call through it, on ``like``'s ONNX Runtime
+    sessions if given (:func:`sessions`); ``log``: hears when a batch runs on more lanes
+    because other processes keep the CPU busy."""
     if options.engine == "torch":
         from tts_serving.engines.torch_engine import TorchVocoderNet
 
@@ -113,25 +117,33 @@ def load_vocoder(
     if options.engine == "null":
         return VocoderModel(NullVocoderNet(hop_length), hop_length, options)
     split = not isinstance(options, VocoderSettings) or options.split_items
-    net, items, more = sessions(path, options, OrtVocoderNet, gate)
+    net, items, more = sessions(path, options, OrtVocoderNet, gate, like)
     share = _share(more, len(items), log)
     return VocoderModel(net, hop_length, options, items, split, more, share)
 
 
-def sessions(path: str | Path, options: EngineSettings, kind, gate: Gate | None) -> tuple:
+def sessions(
+    path: str | Path, options: EngineSettings, kind, gate: Gate | None, like=None
+) -> tuple:
     """(net, item nets, more lanes) of an ONNX Runtime half: the session of
     ``intra_op_threads``, the single-thread ones that run items side by side, and the lanes a
     batch also runs on while other processes keep the CPU busy (``busy_cpu_lanes``): the same
-    single-thread sessions again (a session runs concurrent calls side by side, each on its
-    caller's thread: no more memory, nor the acoustic half's seconds of loading per session);
-    each run through ``gate`` if given."""
+    single-thread sessions again. ONNX Runtime runs concurrent calls of one session side by
+    side, each on its caller's thread, so more lanes, and the bulk copy (``like``: the model
+    whose sessions it calls, each call through ``gate``), cost no memory and none of the
+    seconds an acoustic session takes to load."""
+    if like is not None and isinstance(like.net, kind):
+        main = like.net.session
+        items = [n.session for n in like.side_by_side.nets]
+    else:
+        main = create_session(path, options)
+        items = [create_session(path, o) for o in _item_sessions(options)]
 
-    def net(o: EngineSettings):
-        session = create_session(path, o)
+    def net(session):
         return kind(session if gate is None else GatedSession(session, gate))
 
-    items = [net(o) for o in _item_sessions(options)]
-    return net(options), items, items * max(0, options.busy_cpu_lanes - 1)
+    lanes = [net(session) for session in items]
+    return net(main), lanes, lanes * max(0, options.busy_cpu_lanes - 1)
 
 
 def _share(more: Sequence, lanes: int, log: Callable[[str], None] | None) -> CpuShare | None:

@@ -109,7 +109,9 @@ class AcousticStage:
                 if self.levels is not None:
                     self.levels.bulk_copy(
                         models[path],
-                        lambda gate: load_acoustic(path, self.ctx.settings, gate=gate),
+                        lambda gate: load_acoustic(
+                            path, self.ctx.settings, gate=gate, like=models[path]
+                        ),
                     )
             return voice.config, models[path]
 

@@ -106,7 +106,7 @@ class VocoderStage:
                     self.levels.bulk_copy(
                         models[path],
                         lambda gate: load_vocoder(
-                            path, config.hop_length, self.settings, gate=gate
+                            path, config.hop_length, self.settings, gate=gate, like=models[path]
                         ),
                     )
             return models[path], VoiceLoudness.read(voice.file(LOUDNESS_FILE))
