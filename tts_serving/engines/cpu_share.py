@@ -28,6 +28,8 @@ SERVICE_PID_ENV = "TTS_SERVICE_PID"
 OTHERS_BUSY_CORES = 0.5
 # The shortest window others' CPU is averaged over: one scheduler tick is 1/100 s.
 WINDOW_S = 1.0
+# A window this many times longer is stale: no batch read it, so this service was idle.
+STALE_WINDOWS = 3
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -82,9 +84,11 @@ def service_root(proc: Path = Path("/proc")) -> int:
 
 class CpuShare:
     """``others_busy()``: whether processes outside this service took more than
-    ``threshold`` cores over the last ``window_s`` or more (and, once they did, until they
-    take under half of it); re-read at most once per window, from the caller's thread (a scan
-    of ``/proc``, about two milliseconds). ``on_change(busy, others_cores)`` hears each turn."""
+    ``threshold`` cores over the last window of ``window_s`` to ``STALE_WINDOWS`` times that
+    (and, once they did, until they take under half of it); re-read at most once per window,
+    from the caller's thread (a scan of ``/proc``, about two milliseconds); after a longer
+    gap the state stays until a new window ends. ``on_change(busy, others_cores)`` hears each
+    turn."""
 
     def __init__(
         self,
@@ -112,7 +116,11 @@ class CpuShare:
     def others_busy(self) -> bool:
         with self._lock:
             then, busy, ours = self._last
-            if self.clock() - then >= self.window_s:
+            if self.clock() - then >= STALE_WINDOWS * self.window_s:
+                # An idle stretch (another server's turn, say) says nothing of now: start a
+                # new window, keep the state.
+                self._last = self._sample()
+            elif self.clock() - then >= self.window_s:
                 self._last = now = self._sample()
                 others = (now[1] - busy) - (now[2] - ours)
                 self.others_cores = max(0.0, others / _TICK / (now[0] - then))

@@ -80,3 +80,21 @@ def test_the_service_is_the_launchers_tree_when_it_says_so(tmp_path, monkeypatch
     assert cpu_share.service_root(tmp_path) == 4242
     monkeypatch.setenv(cpu_share.SERVICE_PID_ENV, "4243")  # gone: not this service
     assert cpu_share.service_root(tmp_path) == os.getpid()
+
+
+def test_a_stale_window_says_nothing_of_now(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu_share, "_TICK", 100)
+    now = [0.0]
+    proc = FakeProc(tmp_path)
+    proc.processes = {10: (1, 0, 0)}
+    proc.write(0)
+    share = CpuShare(root=10, window_s=1.0, proc=tmp_path, clock=lambda: now[0])
+    # Ten idle seconds in which another server took 1.5 cores: not read as now.
+    proc.write(1500)
+    now[0] = 10.0
+    assert not share.others_busy()
+    # The next second, only this service ran: still quiet.
+    proc.processes = {10: (1, 150, 0)}
+    proc.write(1650)
+    now[0] = 11.0
+    assert not share.others_busy() and share.others_cores == 0.0
