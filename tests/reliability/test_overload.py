@@ -4,14 +4,13 @@ and the server keeps serving."""
 from __future__ import annotations
 
 import re
-import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tests.support.paths import ROOT
-from tests.support.processes import ServerProcess
+from tests.support.processes import ServerProcess, linked_copy
 from tts_client import ServerOverloaded, TTSClient
 from tts_client.protocol import NO_RETRY
 from tts_front.sample_texts import PARAGRAPH, SENTENCES
@@ -19,14 +18,7 @@ from tts_front.sample_texts import PARAGRAPH, SENTENCES
 
 def edited_server(exported_repository, tmp_path_factory, edits: dict[str, list[tuple]]):
     """The same models (ONNX files linked, not copied) with config edits: model -> [(re, new)]."""
-    repo = tmp_path_factory.mktemp("repo")
-    for model in exported_repository.iterdir():
-        if model.is_dir():
-            shutil.copytree(
-                model, repo / model.name, symlinks=True, ignore=shutil.ignore_patterns("*.onnx")
-            )
-            for onnx_file in (model / "1").glob("*.onnx"):
-                (repo / model.name / "1" / onnx_file.name).symlink_to(onnx_file)
+    repo = linked_copy(exported_repository, tmp_path_factory.mktemp("repo"))
     for model, changes in edits.items():
         config = repo / model / "config.pbtxt"
         text = config.read_text()

@@ -312,6 +312,22 @@ def server_and_gateway(
         server.stop()
 
 
+def linked_copy(repository: Path, into: Path) -> Path:
+    """A copy of ``repository`` in ``into`` whose ONNX files are links, not copies: a test
+    that edits files there (configs, a lexicon) leaves the shared repository, which other
+    test workers' servers load at the same time, as it is."""
+    import shutil
+
+    for model in repository.iterdir():
+        if model.is_dir():
+            shutil.copytree(
+                model, into / model.name, symlinks=True, ignore=shutil.ignore_patterns("*.onnx")
+            )
+            for onnx_file in (model / "1").glob("*.onnx"):
+                (into / model.name / "1" / onnx_file.name).symlink_to(onnx_file)
+    return into
+
+
 def profile_server(repository: Path, logs: Path, profile: str | None) -> ServerProcess:
     """tritonserver serving ``configs/<profile>.pbtxt`` (None: the config.pbtxt files; logs in
     ``logs``), its canary off so that a test's batches are only its own: ``with
