@@ -1,4 +1,4 @@
-"""Whether other processes keep this machine's CPU busy, read from ``/proc``.
+"""Whether other processes keep this machine's CPU busy (read through ``psutil``).
 
 Linux shares a busy CPU among runnable threads, not processes: beside other work, a server
 that runs one thread per core gets a smaller share than one with a thread per request
@@ -7,8 +7,8 @@ others are busy can run a batch on more single-thread sessions and keep its shar
 machine those extra threads would only wait on each other (docs/performance.md, "A busy
 machine").
 
-Others' CPU is the machine's busy time (``/proc/stat``) less this service's (its processes'
-``utime + stime``), over the last second or more. This service is the process tree under
+Others' CPU is the machine's busy time less this service's (its processes' user + system
+time), over the last second or more. This service is the process tree under
 ``$TTS_SERVICE_PID`` (the launcher sets it to itself: Triton, its stubs, the front door, the
 gateway), else under tritonserver when it is this process's parent (Triton's stub), else this
 process alone.
@@ -20,7 +20,9 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
+
+import psutil
 
 SERVICE_PID_ENV = "TTS_SERVICE_PID"
 # Over this many cores taken by other processes, they count as busy (a benchmark's or a
@@ -28,56 +30,47 @@ SERVICE_PID_ENV = "TTS_SERVICE_PID"
 OTHERS_BUSY_CORES = 0.5
 # The shortest window others' CPU is averaged over: one scheduler tick is 1/100 s.
 WINDOW_S = 1.0
-# A window this many times longer is stale: no batch read it, so this service was idle.
+# A window this many times longer is stale: no batch asked during it, so this service was idle.
 STALE_WINDOWS = 3
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+# (the machine's busy CPU seconds, this service's CPU seconds), both since some fixed time.
+Sample = Callable[[], tuple[float, float]]
 
 
-def machine_busy_ticks(proc: Path = Path("/proc")) -> int:
-    """Ticks every core spent running anything since boot: user, nice, system, irq and
+def machine_busy_seconds() -> float:
+    """CPU seconds every core spent running anything since boot: user, nice, system, irq and
     softirq (not idle, I/O wait or time a hypervisor stole, which no thread count wins)."""
-    fields = (proc / "stat").read_text().split("\n", 1)[0].split()
-    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[1:8])
-    return user + nice + system + irq + softirq
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
 
 
-def _stat(pid: int, proc: Path) -> tuple[int, int] | None:
-    """(parent pid, utime + stime ticks) of a process, None once it is gone."""
+def tree_seconds(root: int) -> float:
+    """CPU seconds (user + system, all threads) of ``root`` and every process below it;
+    0 once ``root`` is gone."""
     try:
-        text = (proc / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    # The name in parentheses may hold spaces and parentheses; the fields follow the last one.
-    rest = text[text.rindex(")") + 2 :].split()
-    return int(rest[1]), int(rest[11]) + int(rest[12])
-
-
-def tree_ticks(root: int, proc: Path = Path("/proc")) -> int:
-    """CPU ticks (utime + stime, all threads) of ``root`` and every process below it."""
-    parents: dict[int, list[tuple[int, int]]] = {}
-    for entry in proc.iterdir():
-        if entry.name.isdigit():
-            stat = _stat(int(entry.name), proc)
-            if stat is not None:
-                parents.setdefault(stat[0], []).append((int(entry.name), stat[1]))
-    own = _stat(root, proc)
-    total, todo = (0 if own is None else own[1]), [root]
-    while todo:
-        for pid, ticks in parents.get(todo.pop(), ()):
-            total += ticks
-            todo.append(pid)
+        top = psutil.Process(root)
+        processes = [top, *top.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:  # ended between the listing and now
+            continue
+        total += times.user + times.system
     return total
 
 
-def service_root(proc: Path = Path("/proc")) -> int:
+def service_root() -> int:
     """The pid whose process tree is this service (the module docstring says which)."""
     given = os.environ.get(SERVICE_PID_ENV, "")
-    if given.isdigit() and (proc / given).exists():
+    if given.isdigit() and psutil.pid_exists(int(given)):
         return int(given)
     try:
-        if (proc / str(os.getppid()) / "comm").read_text().strip() == "tritonserver":
+        if psutil.Process(os.getppid()).name() == "tritonserver":
             return os.getppid()
-    except OSError:
+    except psutil.Error:
         pass
     return os.getpid()
 
@@ -85,62 +78,80 @@ def service_root(proc: Path = Path("/proc")) -> int:
 class CpuShare:
     """``others_busy()``: whether processes outside this service took more than
     ``threshold`` cores over the last window of ``window_s`` to ``STALE_WINDOWS`` times that
-    (and, once they did, until they take under half of it); re-read at most once per window,
-    from the caller's thread (a scan of ``/proc``, about two milliseconds); after a longer
-    gap the state stays until a new window ends. ``on_change(busy, others_cores)`` hears each
-    turn."""
+    (and, once they did, until they take under half of it); after a longer gap the state
+    stays until a new window ends. Each listener (``listen``) hears each turn as
+    ``(busy, others_cores)``.
+
+    A due window is read on a thread of its own (``background``; listing the tree takes a
+    few milliseconds) and the caller goes on with the state it had: a batch never waits for
+    it. ``sample`` replaces the reading (tests)."""
 
     def __init__(
         self,
         root: int | None = None,
         threshold: float = OTHERS_BUSY_CORES,
         window_s: float = WINDOW_S,
-        proc: Path = Path("/proc"),
         clock: Callable[[], float] = time.monotonic,
-        on_change: Callable[[bool, float], None] | None = None,
+        sample: Sample | None = None,
+        background: bool = True,
     ) -> None:
-        self.root = service_root(proc) if root is None else root
+        self.root = service_root() if root is None else root
         self.threshold = threshold
         self.window_s = window_s
-        self.proc = proc
         self.clock = clock
-        self.on_change = on_change
+        self.listeners: list[Callable[[bool, float], None]] = []
+        self.sample = sample or (lambda: (machine_busy_seconds(), tree_seconds(self.root)))
         self.others_cores = 0.0
         self.busy = False
         self._lock = threading.Lock()
-        self._last = self._sample()
+        self._reader = ThreadPoolExecutor(1, "cpu-share") if background else None
+        self._reading = False
+        self._last = (clock(), *self.sample())
 
-    def _sample(self) -> tuple[float, int, int]:
-        return self.clock(), machine_busy_ticks(self.proc), tree_ticks(self.root, self.proc)
+    def listen(self, listener: Callable[[bool, float], None]) -> None:
+        """``listener(busy, others_cores)`` hears each turn from now on."""
+        self.listeners.append(listener)
 
     def others_busy(self) -> bool:
+        """The state now; starts reading a new window when one is due."""
         with self._lock:
-            then, busy, ours = self._last
-            if self.clock() - then >= STALE_WINDOWS * self.window_s:
-                # An idle stretch (another server's turn, say) says nothing of now: start a
-                # new window, keep the state.
-                self._last = self._sample()
-            elif self.clock() - then >= self.window_s:
-                self._last = now = self._sample()
-                others = (now[1] - busy) - (now[2] - ours)
-                self.others_cores = max(0.0, others / _TICK / (now[0] - then))
-                was = self.busy
-                limit = self.threshold / 2 if was else self.threshold
-                self.busy = self.others_cores > limit
-                if self.busy != was and self.on_change is not None:
-                    self.on_change(self.busy, self.others_cores)
-            return self.busy
+            due = self.clock() - self._last[0] >= self.window_s and not self._reading
+            self._reading = self._reading or due
+        if due:
+            if self._reader is None:
+                self._read()
+            else:
+                self._reader.submit(self._read)
+        return self.busy
+
+    def _read(self) -> None:
+        try:
+            now, machine, ours = self.clock(), *self.sample()
+            then, machine_then, ours_then = self._last
+            self._last = (now, machine, ours)
+            if now - then >= STALE_WINDOWS * self.window_s:
+                # An idle stretch (another server's turn, say) says nothing of now: the
+                # window starts again here and the state stays.
+                return
+            others = (machine - machine_then) - (ours - ours_then)
+            self.others_cores = max(0.0, others / (now - then))
+            was = self.busy
+            self.busy = self.others_cores > (self.threshold / 2 if was else self.threshold)
+            if self.busy != was:
+                for listener in self.listeners:
+                    listener(self.busy, self.others_cores)
+        finally:
+            with self._lock:
+                self._reading = False
 
 
 _PROCESS_SHARE: CpuShare | None = None
 
 
-def process_share(on_change: Callable[[bool, float], None] | None = None) -> CpuShare:
-    """The one CpuShare of this process (each model copy asks; /proc is read once a second,
-    a turn heard once); ``on_change`` of the first caller that gives one."""
+def process_share() -> CpuShare:
+    """The one CpuShare of this process: each model copy in it asks the same one, so the
+    tree is read once a window however many ask."""
     global _PROCESS_SHARE
     if _PROCESS_SHARE is None:
         _PROCESS_SHARE = CpuShare()
-    if _PROCESS_SHARE.on_change is None:
-        _PROCESS_SHARE.on_change = on_change
     return _PROCESS_SHARE

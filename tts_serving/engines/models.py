@@ -90,9 +90,8 @@ def load_acoustic(
         return AcousticModel(net, options)
     if options.engine == "null":
         return AcousticModel(NullAcousticNet(), options)
-    net, items, more = sessions(path, options, OrtAcousticNet, gate, like)
-    share = _share(more, len(items), log)
-    return AcousticModel(net, options, items, more, share)
+    net, side_by_side = sessions(path, options, OrtAcousticNet, gate, like, log)
+    return AcousticModel(net, options, side_by_side)
 
 
 def load_vocoder(
@@ -117,15 +116,19 @@ def load_vocoder(
     if options.engine == "null":
         return VocoderModel(NullVocoderNet(hop_length), hop_length, options)
     split = not isinstance(options, VocoderSettings) or options.split_items
-    net, items, more = sessions(path, options, OrtVocoderNet, gate, like)
-    share = _share(more, len(items), log)
-    return VocoderModel(net, hop_length, options, items, split, more, share)
+    net, side_by_side = sessions(path, options, OrtVocoderNet, gate, like, log)
+    return VocoderModel(net, hop_length, options, side_by_side, split)
 
 
 def sessions(
-    path: str | Path, options: EngineSettings, kind, gate: Gate | None, like=None
+    path: str | Path,
+    options: EngineSettings,
+    kind,
+    gate: Gate | None,
+    like=None,
+    log: Callable[[str], None] | None = None,
 ) -> tuple:
-    """(net, item nets, more lanes) of an ONNX Runtime half: the session of
+    """(net, its SideBySide) of an ONNX Runtime half: the session of
     ``intra_op_threads``, the single-thread ones that run items side by side, and the lanes a
     batch also runs on while other processes keep the CPU busy (``busy_cpu_lanes``): the same
     single-thread sessions again. ONNX Runtime runs concurrent calls of one session side by
@@ -143,20 +146,8 @@ def sessions(
         return kind(session if gate is None else GatedSession(session, gate))
 
     lanes = [net(session) for session in items]
-    return net(main), lanes, lanes * max(0, options.busy_cpu_lanes - 1)
-
-
-def _share(more: Sequence, lanes: int, log: Callable[[str], None] | None) -> CpuShare | None:
-    """What tells a half with ``more`` lanes that other processes keep the CPU busy; ``log``
-    hears each turn (``lanes``: the lanes while quiet)."""
-    if not more or log is None:
-        return process_share() if more else None
-
-    def heard(busy: bool, cores: float) -> None:
-        count = lanes + len(more) if busy else lanes
-        log(f"other processes took {cores:.1f} cores: a batch runs on {count} lanes")
-
-    return process_share(heard)
+    more = lanes * max(0, options.busy_cpu_lanes - 1)
+    return net(main), SideBySide(lanes, more, process_share() if more else None, log)
 
 
 def _item_sessions(options: EngineSettings) -> list[EngineSettings]:
@@ -170,18 +161,33 @@ def _item_sessions(options: EngineSettings) -> list[EngineSettings]:
     return [replace(options, intra_op_threads=1)] * options.intra_op_threads
 
 
-class _SideBySide:
+class SideBySide:
     """A half's sessions that run several items one each, side by side (``nets``), with
     the threads that call them; a lone item goes to the half's multi-thread session.
     ``more``: lanes a batch also runs on while other processes keep the CPU busy (``share``):
-    the kernel shares a busy CPU by runnable threads (cpu_share.py)."""
+    the kernel shares a busy CPU by runnable threads (cpu_share.py); ``log`` hears each turn."""
 
-    def __init__(self, nets: Sequence, more: Sequence = (), share: CpuShare | None = None) -> None:
+    def __init__(
+        self,
+        nets: Sequence = (),
+        more: Sequence = (),
+        share: CpuShare | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         self.nets = list(nets)
         self.more = list(more) if share is not None else []
         self.share = share
         lanes = len(self.nets) + len(self.more)
         self.pool = ThreadPoolExecutor(lanes) if len(self.nets) > 1 else None
+        if self.more and share is not None and log is not None:
+            share.listen(self._heard(log))
+
+    def _heard(self, log: Callable[[str], None]) -> Callable[[bool, float], None]:
+        def heard(busy: bool, cores: float) -> None:
+            count = len(self.nets) + len(self.more) if busy else len(self.nets)
+            log(f"other processes took {cores:.1f} cores: a batch runs on {count} lanes")
+
+        return heard
 
     def applies(self, count: int) -> bool:
         return self.pool is not None and count > 1
@@ -225,15 +231,12 @@ class AcousticModel:
         self,
         net,
         options: EngineSettings,
-        item_nets: Sequence = (),
-        more_nets: Sequence = (),
-        share: CpuShare | None = None,
+        side_by_side: SideBySide | None = None,
     ) -> None:
         """``net``: an OrtAcousticNet, a TorchAcousticNet, or an ONNX Runtime session;
-        ``item_nets``: single-thread nets that run several items side by side (CPU);
-        ``more_nets``: more lanes, for while ``share`` says others keep the CPU busy."""
+        ``side_by_side``: single-thread nets that run several items side by side (CPU)."""
         self.net = OrtAcousticNet(net) if isinstance(net, ort.InferenceSession) else net
-        self.side_by_side = _SideBySide(item_nets, more_nets, share)
+        self.side_by_side = side_by_side or SideBySide()
         self.options = options
         # The torch engine can keep the latents on its device (the DLPack hand-off).
         self.net_options = {"on_device": True} if options.device_tensors else {}
@@ -299,17 +302,14 @@ class VocoderModel:
         net,
         hop_length: int,
         options: EngineSettings,
-        item_nets: Sequence = (),
+        side_by_side: SideBySide | None = None,
         split_items: bool = True,
-        more_nets: Sequence = (),
-        share: CpuShare | None = None,
     ) -> None:
         """``net``: an OrtVocoderNet, a TorchVocoderNet, or an ONNX Runtime session;
-        ``item_nets``: single-thread nets that run several items side by side (CPU);
-        ``split_items``: items cut into equal stretches over them (``split_for_lanes``);
-        ``more_nets``: more lanes, for while ``share`` says others keep the CPU busy."""
+        ``side_by_side``: single-thread nets that run several items side by side (CPU);
+        ``split_items``: items cut into equal stretches over them (``split_for_lanes``)."""
         self.net = OrtVocoderNet(net) if isinstance(net, ort.InferenceSession) else net
-        self.side_by_side = _SideBySide(item_nets, more_nets, share)
+        self.side_by_side = side_by_side or SideBySide()
         self.hop_length = hop_length
         self.options = options
         self.multi_speaker = bool(getattr(self.net, "takes_speakers", False))

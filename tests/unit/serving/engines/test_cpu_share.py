@@ -1,100 +1,118 @@
-"""Others' CPU from a fake /proc: the machine's busy ticks less this service's tree."""
+"""Others' CPU: the machine's busy time less this service's process tree."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+import subprocess
+import sys
+import threading
+
+import psutil
+import pytest
 
 from tts_serving.engines import cpu_share
-from tts_serving.engines.cpu_share import CpuShare, tree_ticks
+from tts_serving.engines.cpu_share import STALE_WINDOWS, CpuShare, tree_seconds
 
 
-class FakeProc:
-    """A /proc with ``stat`` and processes ``pid -> (parent, utime, stime)``."""
+class Readings:
+    """A ``sample`` for CpuShare: the (machine, service) CPU seconds a test sets."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.processes: dict[int, tuple[int, int, int]] = {}
+    def __init__(self) -> None:
+        self.machine = 0.0
+        self.service = 0.0
 
-    def write(self, busy: int) -> None:
-        # user nice system idle iowait irq softirq steal: busy = user+nice+system+irq+softirq
-        (self.root / "stat").write_text(f"cpu  {busy} 0 0 500 7 0 0 900 0 0\ncpu0 1 2 3\n")
-        for pid, (parent, utime, stime) in self.processes.items():
-            folder = self.root / str(pid)
-            folder.mkdir(exist_ok=True)
-            fields = ["S", str(parent)] + ["0"] * 9 + [str(utime), str(stime)] + ["0"] * 5
-            (folder / "stat").write_text(f"{pid} (a (b) c) {' '.join(fields)}\n")
+    def __call__(self) -> tuple[float, float]:
+        return self.machine, self.service
 
 
-def test_the_tree_counts_the_root_and_everything_below_it_only(tmp_path):
-    proc = FakeProc(tmp_path)
-    proc.processes = {10: (1, 5, 1), 11: (10, 7, 0), 12: (11, 2, 2), 20: (1, 100, 100)}
-    proc.write(0)
-    assert tree_ticks(10, tmp_path) == 5 + 1 + 7 + 2 + 2
-    assert tree_ticks(11, tmp_path) == 11
-    assert tree_ticks(99, tmp_path) == 0  # gone: nothing
+def test_the_tree_counts_a_child_that_burned_cpu_and_nothing_once_gone():
+    burn = "import time\nwhile time.process_time() < 0.3: pass\nprint('done', flush=True)\n"
+    child = subprocess.Popen(
+        [sys.executable, "-c", burn + "import sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "done"
+        own = psutil.Process().cpu_times()
+        # /proc counts in ticks of 0.01 s, the child's clock finer: a tick's slack.
+        assert tree_seconds(os.getpid()) - (own.user + own.system) >= 0.28
+        assert tree_seconds(child.pid) >= 0.28
+    finally:
+        child.communicate("")
+    assert tree_seconds(child.pid) == 0.0
 
 
-def test_others_busy_when_the_machine_ran_more_than_this_service(tmp_path, monkeypatch):
-    monkeypatch.setattr(cpu_share, "_TICK", 100)
+def test_others_busy_when_the_machine_ran_more_than_this_service():
     now = [0.0]
-    proc = FakeProc(tmp_path)
-    proc.processes = {10: (1, 0, 0), 11: (10, 0, 0)}
-    proc.write(0)
+    readings = Readings()
     heard: list[tuple[bool, float]] = []
     share = CpuShare(
-        root=10,
-        threshold=0.5,
-        window_s=1.0,
-        proc=tmp_path,
-        clock=lambda: now[0],
-        on_change=lambda busy, cores: heard.append((busy, cores)),
+        root=1, threshold=0.5, window_s=1.0, clock=lambda: now[0], sample=readings, background=False
     )
-    # Two seconds: the machine ran 300 ticks, this service 250 of them: others 0.25 cores.
-    proc.processes = {10: (1, 100, 50), 11: (10, 100, 0)}
-    proc.write(300)
+    share.listen(lambda busy, cores: heard.append((busy, cores)))
+    # Two seconds: the machine ran 3 CPU seconds, this service 2.5 of them: others 0.25 cores.
+    readings.machine, readings.service = 3.0, 2.5
     now[0] = 2.0
     assert not share.others_busy() and share.others_cores == 0.25
-    # The next second: 190 ticks, this service 40 of them: others 1.5 cores.
-    proc.processes = {10: (1, 120, 50), 11: (10, 120, 0)}
-    proc.write(490)
+    # The next second: 1.9 s, this service 0.4 of them: others 1.5 cores.
+    readings.machine, readings.service = 4.9, 2.9
     now[0] = 2.5
     assert not share.others_busy()  # within the window: not read again
     now[0] = 3.0
-    assert share.others_busy() and share.others_cores == 1.5
+    assert share.others_busy() and share.others_cores == pytest.approx(1.5)
     # Others at 0.3 cores: still busy (quiet again under half the threshold), then 0.
-    proc.processes = {10: (1, 155, 50), 11: (10, 155, 0)}
-    proc.write(490 + 100)
+    readings.machine, readings.service = 5.9, 3.6
     now[0] = 4.0
-    assert share.others_busy() and abs(share.others_cores - 0.3) < 1e-9
-    proc.write(590 + 0)
+    assert share.others_busy() and share.others_cores == pytest.approx(0.3)
     now[0] = 5.0
     assert not share.others_busy()
-    assert [busy for busy, _ in heard] == [True, False] and heard[0][1] == 1.5
+    assert [busy for busy, _ in heard] == [True, False] and heard[0][1] == pytest.approx(1.5)
 
 
-def test_the_service_is_the_launchers_tree_when_it_says_so(tmp_path, monkeypatch):
-    import os
-
-    (tmp_path / "4242").mkdir()
-    monkeypatch.setenv(cpu_share.SERVICE_PID_ENV, "4242")
-    assert cpu_share.service_root(tmp_path) == 4242
-    monkeypatch.setenv(cpu_share.SERVICE_PID_ENV, "4243")  # gone: not this service
-    assert cpu_share.service_root(tmp_path) == os.getpid()
-
-
-def test_a_stale_window_says_nothing_of_now(tmp_path, monkeypatch):
-    monkeypatch.setattr(cpu_share, "_TICK", 100)
+def test_a_stale_window_says_nothing_of_now():
     now = [0.0]
-    proc = FakeProc(tmp_path)
-    proc.processes = {10: (1, 0, 0)}
-    proc.write(0)
-    share = CpuShare(root=10, window_s=1.0, proc=tmp_path, clock=lambda: now[0])
+    readings = Readings()
+    share = CpuShare(root=1, window_s=1.0, clock=lambda: now[0], sample=readings, background=False)
     # Ten idle seconds in which another server took 1.5 cores: not read as now.
-    proc.write(1500)
+    readings.machine = 15.0
     now[0] = 10.0
-    assert not share.others_busy()
+    assert STALE_WINDOWS < 10 and not share.others_busy()
     # The next second, only this service ran: still quiet.
-    proc.processes = {10: (1, 150, 0)}
-    proc.write(1650)
+    readings.machine, readings.service = 16.5, 1.5
     now[0] = 11.0
     assert not share.others_busy() and share.others_cores == 0.0
+
+
+def test_a_due_window_is_read_on_its_own_thread_while_the_caller_goes_on():
+    now = [0.0]
+    readings = Readings()
+    release, reading = threading.Event(), threading.Event()
+
+    def slow() -> tuple[float, float]:
+        if now[0] > 0:
+            reading.set()
+            assert release.wait(10)
+        return readings()
+
+    share = CpuShare(root=1, window_s=1.0, clock=lambda: now[0], sample=slow)
+    readings.machine, now[0] = 2.0, 1.0  # others took 2 cores
+    assert not share.others_busy()  # the state it had: the read is under way
+    assert reading.wait(10)
+    assert not share.others_busy()  # not a second read while one runs
+    release.set()
+    for _ in range(1000):
+        if share.busy:
+            break
+        threading.Event().wait(0.01)
+    assert share.others_busy() and share.others_cores == 2.0
+
+
+def test_the_service_is_the_launchers_tree_when_it_says_so(monkeypatch):
+    monkeypatch.setenv(cpu_share.SERVICE_PID_ENV, str(os.getppid()))
+    assert cpu_share.service_root() == os.getppid()
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()
+    monkeypatch.setenv(cpu_share.SERVICE_PID_ENV, str(gone.pid))  # gone: not this service
+    assert cpu_share.service_root() == os.getpid()  # pytest's parent is no tritonserver

@@ -6,7 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tts_serving.engines.models import AcousticModel, VocoderModel, check_speakers, speaker_ids
+from tts_serving.engines.models import (
+    AcousticModel,
+    SideBySide,
+    VocoderModel,
+    check_speakers,
+    speaker_ids,
+)
 from tts_serving.errors import ModelConfigError
 from tts_serving.settings import EngineSettings
 
@@ -97,7 +103,7 @@ def test_several_items_run_one_each_side_by_side_and_a_lone_item_on_the_main_net
                 both_busy.wait()
             return self.into(ids, lengths, scales, speakers)
 
-    acoustic = AcousticModel(main, OPTIONS, [Waiting(n) for n in items])
+    acoustic = AcousticModel(main, OPTIONS, SideBySide([Waiting(n) for n in items]))
     latents = acoustic([np.zeros(n, np.int64) for n in lengths], np.ones((6, 4)), speakers)
     for latent, n, s in zip(latents, lengths, speakers):
         assert latent.shape == (192, n) and np.all(latent == s)
@@ -159,7 +165,7 @@ def test_the_vocoder_measures_its_reach_and_runs_a_lone_item_on_every_lane():
 
     main = ConvVocoderNet(7, 4)
     lanes = [ConvVocoderNet(7, 4), ConvVocoderNet(7, 4)]
-    vocoder = VocoderModel(main, 4, OPTIONS, lanes)  # measures the reach on a lane
+    vocoder = VocoderModel(main, 4, OPTIONS, SideBySide(lanes))  # measures the reach on a lane
     assert vocoder.context == 7 + CONTEXT_MARGIN
     both_busy = threading.Barrier(2, timeout=10)
     for lane in lanes:
@@ -172,7 +178,7 @@ def test_the_vocoder_measures_its_reach_and_runs_a_lone_item_on_every_lane():
     np.testing.assert_allclose(audio, whole, rtol=1e-5, atol=1e-4)
     # A short lone item stays whole, on the multi-thread net; split_items false: always.
     vocoder([latent[:, :20]])
-    VocoderModel(main, 4, OPTIONS, lanes, split_items=False)([latent])
+    VocoderModel(main, 4, OPTIONS, SideBySide(lanes), split_items=False)([latent])
     assert main.calls == [300, 20, 300]
 
 
@@ -180,7 +186,7 @@ def test_a_vocoder_reaching_past_the_window_runs_items_whole():
     from tts_serving.engines.models import MAX_REACH
 
     nets = [ConvVocoderNet(MAX_REACH + 10, 4) for _ in range(3)]
-    assert VocoderModel(nets[0], 4, OPTIONS, nets[1:]).context is None
+    assert VocoderModel(nets[0], 4, OPTIONS, SideBySide(nets[1:])).context is None
 
 
 class Share:
@@ -200,7 +206,7 @@ def test_a_batch_runs_on_the_more_lanes_only_while_others_keep_the_cpu_busy():
     lanes = [ConvVocoderNet(7, 4), ConvVocoderNet(7, 4)]
     more = [ConvVocoderNet(7, 4), ConvVocoderNet(7, 4)]
     share = Share(False)
-    vocoder = VocoderModel(main, 4, OPTIONS, lanes, True, more, share)
+    vocoder = VocoderModel(main, 4, OPTIONS, SideBySide(lanes, more, share))
     latent = np.random.default_rng(3).standard_normal((192, 400)).astype(np.float32)
     (whole,) = VocoderModel(main, 4, OPTIONS)([latent])
     for lane in lanes + more:
@@ -228,7 +234,7 @@ def test_a_batch_runs_on_the_more_lanes_only_while_others_keep_the_cpu_busy():
             return super().__call__(ids, lengths, scales, speakers)
 
     nets = [Meeting(), Meeting()]
-    acoustic = AcousticModel(AcousticNet(), OPTIONS, nets, nets, share)
+    acoustic = AcousticModel(AcousticNet(), OPTIONS, SideBySide(nets, nets, share))
     ids = [np.zeros(n, np.int64) for n in (9, 8, 7, 6)]
     share.busy = False
     acoustic(ids, np.ones((4, 4)), [0, 1, 2, 3])
@@ -237,3 +243,23 @@ def test_a_batch_runs_on_the_more_lanes_only_while_others_keep_the_cpu_busy():
     Meeting.barrier = threading.Barrier(4, timeout=10)  # four calls at once, or it breaks
     latents = acoustic(ids, np.ones((4, 4)), [0, 1, 2, 3])
     assert [lat.shape[-1] for lat in latents] == [9, 8, 7, 6]
+
+
+def test_a_half_logs_each_turn_with_its_lane_count():
+    from tts_serving.engines.cpu_share import CpuShare
+
+    now, machine = [0.0], [0.0]
+    share = CpuShare(
+        root=1, clock=lambda: now[0], sample=lambda: (machine[0], 0.0), background=False
+    )
+    lines: list[str] = []
+    nets = [ConvVocoderNet(7, 4), ConvVocoderNet(7, 4)]
+    side_by_side = SideBySide(nets, nets * 3, share, lines.append)
+    machine[0], now[0] = 1.2, 1.0
+    assert len(side_by_side.lanes()) == 8
+    machine[0], now[0] = 1.2, 2.0
+    assert len(side_by_side.lanes()) == 2
+    assert lines == [
+        "other processes took 1.2 cores: a batch runs on 8 lanes",
+        "other processes took 0.0 cores: a batch runs on 2 lanes",
+    ]
