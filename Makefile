@@ -145,9 +145,10 @@ unit: $(VENV)/.installed
 
 # The edit loop: lint, then the tiers that start no server (unit, model.py adapters with a
 # fake pb_utils, the deployment files), on both cores. `make test` runs everything.
+# The fast tier, under 3 minutes: the tests marked slow run in `make test` only.
 check: $(VENV)/.installed export lint
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile tests/unit tests/adapter \
-	  tests/deployment $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" tests/unit \
+	  tests/adapter tests/deployment $(PYTEST_ARGS)
 
 # --durations: the slowest tests in every run, to keep the suite's time in view. Two workers,
 # one test file each at a time (a file's servers are its own), the benchmarks (marked `bench`)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
+
 from tests.support.models import served_latents
 from tts_front.admission import COST_SCALE, request_cost, spoken_cost, work_done
 from tts_front.sample_texts import SENTENCES
@@ -14,6 +16,7 @@ from tts_front.sample_texts import SENTENCES
 HOP = 256  # samples per latent frame (the voice's hop_length)
 
 
+@pytest.mark.slow
 def test_the_estimate_of_each_sample_sentence_matches_the_work_its_audio_took(
     exported_repository,
 ):
@@ -28,6 +31,7 @@ def test_the_estimate_of_each_sample_sentence_matches_the_work_its_audio_took(
     assert all(0.67 <= r <= 1.5 for r in ratios), ratios
 
 
+@pytest.mark.slow
 def test_digits_read_slowly_are_estimated_as_the_audio_they_take(exported_repository):
     """Finding 5's text: 18 bytes, 35 s of audio at a quarter of the speed."""
     text = "9876543 8765432 76"
@@ -38,6 +42,7 @@ def test_digits_read_slowly_are_estimated_as_the_audio_they_take(exported_reposi
     assert 0.67 <= took / estimate <= 1.5, (took, estimate)
 
 
+@pytest.mark.slow
 def test_a_latent_sent_to_the_vocoder_costs_about_what_its_audio_takes(exported_repository):
     """The inner vocoder's cost is by input bytes (192 float32 a frame): scaled by
     COST_SCALE, a sentence's latent must weigh about what its audio took."""

@@ -4,6 +4,7 @@ gates of ``bench.cpu_variants`` against the float32 default."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from bench.cpu_variants import GATES, report
 from tests.support import pb_utils as pb
@@ -14,6 +15,7 @@ from tts_serving.model_config import pbtxt_parameters
 EVALUATION = TEXTS[::4]  # six of the gates' sentences: a few seconds
 
 
+@pytest.mark.slow
 def test_the_int8_profile_serves_the_exported_int8_vocoder_within_the_gates(
     exported_repository,
 ):

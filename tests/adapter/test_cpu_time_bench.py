@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from bench import cpu_time
 
 
@@ -13,6 +15,7 @@ def cells(out: str, row: str) -> list[float]:
     return [float(c) for c in re.findall(r"\|\s*(\d+\.\d+)\s*(?=\|)", line)]
 
 
+@pytest.mark.slow
 def test_the_figures_it_prints_add_up(exported_repository, capsys):
     args = ["--repository", str(exported_repository), "--batch", "2", "--seconds", "0"]
     assert cpu_time.main([*args, "--rounds", "1", "--sentences", "2"]) == 0

@@ -122,6 +122,7 @@ def test_acoustic_and_vocoder_batch_equals_single(exported_repository):
         assert np.max(np.abs(a - np.clip(r * gain, -1, 1))) < 1e-6  # one gain for the voice
 
 
+@pytest.mark.slow
 def test_mixed_speeds_share_one_batch_and_each_equals_alone(exported_repository):
     phonemizer = load_model(exported_repository, "phonemizer")
     acoustic = load_model(exported_repository, "acoustic")
@@ -315,6 +316,7 @@ def test_huge_latents_are_refused_and_non_finite_audio_is_an_error(exported_repo
     assert "see the server log" in responses[1].error().message()
 
 
+@pytest.mark.slow
 def test_the_null_engine_gives_the_real_voices_lengths_in_silence(exported_repository):
     # The host-ceiling benchmark's audio seconds come from these lengths: the null engine's
     # frames per id must stay the real voice's (within 3 % over the perf_analyzer texts).
@@ -385,6 +387,7 @@ def test_a_config_tensor_unlike_its_declaration_fails_the_load(exported_reposito
             context(changed).require_io(MODEL_IO["vocoder"])
 
 
+@pytest.mark.slow
 def test_a_latent_that_changed_between_the_stages_is_an_error_for_its_request_alone(
     exported_repository,
 ):

@@ -5,6 +5,7 @@ lone item cut in stretches over the sessions too (``split_items``)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.support import pb_utils as pb
 from tests.support.models import load_model, served_latents
@@ -14,6 +15,7 @@ from tts_serving.model_config import pbtxt_parameters
 SENTENCES = TEXTS[:6]
 
 
+@pytest.mark.slow
 def test_side_by_side_serves_what_padded_calls_serve(exported_repository):
     defaults = pbtxt_parameters(exported_repository / "vocoder/config.pbtxt")
     assert defaults["items_side_by_side"] == "true" and int(defaults["intra_op_threads"]) > 1

@@ -45,6 +45,7 @@ def max_diff(xs, ys) -> float:
     return max(float(np.max(np.abs(x - y))) for x, y in zip(xs, ys))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", ["one", "padded_8_mixed_speeds"])
 def test_torch_equals_onnxruntime(engines, ids, batch):
     if batch == "one":
@@ -87,6 +88,7 @@ def test_frames_per_id_are_exact_on_both_engines(engines, ids, speed_in):
             assert int(r.sum()) == round(int(b.durations.sum()) / speed), speed
 
 
+@pytest.mark.slow
 def test_the_adapters_serve_the_torch_engine(exported_repository, ids):
     """model.py with engine torch: same outputs as with ONNX Runtime, one response each."""
     zero = np.zeros((1, 1), np.float32)

@@ -177,6 +177,7 @@ def test_the_locks_pin_the_projects_versions_and_one_torch():
     assert others <= {"requirements/torch.txt", "CHANGELOG.md"}, others
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("profile", sorted(LOCKS))
 def test_the_lock_resolves_for_the_images_python_and_platform(profile, tmp_path):
     """pip resolves the whole lock for CPython 3.12 on x86-64 glibc, wheels only, every hash

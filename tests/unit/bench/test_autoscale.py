@@ -47,6 +47,7 @@ def test_fixed_replicas_past_their_ceiling_refuse_and_the_autoscaler_does_not():
     assert scaled.refused < fixed.refused
 
 
+@pytest.mark.slow
 def test_capacity_grows_with_the_latency_allowed_and_stays_under_the_ceiling():
     tight, loose = capacity(CPU, 1.0, seconds=300.0), capacity(CPU, 5.0, seconds=300.0)
     assert 0 < tight < loose < CPU.max_rate

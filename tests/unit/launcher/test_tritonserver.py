@@ -242,6 +242,7 @@ def _prepare_after(barrier, cache: Path, results) -> None:
         results.put(f"{type(e).__name__}: {e}")
 
 
+@pytest.mark.slow
 def test_servers_starting_at_once_share_one_complete_backend_folder(tmp_path):
     """make test's workers start servers at once on an empty cache: each must get a whole
     python backend (one copy failed with FileExistsError; a late one deleted a half copy)."""

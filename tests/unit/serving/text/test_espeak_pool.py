@@ -143,6 +143,7 @@ def test_stream_planning_never_skips_a_crasher_as_silence():
         list(plan_chunks("Hello there. How are you?", StreamSettings(), Reader(phonemizer, False)))
 
 
+@pytest.mark.slow
 def test_short_fuzz_run_finds_no_crasher():
     # Every known crasher, then 1,000 grammar texts and mutations (seeded, so repeatable).
     tried, crashers, delayed = fuzz(None, len(load_crashers()) + 1000, 0, False, 1000)
