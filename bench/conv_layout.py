@@ -1,7 +1,8 @@
 """1-D against 2-D convolutions: each half of the voice as Piper exports it (1-D), with its
 convolutions as 2-D ones (``export.graph.convolutions_as_2d``) and, for the vocoder, its
-upsampling layers as phase convolutions too (``transposed_convolutions_as_convolutions``):
-the last layout of each half is the one the export serves. Side by side in one process.
+upsampling layers as phase convolutions too (``transposed_convolutions_as_convolutions``)
+and its stages blocked (``blocked_stages``): the last layout of each half is the one the export
+serves. Side by side in one process.
 
 Both come from the same source voice, split here in memory; each session made as the server
 makes its own (``create_session``), on 1 thread (the sessions that run items side by side) and
@@ -28,6 +29,7 @@ import onnx
 
 from bench.machine import cpu_line
 from export.graph import (
+    blocked_stages,
     convolutions_as_2d,
     make_scales_per_item,
     split,
@@ -44,6 +46,7 @@ CASES = (("lone short", [1]), ("lone long", [13]), ("batch of 4", [6, 7, 11, 13]
 
 
 PHASES = "2-D, phases"
+BLOCKED = "2-D, phases, blocked"
 
 
 def halves(folder: Path) -> dict[tuple[str, str], Path]:
@@ -60,6 +63,9 @@ def halves(folder: Path) -> dict[tuple[str, str], Path]:
         if transposed_convolutions_as_convolutions(half):
             files[name, PHASES] = folder / f"{name}-phases.onnx"
             onnx.save(half, str(files[name, PHASES]))
+        if blocked_stages(half):
+            files[name, BLOCKED] = folder / f"{name}-blocked.onnx"
+            onnx.save(half, str(files[name, BLOCKED]))
     return files
 
 

@@ -29,6 +29,7 @@ from tts_serving.settings import load_settings
 from tts_serving.voices import FOLDER, INDEX, check_name, load_voice_config
 
 from .graph import (
+    blocked_stages,
     convolutions_as_2d,
     make_scales_per_item,
     make_speakers_per_item,
@@ -41,7 +42,7 @@ from .verify import torch_installed, verify
 
 log = logging.getLogger("export")
 
-EXPORT_FORMAT = 9  # bump when the graph surgery or the layout changes, so old exports are redone
+EXPORT_FORMAT = 10  # bump when the graph surgery or the layout changes, so old exports are redone
 MANIFEST = ".export-manifest.json"
 VOICE_JSON_MODELS = ("phonemizer", "acoustic", "vocoder", "tts_stream")
 
@@ -206,13 +207,15 @@ def export_graphs(source: Path, config: Path, acoustic_dir: Path, vocoder_dir: P
         shutil.copy(v_path, one_d_vocoder)
         rewritten = [convolutions_as_2d(part) for part in (acoustic, vocoder)]
         upsampling = transposed_convolutions_as_convolutions(vocoder)
+        blocked = blocked_stages(vocoder)
         onnx.save(acoustic, str(a_path))
         onnx.save(vocoder, str(v_path))
         log.info(
-            "convolutions as 2-D (ONNX Runtime's faster kernels): %d + %d, and %d upsampling "
-            "layers as phase convolutions",
+            "convolutions as 2-D (ONNX Runtime's faster kernels): %d + %d, %d upsampling "
+            "layers as phase convolutions, the vocoder's stages blocked (%d LeakyReLUs)",
             *rewritten,
             upsampling,
+            blocked,
         )
         log.info("verifying against the whole source model (about 30 s on 2 cores)")
         result = verify(source, a_path, v_path, voice)

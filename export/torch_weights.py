@@ -35,7 +35,7 @@ def onnx_weights(path: str | Path) -> dict[str, np.ndarray]:
     import onnx  # export only: the serving stubs load safetensors and need no onnx
     from onnx import numpy_helper
 
-    from export.graph import POLYPHASE
+    from export.graph import BLOCKED, POLYPHASE
 
     graph = onnx.load(str(path)).graph
     readers: dict[str, onnx.NodeProto] = {}
@@ -48,6 +48,8 @@ def onnx_weights(path: str | Path) -> dict[str, np.ndarray]:
     for init in graph.initializer:
         array = numpy_helper.to_array(init)
         reader = readers.get(init.name)
+        if BLOCKED in init.name:  # the served layout's identity convolutions: no module's
+            continue
         if POLYPHASE in init.name:  # a served upsampling layer (export.graph)
             name, stride = init.name.rsplit(POLYPHASE, 1)
             weights[name] = _transposed(array, int(stride))

@@ -205,3 +205,92 @@ def test_upsampling_layers_stay_before_opset_13():
 
     model = _upsampling_graph(11)
     assert transposed_convolutions_as_convolutions(model) == 0
+
+
+def _vocoder_graph(channels: int) -> onnx.ModelProto:
+    """A HiFi-GAN in small: a convolution, an upsampling to ``channels``, two residual blocks
+    on one LeakyReLU of its output (one of two convolutions), their mean, the last
+    convolution and tanh; 1-D, as Piper exports it."""
+    rng = np.random.default_rng(5)
+
+    def weight(name: str, shape: tuple) -> onnx.TensorProto:
+        return numpy_helper.from_array((0.3 * rng.standard_normal(shape)).astype(np.float32), name)
+
+    def conv(x, w, y, k, d=1):
+        return helper.make_node(
+            "Conv", [x, w], [y], kernel_shape=[k], dilations=[d], pads=[d * (k - 1) // 2] * 2
+        )
+
+    def lrelu(x, y):
+        return helper.make_node("LeakyRelu", [x], [y], alpha=0.1)
+
+    def add(a, b, y):
+        return helper.make_node("Add", [a, b], [y])
+
+    up = {"kernel_shape": [4], "strides": [2], "pads": [1, 1]}
+
+    c = channels
+    nodes = [
+        conv("x", "w0", "h0", 7), lrelu("h0", "h1"),
+        helper.make_node("ConvTranspose", ["h1", "up"], ["y"], **up),
+        lrelu("y", "l"),
+        conv("l", "a1", "a1y", 3), add("a1y", "y", "a"),
+        lrelu("a", "la"), conv("la", "b1", "b1y", 3, 2), add("b1y", "a", "b"),
+        conv("l", "c1", "c1y", 5), add("c1y", "y", "c"),
+        add("b", "c", "s"), helper.make_node("Div", ["s", "two"], ["m"]),
+        lrelu("m", "lm"), conv("lm", "post", "p", 7), helper.make_node("Tanh", ["p"], ["out"]),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "vocoder",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 32, "frames"])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 1, "samples"])],
+        [weight("w0", (32, 32, 7)), weight("up", (32, c, 4)), weight("a1", (c, c, 3)),
+         weight("b1", (c, c, 3)), weight("c1", (c, c, 5)), weight("post", (1, c, 7)),
+         numpy_helper.from_array(np.array(2.0, np.float32), "two")],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+
+
+@pytest.mark.parametrize("channels, rewritten", [(16, 4), (12, 1)])
+def test_blocked_stages_give_the_same_audio_with_fewer_layout_changes(
+    tmp_path, channels, rewritten
+):
+    from export.graph import BLOCKED, blocked_stages, transposed_convolutions_as_convolutions
+
+    model = _vocoder_graph(channels)
+    convolutions_as_2d(model)
+    transposed_convolutions_as_convolutions(model)
+    x = np.random.default_rng(6).standard_normal((2, 32, 37)).astype(np.float32)
+
+    def run(m: onnx.ModelProto, name: str) -> tuple[np.ndarray, list[str]]:
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(tmp_path / f"{name}.onnx")
+        session = ort.InferenceSession(
+            m.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+        optimized = onnx.load(options.optimized_model_filepath)
+        return session.run(None, {"x": x})[0], [n.op_type for n in optimized.graph.node]
+
+    before, kinds_before = run(model, "before")
+    # Every LeakyReLU of a block-aligned tensor (the first one's 32 channels: always).
+    assert blocked_stages(model) == rewritten
+    after, kinds_after = run(model, "after")
+    assert after.shape == before.shape
+    np.testing.assert_allclose(after, before, atol=1e-5)
+    kinds = [n.op_type for n in model.graph.node]
+    if channels == 16:
+        # The mean folded into the last LeakyReLU's convolution; no 3-D tensor inside a stage.
+        assert "Div" not in kinds and kinds.count("MaxPool") == 1
+        assert kinds.count("Squeeze") == 1  # before tanh only
+        depthwise = [w for w in model.graph.initializer if w.name.endswith(f"{BLOCKED}/identity")]
+        assert sorted(float(numpy_helper.to_array(w).flat[0]) for w in depthwise) == [
+            0.5,
+            1.0,
+            1.0,
+            1.0,
+        ]
+        changes = [kinds.count("ReorderInput") + kinds.count("ReorderOutput")
+                   for kinds in (kinds_before, kinds_after)]  # fmt: skip
+        if changes[0]:  # ONNX Runtime's blocked layout on this CPU (x86 with AVX2 or more)
+            assert changes[1] < changes[0], changes
