@@ -80,13 +80,22 @@ def test_a_multi_speaker_voice_takes_one_speaker_per_item_in_both_halves(tmp_pat
     assert not make_speakers_per_item(joe)
 
 
+def _random_weights(seed: int, scale: float = 1.0):
+    """``weight(name, shape)``: a named float32 initializer of normal values times ``scale``."""
+    rng = np.random.default_rng(seed)
+
+    def weight(name: str, shape: tuple) -> onnx.TensorProto:
+        return numpy_helper.from_array(
+            (scale * rng.standard_normal(shape)).astype(np.float32), name
+        )
+
+    return weight
+
+
 def _conv_graph(opset: int) -> onnx.ModelProto:
     """x [B, 8, T] through two Convs reading x (one padded, one dilated and grouped too), a
     third whose weight a Mul also reads, and a strided one on their sum."""
-    rng = np.random.default_rng(0)
-
-    def weight(name: str, shape: tuple) -> onnx.TensorProto:
-        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+    weight = _random_weights(0)
 
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["a"], name="c1", pads=[2, 2],
@@ -141,10 +150,7 @@ def _upsampling_graph(opset: int) -> onnx.ModelProto:
     """HiFi-GAN's upsampling (kernel twice the stride, padded by (k - s) / 2, with a bias),
     one without a bias and unpadded, one whose kernel is not a whole number of strides, and
     one grouped: the first two become phase convolutions, the others stay."""
-    rng = np.random.default_rng(2)
-
-    def weight(name: str, shape: tuple) -> onnx.TensorProto:
-        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+    weight = _random_weights(2)
 
     nodes = [
         helper.make_node("ConvTranspose", ["x", "w1", "b1"], ["a"], name="u1", strides=[8],
@@ -211,10 +217,7 @@ def _vocoder_graph(channels: int) -> onnx.ModelProto:
     """A HiFi-GAN in small: a convolution, an upsampling to ``channels``, two residual blocks
     on one LeakyReLU of its output (one of two convolutions), their mean, the last
     convolution and tanh; 1-D, as Piper exports it."""
-    rng = np.random.default_rng(5)
-
-    def weight(name: str, shape: tuple) -> onnx.TensorProto:
-        return numpy_helper.from_array((0.3 * rng.standard_normal(shape)).astype(np.float32), name)
+    weight = _random_weights(5, scale=0.3)
 
     def conv(x, w, y, k, d=1):
         return helper.make_node(
