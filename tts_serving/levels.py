@@ -32,9 +32,37 @@ POLL_S = 0.001  # how often the gate looks at the count
 CLEAR_EVERY = 500  # polls a bulk call waits between looks for ended processes' counts
 
 
+COUNT_PREFIX = "tts-levels-"
+
+
 def count_path(server_pid: int | None = None) -> Path:
     """The count's file for the tritonserver whose stub processes we are (their parent)."""
-    return Path("/dev/shm") / f"tts-levels-{server_pid or os.getppid()}"
+    return Path("/dev/shm") / f"{COUNT_PREFIX}{server_pid or os.getppid()}"
+
+
+def remove_stale_counts(folder: Path) -> list[Path]:
+    """Remove the count files of servers that are gone (the last stage process removes its
+    server's file when it closes, but a killed stub never closes). Returns what it removed."""
+    removed = []
+    for path in folder.glob(f"{COUNT_PREFIX}*"):
+        pid = path.name.removeprefix(COUNT_PREFIX)
+        if pid.isdigit() and not _alive(int(pid)):
+            try:
+                path.unlink()
+                removed.append(path)
+            except OSError:
+                pass  # another stage process removed it first
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 class InteractiveCount:
@@ -42,6 +70,7 @@ class InteractiveCount:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        remove_stale_counts(path.parent)
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         if os.fstat(self.fd).st_size < 8 * SLOTS:
             os.ftruncate(self.fd, 8 * SLOTS)

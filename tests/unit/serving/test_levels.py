@@ -144,3 +144,18 @@ def test_an_error_that_is_no_stop_is_raised():
         assert gate.stopped_calls == 0
     finally:
         gate.close()
+
+
+def test_a_count_left_by_a_server_that_is_gone_is_removed(tmp_path):
+    import os
+
+    gone = subprocess.Popen([sys.executable, "-c", ""])
+    gone.wait()
+    for name in (f"tts-levels-{gone.pid}", f"tts-levels-{os.getppid()}", "tts-levels-x"):
+        (tmp_path / name).write_bytes(bytes(8))
+    count = InteractiveCount(tmp_path / f"tts-levels-{os.getpid()}")
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(
+        [f"tts-levels-{os.getppid()}", f"tts-levels-{os.getpid()}", "tts-levels-x"]
+    )
+    count.close()
