@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+import psutil
 
 SLOTS = 64  # stage processes (instances) one server can have taking part
 POLL_S = 0.001  # how often the gate looks at the count
@@ -46,23 +47,13 @@ def remove_stale_counts(folder: Path) -> list[Path]:
     removed = []
     for path in folder.glob(f"{COUNT_PREFIX}*"):
         pid = path.name.removeprefix(COUNT_PREFIX)
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
             try:
                 path.unlink()
                 removed.append(path)
             except OSError:
                 pass  # another stage process removed it first
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
 
 
 class InteractiveCount:
