@@ -283,7 +283,7 @@ def convolutions_as_2d(model: onnx.ModelProto) -> int:
             array = numpy_helper.to_array(weight)
             weight.CopyFrom(numpy_helper.from_array(array[:, :, None, :], weight.name))
             reshaped.add(weight.name)
-        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        attributes = _attributes(node)
         del node.attribute[:]
         for key, value in attributes.items():
             if key in ("kernel_shape", "strides", "dilations"):
@@ -337,7 +337,7 @@ def transposed_convolutions_as_convolutions(model: onnx.ModelProto) -> int:
     nodes: list[onnx.NodeProto] = []
     count = 0
     for node in graph.node:
-        a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+        a = _attributes(node)
         w = weights.get(node.input[1]) if node.op_type == "ConvTranspose" else None
         if w is None or len(w.dims) != 3 or readers[w.name] != 1:
             nodes.append(node)
@@ -451,6 +451,9 @@ def blocked_stages(model: onnx.ModelProto) -> int:
     def on_axis_2(node: onnx.NodeProto) -> bool:
         return len(node.input) == 2 and small.get(node.input[1], np.zeros(0)).tolist() == [2]
 
+    # Tensors unsqueezed for a 2-D convolution.
+    to_conv = {n.input[0] for n in graph.node if n.op_type == "Unsqueeze" and on_axis_2(n)}
+
     four: dict[str, str] = {}  # a 3-D tensor -> its 4-D form
     alias: dict[str, str] = {}  # an Unsqueeze's output -> the 4-D tensor it stands for
     stage: dict[str, str] = {}  # a 4-D tensor -> the stage whose length it has
@@ -474,9 +477,8 @@ def blocked_stages(model: onnx.ModelProto) -> int:
             )
         if node.op_type == "Div":
             return x in four and small.get(node.input[1], np.zeros(0)).size == 1
-        to_conv = any(n.op_type == "Unsqueeze" and n.input[0] == node.output[0] for n in graph.node)
         return node.op_type == "LeakyRelu" and (
-            x in four or (to_conv and channels.get(x, 1) % _BLOCK == 0)
+            x in four or (node.output[0] in to_conv and channels.get(x, 1) % _BLOCK == 0)
         )
 
     for node in graph.node:
