@@ -47,7 +47,8 @@ def test_the_vocoder_answers_both_levels_with_the_batch_modes_audio(exported_rep
     levels = load_model(exported_repository, "vocoder", {"scheduling": "levels"})
     try:
         # The bulk copy calls the same ONNX Runtime sessions through its gate, and the lanes
-        # for a busy CPU are those sessions again (busy_cpu_lanes 4: three times more).
+        # for a busy CPU are those sessions again (busy_cpu_lanes 4: three times more); the
+        # bulk copy has none of them (each interactive arrival stops all its calls).
         _, (model, _) = next(iter(levels.voices))
         bulk, lanes = levels.levels.bulk_model(model), model.side_by_side
         assert bulk.net.session.session is model.net.session
@@ -56,6 +57,7 @@ def test_the_vocoder_answers_both_levels_with_the_batch_modes_audio(exported_rep
         ]
         assert len(lanes.nets) == 2 and all(m is n for m, n in zip(lanes.more, lanes.nets * 3))
         assert len(lanes.more) == 6
+        assert bulk.side_by_side.more == [] and bulk.side_by_side.share is None
         requests = [pb.InferenceRequest(latent=x) for x in latents]
         requests[1].params = requests[2].params = BULK
         bad = pb.InferenceRequest(latent=np.zeros((1, 5, 10), np.float32))

@@ -134,7 +134,9 @@ def sessions(
     single-thread sessions again. ONNX Runtime runs concurrent calls of one session side by
     side, each on its caller's thread, so more lanes, and the bulk copy (``like``: the model
     whose sessions it calls, each call through ``gate``), cost no memory and none of the
-    seconds an acoustic session takes to load."""
+    seconds an acoustic session takes to load. The bulk copy runs on the quiet lanes only:
+    every interactive arrival stops all its running calls, and each stopped call's work is
+    lost, so more of them lose more (docs/performance.md, "Bulk work on the quiet lanes")."""
     if like is not None and isinstance(like.net, kind):
         main = like.net.session
         items = [n.session for n in like.side_by_side.nets]
@@ -146,7 +148,7 @@ def sessions(
         return kind(session if gate is None else GatedSession(session, gate))
 
     lanes = [net(session) for session in items]
-    more = lanes * max(0, options.busy_cpu_lanes - 1)
+    more = lanes * max(0, options.busy_cpu_lanes - 1) if gate is None else []
     return net(main), SideBySide(lanes, more, process_share() if more else None, log)
 
 
