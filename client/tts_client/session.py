@@ -29,10 +29,11 @@ ABBREVIATIONS = frozenset(
 )
 
 
-# The first piece of a whole text or a turn, in words, where no clause ends sooner: about a
+# The first piece of a whole text or a turn, in words, where no clause ends sooner: under a
 # second of speech, made while the rest waits behind every listener's first piece
-# (docs/performance.md, "Home Assistant": 16 satellites' first audio p90 halved).
-FIRST_PIECE_WORDS = 4
+# (docs/performance.md, "Home Assistant": 16 satellites' first audio p90 halved; three words
+# instead of four lowered it again).
+FIRST_PIECE_WORDS = 3
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,11 @@ def test_a_batch_takes_first_pieces_before_anyones_later_ones():
     assert [e[0] for e in adapter.take(waiting, 2)] == ["e"]
     assert [e[0] for e in adapter.take(waiting, 3)] == ["a", "c"]
     assert waiting == []
+    # Later pieces go in batches of at most ``later_most``; first pieces in full batches.
+    waiting = [(k, k, True) for k in "fgh"] + [("i", 9, False)]
+    assert [e[0] for e in adapter.take(waiting, 16, later_most=2)] == ["i"]
+    assert [e[0] for e in adapter.take(waiting, 16, later_most=2)] == ["f", "g"]
+    assert [e[0] for e in adapter.take(waiting, 16, later_most=2)] == ["h"]
     request = pb.InferenceRequest(latent=np.zeros((1, 192, 4), np.float32))
     assert not adapter.flag(request, "later")
     request.params = json.dumps({"later": True, "bulk": False})

@@ -343,18 +343,23 @@ def is_bulk(request) -> bool:
     return flag(request, BULK_PARAMETER)
 
 
-def take(waiting: list, most: int) -> list:
+def take(waiting: list, most: int, later_most: int | None = None) -> list:
     """Up to ``most`` of ``waiting``'s (sender, item, later) entries, removed from it, in
     order: those not flagged later while there are any (a batch of first pieces finishes
-    sooner than one with someone's rest in it), else the later ones."""
+    sooner than one with someone's rest in it), else up to ``later_most`` later ones (a first
+    piece that comes meanwhile waits for that batch only)."""
     first = [entry for entry in waiting if not entry[2]][:most]
-    taken = first or waiting[:most]
+    taken = first or waiting[: min(most, later_most or most)]
     ids = {id(entry) for entry in taken}
     waiting[:] = [entry for entry in waiting if id(entry) not in ids]
     return taken
 
 
 LEVEL_NAMES = {False: "interactive", True: "bulk"}
+# Later pieces per interactive batch, per lane (intra_op_threads): a batch runs no longer than
+# about two items a lane, so a first piece never waits behind a whole batch of 16 rests
+# (docs/performance.md, "Home Assistant": the p90 of 16 satellites' first audio).
+LATER_PER_LANE = 2
 
 
 class LevelScheduler:
@@ -362,9 +367,10 @@ class LevelScheduler:
     requests, answers each through its response sender when its work is done, and returns at
     once, so Triton hands it the next requests while it runs. Interactive and bulk requests
     wait in two queues and run on two workers, each taking up to ``max_batch`` of its own at a
-    time; bulk work runs on the stage's bulk copies of its models (:meth:`bulk_copy`), whose
-    calls run only while no interactive work is in the server (tts_serving.levels.Gate). More
-    than ``max_queue`` waiting: UNAVAILABLE at once, as Triton's full queue."""
+    time (interactive later pieces up to ``LATER_PER_LANE`` per lane); bulk work runs on the
+    stage's bulk copies of its models (:meth:`bulk_copy`), whose calls run only while no
+    interactive work is in the server (tts_serving.levels.Gate). More than ``max_queue``
+    waiting: UNAVAILABLE at once, as Triton's full queue."""
 
     @classmethod
     def of(cls, ctx: ModelContext, logger) -> LevelScheduler | None:
@@ -377,6 +383,7 @@ class LevelScheduler:
             raise ModelConfigError(f"{ctx.name}: scheduling levels needs the onnxruntime engine")
         self.name, self.logger = ctx.name, logger
         self.max_batch = ctx.require_max_batch_size(1)
+        self.later_most = LATER_PER_LANE * max(1, ctx.settings.intra_op_threads)
         policy = ctx.config.get("dynamic_batching", {}).get("default_queue_policy", {})
         self.max_queue = int(policy.get("max_queue_size", 0) or 0) or DEFAULT_MAX_QUEUE
         self.count = InteractiveCount(count_path())
@@ -454,7 +461,8 @@ class LevelScheduler:
                     self.ready.wait()
                 if not self.waiting[bulk]:
                     return
-                taken = take(self.waiting[bulk], self.max_batch)
+                later_most = None if bulk else self.later_most
+                taken = take(self.waiting[bulk], self.max_batch, later_most)
             run = functools.partial(self.run, bulk=bulk)
             responses = run_and_respond([e[1] for e in taken], run, self.logger, self.name)
             for (sender, _, _), response in zip(taken, responses):
