@@ -20,6 +20,7 @@ has arrived, to ``input.cancelled`` (after which no audio of the old turn comes)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import statistics
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +37,7 @@ import websocket
 
 from bench.compare import percentile
 from bench.machine import cpu_line
+from tests.support.launcher import Launcher
 from tests.support.processes import server_and_gateway
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,11 +214,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--stagger-s", type=float, default=5.0, help="also start the agents spread over this"
     )
+    p.add_argument(
+        "--launcher",
+        action="store_true",
+        help="as `make serve` serves: the launcher (front door, levels) instead of tritonserver "
+        "and the gateway alone",
+    )
     a = p.parse_args(argv)
     print(f"machine: {cpu_line()}", flush=True)
     logs = Path(tempfile.mkdtemp(prefix="agent-sessions-"))
     rows = []
-    with server_and_gateway(a.repository, logs, ROOT / ".cache/triton") as (_, gateway):
+    with _served(a.repository, logs, a.launcher) as gateway:
         _agents("session", gateway, 2, a.tokens_per_s, 0.0, False, 0)  # first-use costs away
         for count in a.sessions:
             for stagger in (0.0, a.stagger_s) if count > 1 else (0.0,):
@@ -247,6 +255,21 @@ def main(argv: list[str] | None = None) -> int:
             f"{percentile(values, 90):.2f} s | {with_gap} of {len(gaps)} | {longest:.2f} s |"
         )
     return 0
+
+
+@contextlib.contextmanager
+def _served(repository: Path, logs: Path, launcher: bool) -> Iterator:
+    """Something with the gateway's ``url``: the launcher's, or a gateway on a bare server."""
+    if not launcher:
+        with server_and_gateway(repository, logs, ROOT / ".cache/triton") as (_, gateway):
+            yield gateway
+        return
+    served = Launcher(repository, logs / "launcher.log")
+    try:
+        served.wait_ready()
+        yield served
+    finally:
+        served.close()
 
 
 if __name__ == "__main__":
