@@ -57,7 +57,7 @@ def time_to_ready(timeout_s: float = 600) -> tuple[float, str]:
             process.terminate()
             process.wait(120)
         log.seek(0)
-        found = re.search(r"admission warm-up: [^\n]*? in ([\d.]+) s", log.read())
+        found = re.search(r"front: warm-up: [^\n]*? in ([\d.]+) s", log.read())
     return took, f"warm-up {found.group(1)} s" if found else "warm-up not logged"
 
 

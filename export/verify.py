@@ -142,7 +142,7 @@ def verify(
     multi-speaker voice speaks the sentences with its speakers in turn (the batches mix them),
     each compared with the whole model given that speaker; the torch engine serves none."""
     options = EngineSettings(intra_op_threads=0, max_padded_length=0)
-    whole = create_session(source_onnx, options)
+    whole = create_session(source_onnx, options, plan_memory_reuse=False)  # as the acoustic's
     acoustic = load_acoustic(acoustic_onnx, options)
     vocoder = load_vocoder(vocoder_onnx, voice.hop_length, options)
     multi = voice.num_speakers > 1

@@ -141,8 +141,9 @@ def sessions(
         main = like.net.session
         items = [n.session for n in like.side_by_side.nets]
     else:
-        main = create_session(path, options)
-        items = [create_session(path, o) for o in _item_sessions(options)]
+        reuse = kind.plan_memory_reuse
+        main = create_session(path, options, reuse)
+        items = [create_session(path, o, reuse) for o in _item_sessions(options)]
 
     def net(session):
         return kind(session if gate is None else GatedSession(session, gate))

@@ -39,7 +39,14 @@ def providers(options: EngineSettings) -> list[str]:
     return ["CPUExecutionProvider"]
 
 
-def create_session(path: str | Path, options: EngineSettings) -> ort.InferenceSession:
+def create_session(
+    path: str | Path, options: EngineSettings, plan_memory_reuse: bool = True
+) -> ort.InferenceSession:
+    """A session of the file in ``path``. ``plan_memory_reuse=False`` skips ONNX Runtime's
+    plan of which intermediate tensor reuses which buffer, on the CPU: on the acoustic graph
+    (2,905 nodes, most of them shape arithmetic on ragged lengths) it took 2.3 of the 2.9 s
+    a session took to create, and the calls ran no faster and peaked no lower without it
+    (docs/performance.md, "Startup")."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = options.intra_op_threads
     so.inter_op_num_threads = options.inter_op_threads
@@ -52,10 +59,15 @@ def create_session(path: str | Path, options: EngineSettings) -> ort.InferenceSe
     )
     # Sequential execution: the graph is one chain, parallel mode only adds thread hops.
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return ort.InferenceSession(str(path), sess_options=so, providers=providers(options))
+    chosen = providers(options)
+    # On a GPU the plan keeps device memory down; that was not measured without it.
+    so.enable_mem_reuse = plan_memory_reuse or chosen[0] != "CPUExecutionProvider"
+    return ort.InferenceSession(str(path), sess_options=so, providers=chosen)
 
 
 class _OrtNet:
+    plan_memory_reuse = True  # create_session's, for this half's sessions
+
     def __init__(self, session: ort.InferenceSession) -> None:
         self.session = session
         self.description = f"ONNX Runtime {ort.__version__} on {session.get_providers()[0]}"
@@ -77,6 +89,8 @@ class _OrtNet:
 class OrtAcousticNet(_OrtNet):
     """One ONNX Runtime call: padded ids [B, L], lengths [B], scales [B, 4] (and speakers [B]
     of a multi-speaker voice) -> latent [B, 192, T], frames [B], frames per id [B, L]."""
+
+    plan_memory_reuse = False
 
     def __call__(
         self,
