@@ -19,7 +19,7 @@ from tts_front.security import ADMIN_HEADER
 from .admin_key import KEY_FAILED, RESTRICTED, SERVER_UMASK, key_works
 from .commands import EDGE_STOP_S, GATEWAY_DRAIN_S
 from .environment import server_env
-from .liveness import Heartbeat
+from .liveness import LOAD_BUDGET_S, Heartbeat
 from .restarts import RestartedChild, RestartPolicy
 from .stub_healing import (
     SERVING_SINCE,
@@ -52,9 +52,12 @@ def supervise(
     heartbeat: Heartbeat | None = None,
     edge_cmds: dict[str, list[str]] | None = None,
     gateway_ready: Callable[[], bool] | None = None,
+    load_budget_s: float = LOAD_BUDGET_S,
 ) -> int:
     """Run tritonserver (and the front door, the edge and the gateway) as children with the
-    supervisor beside them, until a stop; the exit code. How: :class:`_Launch`."""
+    supervisor beside them, until a stop; the exit code. How: :class:`_Launch`.
+    ``load_budget_s``: a tritonserver not ready this long after its start is killed, and
+    started again as one that died."""
     launch = _Launch(
         http_port,
         repository,
@@ -71,7 +74,15 @@ def supervise(
     launch.plan(front_cmd, front_live, gateway_cmd, gateway_restarts, edge_cmds)
     while True:
         process = _start_server(
-            cmd, env, http_port, headers, restricted, launch.stopping, launch.say, launch.beat
+            cmd,
+            env,
+            http_port,
+            headers,
+            restricted,
+            launch.stopping,
+            launch.say,
+            launch.beat,
+            load_budget_s,
         )
         if process is None:
             return 1
@@ -355,9 +366,12 @@ def _start_server(
     stopping: threading.Event,
     say: Callable[[str], None],
     beat: Callable[..., None],
+    load_budget_s: float = LOAD_BUDGET_S,
 ) -> subprocess.Popen | None:
     """tritonserver started and waited for (ready, or dead, or a stop asked); None when its
-    admin key does not work (it is killed: the launcher fails closed)."""
+    admin key does not work (it is killed: the launcher fails closed). One not ready within
+    ``load_budget_s`` is killed and returned dead: its restart is the caller's, as for any
+    death."""
     # Their own sessions: a terminal's Ctrl-C reaches only us, and we forward it once.
     process = subprocess.Popen(
         dying_with_parent(cmd),
@@ -365,7 +379,17 @@ def _start_server(
         start_new_session=True,
         umask=SERVER_UMASK,
     )
+    until = time.monotonic() + load_budget_s
     while process.poll() is None and not stopping.is_set() and not is_ready(http_port):
+        if time.monotonic() > until:
+            say(
+                f"launcher: tritonserver is not ready {load_budget_s:.0f} s after its start "
+                "(a model load hung: its log above shows which model never finished "
+                "loading); killing it to start it again (--load-budget-s)"
+            )
+            process.kill()
+            process.wait()
+            return process
         beat(starting=True)
         stopping.wait(0.5)
     key = headers.get(ADMIN_HEADER, "")

@@ -156,6 +156,9 @@ LIMITS: tuple[Limit, ...] = (
     Limit("restarts of one process", "tts_launcher/restarts.py",
           lambda: f"{RestartPolicy().max_restarts} within {RestartPolicy().window_s:g} s", "",
           "past it, started again after waits doubling to 300 s; never a stop"),
+    Limit("a tritonserver's start until it is ready (a model load that hung)",
+          "tts_launcher/liveness.py", lambda: f"{liveness.LOAD_BUDGET_S:g} s",
+          "`--load-budget-s`", "killed, and started again as one that died"),
 )  # fmt: skip
 
 

@@ -24,6 +24,10 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 LIVE_PATH = "/live"
 STALE_S = 30.0  # no beat for this long: the launcher's loop is stuck
 START_BUDGET_S = 600.0  # a model load measured at 20-60 s here; a cold GPU node's is longer
+# The launcher's own: it starts a tritonserver that is not ready this long after its start
+# again (a load once hung for good after a stub's initialize returned: docs/reliability.md),
+# before an orchestrator's probe of /live would kill the pod for it.
+LOAD_BUDGET_S = START_BUDGET_S / 2
 
 
 class Heartbeat:

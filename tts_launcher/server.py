@@ -51,7 +51,7 @@ from .commands import (
 )
 from .edge import EdgePorts, edge_command, write_config
 from .environment import has_gpu, quiet_grpc, server_env
-from .liveness import LIVE_PATH, Heartbeat, serve as serve_metrics
+from .liveness import LIVE_PATH, LOAD_BUDGET_S, Heartbeat, serve as serve_metrics
 from .profiles import BENCHMARK_PROFILES, front_slots, levels_scheduled
 from .repository import gateway_voices
 from .stub_healing import (
@@ -111,6 +111,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         action="store_true",
         help="serve the front door and the gateway on the public ports themselves, without "
         "the nginx edge in front (its connection limits are then the front door's own)",
+    )
+    parser.add_argument(
+        "--load-budget-s",
+        type=float,
+        default=LOAD_BUDGET_S,
+        help="start tritonserver again when it is not ready this long after its start (a "
+        f"model load that hung; default {LOAD_BUDGET_S:.0f}, half the liveness probe's budget)",
     )
     parser.add_argument(
         "--front-args",
@@ -449,6 +456,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             front_live=live,
             heartbeat=heartbeat,
             edge_cmds=edge_cmds,
+            load_budget_s=args.load_budget_s,
             gateway_ready=(lambda: port_open("127.0.0.1", edge.gateway_inner))
             if edge and edge.gateway_inner
             else None,

@@ -6,6 +6,7 @@ with exit 0."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 
@@ -94,6 +95,67 @@ def test_a_killed_tritonserver_is_started_again(exported_repository, tmp_path):
         # tritonserver"), or by themselves when they saw their server die first (a busy
         # fresh-clone run had no stub left to end, so the line is not asserted).
         assert not left, (left, log[-3000:])
+        launcher.process.send_signal(signal.SIGTERM)
+        assert launcher.process.wait(120) == 0, launcher.log()[-3000:]
+    finally:
+        launcher.close()
+
+
+# A model whose first load never ends (its stub's initialize sleeps), and whose next one does.
+STUCK_CONFIG = """name: "stuck_once"
+backend: "python"
+max_batch_size: 0
+input [{ name: "x", data_type: TYPE_FP32, dims: [1] }]
+output [{ name: "y", data_type: TYPE_FP32, dims: [1] }]
+instance_group [{ kind: KIND_CPU, count: 1 }]
+"""
+STUCK_MODEL = """import time
+from pathlib import Path
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        marker = Path(__file__).with_name("loaded_once")
+        if not marker.exists():
+            marker.touch()
+            time.sleep(3600)
+
+    def execute(self, requests):
+        raise NotImplementedError
+"""
+
+
+def test_a_tritonserver_whose_load_hangs_is_started_again(exported_repository, tmp_path):
+    """A model load that never ends (once, on a busy machine, the vocoder's stub had finished
+    its initialize and Triton never marked it loaded) leaves `make serve` not ready for good:
+    the launcher kills the tritonserver that is not ready within --load-budget-s and starts it
+    again, and the service comes up without a manual step."""
+    repository = tmp_path / "model_repository"
+    shutil.copytree(exported_repository, repository, ignore=shutil.ignore_patterns("__pycache__"))
+    stuck = repository / "stuck_once"
+    (stuck / "1").mkdir(parents=True)
+    (stuck / "config.pbtxt").write_text(STUCK_CONFIG)
+    (stuck / "1" / "model.py").write_text(STUCK_MODEL)
+    launcher = Launcher(
+        repository,
+        tmp_path / "launcher.log",
+        ["--load-budget-s=20"],
+        warmup_requests=LIGHT_WARMUP,
+    )
+    try:
+        launcher.wait_ready()
+        log = launcher.log()
+        assert "tritonserver is not ready 20 s after its start" in log, log[-3000:]
+        assert "tritonserver exited (-9); starting it again" in log, log[-3000:]
+        assert launcher.supervisor_metric("tts_supervisor_server_restarts_total") == 1
+        body = {
+            "model": "tts-1",
+            "voice": "alloy",
+            "input": "Loaded at last.",
+            "response_format": "wav",
+        }
+        response = httpx.post(f"{launcher.url}/v1/audio/speech", json=body, timeout=60)
+        assert response.status_code == 200 and response.content[:4] == b"RIFF", response.text
         launcher.process.send_signal(signal.SIGTERM)
         assert launcher.process.wait(120) == 0, launcher.log()[-3000:]
     finally:
