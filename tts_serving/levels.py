@@ -101,8 +101,11 @@ class InteractiveCount:
             fcntl.lockf(self.fd, fcntl.LOCK_UN, 8, 8 * int(slot))
 
     def close(self) -> None:
-        """Leave the count; the last process to leave removes its file."""
+        """Leave the count; the last process to leave removes its file. Each lets go of its
+        own slot before it tries for the whole file: holding it, two that left at once each
+        found the other there, and both left the file behind."""
         self.values[self.slot] = 0
+        fcntl.lockf(self.fd, fcntl.LOCK_UN, 8, 8 * self.slot)
         try:
             fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 8 * SLOTS, 0)
             os.unlink(self.path)

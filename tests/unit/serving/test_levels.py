@@ -159,3 +159,31 @@ def test_a_count_left_by_a_server_that_is_gone_is_removed(tmp_path):
         [f"tts-levels-{os.getppid()}", f"tts-levels-{os.getpid()}", "tts-levels-x"]
     )
     count.close()
+
+
+def _take_part_then_leave(path, barrier) -> None:
+    count = InteractiveCount(path)
+    barrier.wait()  # every process takes part before any leaves
+    barrier.wait()
+    count.close()
+
+
+def test_the_last_of_processes_leaving_at_once_removes_the_count(tmp_path):
+    """Stage processes that stop at the same moment (a server's shutdown): one of them removes
+    the file. Each holding its own slot while it tried for the whole file, two found each other
+    there and both left it behind (a full test run saw it)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    for round_ in range(50):
+        path = tmp_path / f"tts-levels-{round_}"
+        barrier = context.Barrier(3)
+        processes = [
+            context.Process(target=_take_part_then_leave, args=(path, barrier)) for _ in range(3)
+        ]
+        for p in processes:
+            p.start()
+        for p in processes:
+            p.join(30)
+            assert p.exitcode == 0
+        assert not path.exists(), f"left behind in round {round_}"
