@@ -14,10 +14,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
+
 from tts_front.security import ADMIN_HEADER
 
 from .admin_key import KEY_FAILED, RESTRICTED, SERVER_UMASK, key_works
-from .commands import EDGE_STOP_S, GATEWAY_DRAIN_S
+from .commands import EDGE_STOP_S, GATEWAY_DRAIN_S, port_owner
 from .environment import server_env
 from .liveness import LOAD_BUDGET_S, Heartbeat
 from .restarts import RestartedChild, RestartPolicy
@@ -357,6 +359,25 @@ def _wait_for(
         stopping.wait(0.2)
 
 
+def _readiness(http_port: int, pid: int) -> tuple[bool, str]:
+    """(ready, who else answered): whether tritonserver ``pid`` is ready on ``http_port``; if
+    another process listens there and answered ready (two launchers can pick the same free
+    inner port), it is named, and the answer is not ours. One that cannot be seen (another
+    user's) is taken for ours: the admin key's check comes next."""
+    if not is_ready(http_port):
+        return False, ""
+    owner = port_owner(http_port)
+    if owner is None:
+        return True, ""
+    try:
+        if pid in (owner.pid, *(p.pid for p in owner.parents())):
+            return True, ""
+        name = owner.name()
+    except psutil.Error:
+        return False, ""  # it ended meanwhile: ask again
+    return False, f"{name} (pid {owner.pid})"
+
+
 def _start_server(
     cmd: list[str],
     env: dict[str, str] | None,
@@ -380,7 +401,18 @@ def _start_server(
         umask=SERVER_UMASK,
     )
     until = time.monotonic() + load_budget_s
-    while process.poll() is None and not stopping.is_set() and not is_ready(http_port):
+    said: set[str] = set()
+    while process.poll() is None and not stopping.is_set():
+        ready, other = _readiness(http_port, process.pid)
+        if ready:
+            break
+        if other and other not in said:
+            said.add(other)
+            say(
+                f"launcher: {other} answers on tritonserver's inner port {http_port} (another "
+                "server picked the same free port); waiting: tritonserver starts again if it "
+                "cannot bind it"
+            )
         if time.monotonic() > until:
             say(
                 f"launcher: tritonserver is not ready {load_budget_s:.0f} s after its start "

@@ -92,3 +92,38 @@ def test_an_edge_still_sending_is_waited_for_then_killed_at_its_limit(tmp_path):
     said.clear()
     children._finish_edge(polite, time.monotonic() + 10, said.append)
     assert polite.returncode == 0 and said == []  # it finished by itself: nothing said
+
+
+# A process that answers Triton's readiness probe on a free port, and prints the port.
+READY_SERVER = """
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class Ready(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/v2/health/ready" else 404)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+server = HTTPServer(("127.0.0.1", 0), Ready)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def test_a_ready_answer_from_another_process_on_the_port_is_not_tritonservers(tmp_path):
+    """Two launchers can pick the same free inner port: the one whose tritonserver is still
+    loading saw the other's answer ready, and its admin-key check then failed closed. An
+    answer counts only from the process the launcher started (or its children)."""
+    server = subprocess.Popen([sys.executable, "-c", READY_SERVER], stdout=subprocess.PIPE)
+    loading = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        port = int(server.stdout.readline())
+        ready, other = children._readiness(port, loading.pid)
+        assert not ready and other.endswith(f"(pid {server.pid})"), other
+        assert children._readiness(port, server.pid) == (True, "")
+        server.kill()
+        server.wait()
+        assert children._readiness(port, loading.pid) == (False, "")  # nothing answers
+    finally:
+        for p in (server, loading):
+            p.kill()
+            p.wait()
