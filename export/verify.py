@@ -11,7 +11,7 @@ import onnxruntime as ort
 from piper.config import PiperConfig
 
 from tts_serving.engines.models import load_acoustic, load_vocoder, model_file
-from tts_serving.engines.onnx import SPEAKER_INPUT, create_session
+from tts_serving.engines.onnx import SPEAKER_INPUT, OrtAcousticNet, create_session
 from tts_serving.settings import EngineSettings
 from tts_serving.text.phonemize import Phonemizer
 
@@ -142,7 +142,8 @@ def verify(
     multi-speaker voice speaks the sentences with its speakers in turn (the batches mix them),
     each compared with the whole model given that speaker; the torch engine serves none."""
     options = EngineSettings(intra_op_threads=0, max_padded_length=0)
-    whole = create_session(source_onnx, options, plan_memory_reuse=False)  # as the acoustic's
+    # The whole source model carries the acoustic graph: its sessions' choice of the plan.
+    whole = create_session(source_onnx, options, OrtAcousticNet.plan_memory_reuse)
     acoustic = load_acoustic(acoustic_onnx, options)
     vocoder = load_vocoder(vocoder_onnx, voice.hop_length, options)
     multi = voice.num_speakers > 1
