@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -23,7 +24,7 @@ from fastapi.responses import StreamingResponse
 
 from tts_client import protocol
 from tts_client.errors import InvalidInput, ServerUnavailable, TTSError
-from tts_wire import FRONT_TOKEN_HEADER, SynthesisOptions
+from tts_wire import FRONT_TOKEN_HEADER, PRIORITY_LEVELS, SynthesisOptions
 
 from .bodies import captioned_lines_body, marks_json, sse_body, word_json
 from .drain import CUT, Drain, DrainCut, Slots, cut_message, next_chunk
@@ -43,6 +44,17 @@ class SpeechBackend(Protocol):
     def stream(self, text: str, *, options: SynthesisOptions) -> AsyncIterator: ...
     async def is_ready(self) -> bool: ...
     async def close(self) -> None: ...
+
+
+def piece_options(options: SynthesisOptions, later: bool) -> SynthesisOptions:
+    """The options of one piece of a listener's text (Wyoming, sessions): a turn's first piece
+    interactive (1), the rest bulk (PRIORITY_LEVELS), so every listener's first audio is made
+    before the rest of anyone's text. The front door keeps the gateway's level; a light
+    listener's rest goes at the interactive level, flagged later (a batch of first pieces is
+    taken before it). A text asked as bulk stays bulk."""
+    if options.priority == PRIORITY_LEVELS:
+        return options
+    return dataclasses.replace(options, priority=PRIORITY_LEVELS if later else 1)
 
 
 def default_backend(settings: GatewaySettings) -> SpeechBackend:

@@ -21,6 +21,7 @@ off the socket and lose it).
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import logging
@@ -33,7 +34,6 @@ from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from starlette.websockets import WebSocketState
 
-from tts_client.audio import Audio
 from tts_client.errors import LimitReached, ServerOverloaded, ServerUnavailable, TTSError
 from tts_client.session import BufferRule, SpeechSession
 from tts_wire import MAX_SPEED, MIN_SPEED, SynthesisOptions, edge_client
@@ -41,7 +41,7 @@ from tts_wire.caps import PerClient
 
 from .bodies import word_json
 from .encoding import encode_all, served_formats
-from .service import SpeechService
+from .service import SpeechService, piece_options
 from .settings import MODELS, GatewaySettings, known_model
 
 log = logging.getLogger("tts_gateway")
@@ -387,10 +387,13 @@ class Connection:
         options, rule = self.made
         service = self.sessions.service
 
-        async def piece(text: str) -> Audio:
-            return await service.backend.synthesize(text, options=options)
-
-        session = SpeechSession(piece, rule)
+        synthesize = service.backend.synthesize
+        # A turn's first piece interactive, its later ones asked at bulk, as Wyoming's.
+        session = SpeechSession(
+            functools.partial(synthesize, options=piece_options(options, later=False)),
+            rule,
+            later=functools.partial(synthesize, options=piece_options(options, later=True)),
+        )
         writer = asyncio.ensure_future(self._write(session, self.config, self.utterances))
         self.utterance = Utterance(self.utterances, session, writer)
         self.utterances += 1

@@ -45,12 +45,11 @@ from zeroconf import Error as ZeroconfError
 from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
 from tts_client.session import FIRST_PIECE_WORDS, BufferRule, TextBuffer
-from tts_wire import PRIORITY_LEVELS, SynthesisOptions
 from tts_wire.caps import PerClient
 
 from .encoding import FORMATS
 from .errors import APIError
-from .service import SpeechJob, SpeechService
+from .service import SpeechJob, SpeechService, piece_options
 from .settings import GatewaySettings, Voice
 
 log = logging.getLogger("tts_gateway.wyoming")
@@ -267,12 +266,6 @@ class Handler(AsyncEventHandler):
         (``later``: not the first piece of its turn)."""
         await self._speak_pieces(text, wanted, whole=True, later=later)
 
-    @staticmethod
-    def _level(options: SynthesisOptions, later: bool) -> SynthesisOptions:
-        """A turn's first piece interactive, the rest bulk: every listener's first audio is
-        made before the rest of anyone's text (the front door keeps the gateway's level)."""
-        return dataclasses.replace(options, priority=PRIORITY_LEVELS if later else 1)
-
     async def _speak_pieces(
         self,
         text: str,
@@ -312,7 +305,7 @@ class Handler(AsyncEventHandler):
         jobs = [
             SpeechJob(
                 piece,
-                self._level(options, later or k > 0),
+                piece_options(options, later or k > 0),
                 PCM,
                 len(piece) > self.settings.direct_max_chars,
                 self.client,

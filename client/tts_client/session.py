@@ -74,10 +74,12 @@ class BufferRule:
 
 @dataclass(frozen=True)
 class Piece:
-    """Text ready to speak and where it starts in the session's text."""
+    """Text ready to speak, where it starts in the session's text, and whether it is the
+    first piece of its turn (the start, or after a flush or a cancel)."""
 
     text: str
     char_start: int
+    first: bool = False
 
 
 # How far back the word before a "." is read: longer "words" are no abbreviation.
@@ -199,8 +201,8 @@ class TextBuffer:
         spoken = head.strip()
         if not any(c.isalnum() for c in spoken):
             return []  # only spaces or marks: nothing to say
-        self.first = False
-        return [Piece(spoken, start + len(head) - len(head.lstrip()))]
+        first, self.first = self.first, False
+        return [Piece(spoken, start + len(head) - len(head.lstrip()), first)]
 
 
 class SpeechSession:
@@ -209,6 +211,9 @@ class SpeechSession:
     At most ``ahead`` pieces are in Triton or waiting to be taken at a time, so a consumer
     that reads slowly holds back new work instead of piling it up; :meth:`cancel` and
     :meth:`close` cancel the requests in flight (Triton drops those still queued).
+    ``later``, where given, makes a turn's later pieces (a server can make those behind
+    every listener's first piece: the gateway asks for them at bulk); ``synthesize`` makes
+    the first piece of each turn, and every piece without ``later``.
     """
 
     def __init__(
@@ -216,10 +221,12 @@ class SpeechSession:
         synthesize: Callable[[str], Awaitable[Audio]],
         rule: BufferRule | None = None,
         ahead: int = 2,
+        later: Callable[[str], Awaitable[Audio]] | None = None,
     ) -> None:
         if ahead < 1:
             raise ValueError(f"ahead must be >= 1, got {ahead!r}")
         self._synthesize = synthesize
+        self._later = later or synthesize
         self._buffer = TextBuffer(rule)
         self._ahead = ahead
         self._waiting: deque[Piece] = deque()  # ready, not yet sent
@@ -312,7 +319,8 @@ class SpeechSession:
     def _start(self) -> None:
         while self._waiting and len(self._running) < self._ahead:
             piece = self._waiting.popleft()
-            self._running.append((piece, asyncio.ensure_future(self._synthesize(piece.text))))
+            make = self._synthesize if piece.first else self._later
+            self._running.append((piece, asyncio.ensure_future(make(piece.text))))
 
     async def _stop_running(self) -> None:
         running = [task for _, task in self._running]

@@ -227,6 +227,35 @@ def test_at_most_ahead_pieces_go_to_triton_before_the_reader_takes_them():
     assert after_one == ["One is here.", "Two is here.", "Three is here."]
 
 
+def test_later_makes_a_turns_later_pieces_and_each_turn_starts_with_a_first_piece():
+    async def main():
+        first, later = Synth(), Synth()
+        session = SpeechSession(first, BufferRule(first_words=2), ahead=8, later=later)
+        await session.send("Hi there, you. Second one here. Half a")
+        await session.flush()  # a new turn
+        await session.send("Next turn here. And more. ")
+        await asyncio.sleep(0.01)  # (the requests start)
+        await session.cancel()  # a new turn too
+        await session.send("After the cancel. Then this. ")
+        await asyncio.sleep(0.01)
+        await session.close()
+        return first.asked, later.asked
+
+    first, later = asyncio.run(main())
+    assert first == ["Hi there,", "Next turn here.", "After the cancel."]
+    assert later == ["you.", "Second one here.", "Half a", "And more.", "Then this."]
+
+
+def test_a_piece_knows_whether_it_is_the_first_of_its_turn():
+    buffer = TextBuffer(BufferRule(first_words=2))
+    pieces = buffer.add("Hi there, you. Second one here. ") + buffer.flush()
+    pieces += buffer.add("New turn. Then. ")
+    assert [(p.text, p.first) for p in pieces] == [
+        ("Hi there,", True), ("you.", False), ("Second one here.", False),
+        ("New turn.", True), ("Then.", False),
+    ]  # fmt: skip
+
+
 def test_cancel_drops_buffered_and_queued_text_and_cancels_requests_in_flight():
     async def main():
         synth = Synth()
@@ -317,6 +346,25 @@ def test_the_vllm_omni_protocol_in_order_with_one_wav_per_sentence():
         assert got[-2]["total_bytes"] == sum(map(len, frames))
         ws.send_json({"type": "session.close"})
         assert ws.receive()["code"] == 1000
+
+
+@pytest.mark.parametrize(("asked", "levels"), [(None, [1, 2, 2]), (1, [1, 2, 2]), (2, [2, 2, 2])])
+def test_a_sessions_first_piece_is_interactive_and_its_later_pieces_are_asked_at_bulk(
+    asked, levels
+):
+    """As Wyoming's: every listener's first audio before the rest of anyone's text; a session
+    that asks for bulk stays bulk."""
+    backend = FakeBackend()
+    settings = GatewaySettings(check_voices=False)
+    with TestClient(create_app(settings, lambda _s: backend)) as client:
+        with client.websocket_connect("/v1/audio/speech/stream") as ws:
+            config = {"type": "session.config", "response_format": "pcm"}
+            ws.send_json(config if asked is None else {**config, "priority": asked})
+            ws.send_json({"type": "input.text", "text": "Hello there. How are you? Fine. "})
+            ws.send_json({"type": "input.done"})
+            assert receive_all(ws)[-1]["total_sentences"] == 3
+    assert [call[1] for call in backend.calls] == ["Hello there.", "How are you?", "Fine."]
+    assert [o.priority for o in backend.options] == levels
 
 
 def test_a_session_and_a_request_speak_with_their_voices_speaker():
