@@ -130,6 +130,7 @@ class AdmissionTicket:
     interactive: bool = False  # counted in its client's requests above the default priority
     express: bool = False  # went in at once, beside the slots (FrontSettings.express_interactive)
     listener: str = ""  # which of the client's listeners (Gatekeeper.listener); empty: itself
+    later: bool = False  # interactive, behind every first piece (LATER_PARAMETER)
 
 
 FREE = AdmissionTicket(None, 0.0)

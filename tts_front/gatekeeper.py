@@ -92,6 +92,7 @@ class Gatekeeper:
         self._express = 0  # interactive requests that went in beside the slots
         self._in_flight_of: Counter[str] = Counter()  # tts requests in Triton, per listener
         self._listening: Counter[str] = Counter()  # interactive listeners' requests, per client
+        self._queued: Counter[str] = Counter()  # requests waiting for a slot, per listener
         self.interactive_work = settings.interactive_work_per_client
         if self.interactive_work is None:
             self.interactive_work = 2 * BATCH_ITEM_COST
@@ -139,12 +140,21 @@ class Gatekeeper:
                 ahead = self.admission.take_now(cost)
                 self._express += 1
             else:
-                ahead = await self.admission.acquire(cost, client, deadline_s, measured)
+                self._queued[listener] += 1
+                try:
+                    ahead = await self.admission.acquire(cost, client, deadline_s, measured)
+                finally:
+                    self._queued[listener] -= 1
+                    if not self._queued[listener]:
+                        del self._queued[listener]
         except Refused:
             self.metrics.refused.labels(model).inc()
             raise
         self.metrics.in_flight.labels(model).inc()
-        interactive = express or self._is_interactive(client, priority, cost, listener)
+        if express:
+            interactive, later = True, priority == PRIORITY_LEVELS
+        else:
+            interactive, later = self._level_of(client, priority, cost, listener, slot=True)
         self._in_flight_of[listener] += 1
         if interactive:
             self._interactive[listener] += cost
@@ -162,31 +172,50 @@ class Gatekeeper:
             interactive,
             express,
             listener,
+            later,
         )
 
     def _is_interactive(self, client: str, priority: int, cost: float, listener: str = "") -> bool:
-        """The level is the server's: within its client's interactive work, 1; past it, or
-        asked as bulk, 2. The gateway's level is its own (it holds the launcher's token): a
-        text's first piece at 1, the rest at 2, so every listener's first audio goes ahead of
-        the rest of anyone's text.
+        """Whether a request may go in at the interactive level beside the slots
+        (:meth:`_level_of`, before it took a slot)."""
+        return self._level_of(client, priority, cost, listener)[0]
+
+    def _level_of(
+        self, client: str, priority: int, cost: float, listener: str = "", slot: bool = False
+    ) -> tuple[bool, bool]:
+        """(interactive, later) for a request; ``slot``: it took a slot (it waited its turn in
+        the queue). The level is the server's: within its client's interactive work, 1; past
+        it, or asked as bulk, 2. The gateway's level is its own (it holds the launcher's
+        token): a text's first piece at 1, the rest at 2, so every listener's first audio goes
+        ahead of the rest of anyone's text. An interactive request that asked for bulk (a
+        light listener's later piece) is flagged later: the stages take first pieces first.
 
         Where interactive work stops all bulk work (express), only a light client's requests
         are interactive, the gateway's callers' too, each piece of their text: one with
         requests waiting here, or with EXPRESS_PER_CLIENT in flight, sends more than the
         server serves at once, and goes at bulk whatever it asked. A gateway's listener (a
-        Wyoming connection, a session) is light or not by its own requests, up to
-        LISTENERS_SHARE of the room beside the slots per address."""
+        Wyoming connection, a session) is light or not by its own requests (its address's
+        other listeners' waiting requests are not its own). One address's listeners take up
+        to LISTENERS_SHARE of the room beside the slots; past it, a light listener's request
+        waits for a slot and then goes in flagged later (behind every first piece), not at
+        bulk, where it would wait for all interactive work, its own address's too
+        (docs/admission.md)."""
         listener = listener or client
         gateway = client.startswith(GATEWAY) and priority in (1, PRIORITY_LEVELS)
         within = self._interactive[listener] + cost <= self.interactive_work
         if not self.settings.express_interactive:
-            return priority == 1 if gateway else priority < PRIORITY_LEVELS and within
-        light = self._in_flight_of[listener] < EXPRESS_PER_CLIENT and not self.admission.waiting_of(
-            client
-        )
-        if light and listener != client:
-            light = self._listening[client] < LISTENERS_SHARE * self.admission.slots
-        return light and within and (gateway or priority < PRIORITY_LEVELS)
+            return (priority == 1 if gateway else priority < PRIORITY_LEVELS and within), False
+        if listener == client:
+            waiting = self.admission.waiting_of(client)
+        else:
+            waiting = self._queued[listener]
+        light = self._in_flight_of[listener] < EXPRESS_PER_CLIENT and not waiting
+        interactive = light and within and (gateway or priority < PRIORITY_LEVELS)
+        if listener != client and self._listening[client] >= LISTENERS_SHARE * self.admission.slots:
+            if not slot:
+                return False, False
+            return interactive, interactive
+        return interactive, interactive and priority == PRIORITY_LEVELS
 
     @staticmethod
     def level(ticket: AdmissionTicket) -> int | None:

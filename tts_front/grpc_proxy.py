@@ -159,11 +159,12 @@ class GrpcProxy:
             return None, (grpc.StatusCode.UNAVAILABLE, str(e))
         level = self.gatekeeper.level(ticket)
         # The level is the door's: rewritten when it differs from the one asked, and always
-        # at bulk, which the stages also read from the BULK_PARAMETER flag; an interactive
-        # request that asked for bulk (a light listener's later piece) is flagged later.
-        if level is not None and (level == PRIORITY_LEVELS or level != info.priority):
-            later = level < PRIORITY_LEVELS == info.priority
-            request = with_priority(request, level, later)
+        # at bulk or later, which the stages read from the BULK_PARAMETER and
+        # LATER_PARAMETER flags (Gatekeeper.enter).
+        if level is not None and (
+            level == PRIORITY_LEVELS or level != info.priority or ticket.later
+        ):
+            request = with_priority(request, level, ticket.later)
         return ticket, request
 
     async def unary(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:

@@ -157,10 +157,9 @@ class HttpProxy:
                 (k, v) for k, v in inner.items() if not k.startswith(GRPC_HEADER_PREFIX)
             )
             level = self.gatekeeper.level(ticket)
-            rewrite = level == PRIORITY_LEVELS or level not in (None, priority)
+            rewrite = level == PRIORITY_LEVELS or level not in (None, priority) or ticket.later
             if level is not None and rewrite and isinstance(header, dict):
-                later = level < PRIORITY_LEVELS == priority  # as grpc_proxy: a later piece
-                body = _at_priority(level, header, body, headers, forwarded, later)
+                body = _at_priority(level, header, body, headers, forwarded, ticket.later)
             url = f"http://{self.settings.triton_http}{request.rel_url}"
             async with self.session.request(
                 request.method, url, data=bytes(body), headers=forwarded

@@ -265,6 +265,60 @@ def test_with_express_each_gateway_listener_behind_one_address_is_light_up_to_it
     asyncio.run(main())
 
 
+def test_past_its_share_a_light_listener_waits_for_a_slot_and_goes_in_later_not_at_bulk():
+    """Bulk work waits for all interactive work, its own address's too: 16 agent sessions
+    from one host whose pieces went past the share at bulk heard gaps of 2-3 s. Past the
+    share a light listener's request takes a slot (its fair turn) and goes in at 1, flagged
+    later (behind every first piece). A listener is light by its own requests: its
+    address's other requests waiting for a slot are not its own."""
+    import asyncio
+
+    from tts_front.admission import GATEWAY
+    from tts_front.gatekeeper import LISTENERS_SHARE, Gatekeeper
+    from tts_front.settings import FrontSettings
+    from tts_wire import LISTENER_HEADER, PRIORITY_LEVELS
+
+    async def main():
+        settings = FrontSettings(warmup_requests=0, slots=8, express_interactive=True)
+        keeper = Gatekeeper(settings)
+        host = f"{GATEWAY}203.0.113.9"
+        s = [keeper.listener({LISTENER_HEADER: f"s-{n}"}, host) for n in range(5)]
+        assert int(LISTENERS_SHARE * settings.slots) == 4
+        # Two plain requests and two of session 0's go in beside the slots: as many in
+        # flight as a server with nothing measured yet lets in (half the slots).
+        tickets = [await keeper.enter("tts", 1.0, client=host) for _ in range(2)]
+        tickets += [
+            await keeper.enter("tts", 1.0, client=host, priority=1, listener=s[0]) for _ in range(2)
+        ]
+        assert all(t.express and not t.later for t in tickets)
+        assert keeper.admission.in_flight == keeper.admission.busy_at
+        third = asyncio.ensure_future(
+            keeper.enter("tts", 1.0, client=host, priority=1, listener=s[0])
+        )
+        await asyncio.sleep(0.05)
+        assert keeper._queued == {s[0]: 1} and keeper.admission.waiting_of(host) == 1
+        assert not keeper._is_interactive(host, 1, 1.0, s[0])  # two in flight, one waiting
+        assert keeper._is_interactive(host, 1, 1.0, s[1])  # session 0's wait is not its own
+        for n in (1, 2):
+            tickets.append(await keeper.enter("tts", 1.0, client=host, priority=1, listener=s[n]))
+        assert tickets[-1].express and keeper._listening[host] == 4  # the share, full
+        assert keeper._level_of(host, 1, 1.0, s[3]) == (False, False)  # waits for a slot
+        assert keeper._level_of(host, 1, 1.0, s[3], slot=True) == (True, True)  # then later
+        assert keeper._level_of(host, PRIORITY_LEVELS, 1.0, s[3], slot=True) == (True, True)
+        keeper.leave(tickets.pop(), "served")  # room in the share again
+        assert keeper._level_of(host, 1, 1.0, s[3], slot=True) == (True, False)
+        assert keeper._level_of(host, PRIORITY_LEVELS, 1.0, s[3]) == (True, True)
+        keeper.leave(tickets.pop(0), "served")
+        keeper.leave(tickets.pop(0), "served")
+        tickets.append(await asyncio.wait_for(third, 1))  # session 0 has two in flight:
+        assert keeper.level(tickets[-1]) == PRIORITY_LEVELS and not tickets[-1].later  # bulk
+        for ticket in tickets:
+            keeper.leave(ticket, "served")
+        assert not keeper._in_flight_of and not keeper._listening and not keeper._queued
+
+    asyncio.run(main())
+
+
 def test_the_launcher_sends_interactive_work_at_once_only_to_stages_that_run_levels():
     from tts_launcher.profiles import levels_scheduled
 
