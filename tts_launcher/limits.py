@@ -110,9 +110,10 @@ LIMITS: tuple[Limit, ...] = (
           "tts_front/gatekeeper.py", lambda: "as many as the slots", "front door `--slots`",
           "past them an interactive request waits for a slot as others do"),
     Limit("interactive requests of one address's gateway listeners (Wyoming connections, "
-          "WebSocket sessions), where the stages schedule by levels", "tts_front/gatekeeper.py",
-          lambda: f"{LISTENERS_SHARE:.0%} of the slots", "`LISTENERS_SHARE` (code)",
-          "its other listeners' requests go at bulk"),
+          "WebSocket sessions) beside the slots, where the stages schedule by levels",
+          "tts_front/gatekeeper.py", lambda: f"{LISTENERS_SHARE:.0%} of the slots",
+          "`LISTENERS_SHARE` (code)",
+          "its other listeners' requests wait for a slot, then go in flagged later"),
     Limit("long-text (`tts_stream`) requests per client: gRPC, and the gateway's HTTP, "
           "sessions and Wyoming for the caller they name, one count", "tts_front/gatekeeper.py",
           _front("max_streams_per_client"), _front_flag("max_streams_per_client"),
