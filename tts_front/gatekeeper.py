@@ -225,6 +225,17 @@ class Gatekeeper:
             return None
         return 1 if ticket.interactive else PRIORITY_LEVELS
 
+    @classmethod
+    def rewrite(cls, ticket: AdmissionTicket, asked: int) -> int | None:
+        """The level to write into a request that asked for ``asked`` (None: it goes as
+        sent). The level is the door's: rewritten when it differs from the one asked, and
+        always at bulk or later, which the stages read from the BULK_PARAMETER and
+        LATER_PARAMETER flags (``ticket.later``)."""
+        level = cls.level(ticket)
+        if level is not None and (level == PRIORITY_LEVELS or level != asked or ticket.later):
+            return level
+        return None
+
     def leave(self, ticket: AdmissionTicket, outcome: str, samples: int | None = None) -> None:
         """A request ended; ``samples``: the audio it produced, when read (its real work)."""
         if ticket.model is None:

@@ -13,7 +13,6 @@ from tts_wire import (
     AUDIO,
     EDGE_KEY_HEADER,
     FINAL_RESPONSE,
-    PRIORITY_LEVELS,
     SPEED,
     TEXT,
     stream_error_message,
@@ -157,13 +156,8 @@ class GrpcProxy:
             return None, (grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
         except Refused as e:
             return None, (grpc.StatusCode.UNAVAILABLE, str(e))
-        level = self.gatekeeper.level(ticket)
-        # The level is the door's: rewritten when it differs from the one asked, and always
-        # at bulk or later, which the stages read from the BULK_PARAMETER and
-        # LATER_PARAMETER flags (Gatekeeper.enter).
-        if level is not None and (
-            level == PRIORITY_LEVELS or level != info.priority or ticket.later
-        ):
+        level = self.gatekeeper.rewrite(ticket, info.priority)
+        if level is not None:
             request = with_priority(request, level, ticket.later)
         return ticket, request
 

@@ -156,9 +156,8 @@ class HttpProxy:
             forwarded.update(
                 (k, v) for k, v in inner.items() if not k.startswith(GRPC_HEADER_PREFIX)
             )
-            level = self.gatekeeper.level(ticket)
-            rewrite = level == PRIORITY_LEVELS or level not in (None, priority) or ticket.later
-            if level is not None and rewrite and isinstance(header, dict):
+            level = self.gatekeeper.rewrite(ticket, priority)
+            if level is not None and isinstance(header, dict):
                 body = _at_priority(level, header, body, headers, forwarded, ticket.later)
             url = f"http://{self.settings.triton_http}{request.rel_url}"
             async with self.session.request(
