@@ -19,7 +19,7 @@ import pytest
 
 from tests.support.launcher import LIGHT_WARMUP, Launcher, alive
 from tests.support.paths import ROOT
-from tests.support.processes import ServerProcess
+from tests.support.processes import ServerProcess, free_ports
 from tts_client import TTSClient, TTSError
 from tts_launcher.restarts import RestartedChild, RestartPolicy
 from tts_triton.probes import STUB, python_models, stubs_by_model
@@ -288,10 +288,15 @@ def test_a_server_whose_port_is_taken_while_it_loads_starts_on_others(
         exported_repository, tmp_path / "triton.log", cache_dir=ROOT / ".cache" / "triton",
         supervisor_options={"canary_interval": 0},
     )  # fmt: skip
-    chosen = server.http_port
     with socket.socket() as thief:
         thief.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        thief.bind(("0.0.0.0", chosen))
+        for _ in range(20):  # another worker's server may take the chosen port first
+            try:
+                thief.bind(("0.0.0.0", server.http_port))
+                break
+            except OSError:
+                server.http_port, server.grpc_port, server.metrics_port = free_ports(3)
+        chosen = server.http_port
         thief.listen()
         with server:
             assert server.http_port != chosen
