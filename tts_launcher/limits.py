@@ -64,7 +64,7 @@ def _gateway_var(name: str) -> str:
 
 def _queue_size() -> str:
     text = (ROOT / "model_repository" / "vocoder" / "config.pbtxt").read_text()
-    return re.search(r"max_queue_size: (\d+)", text).group(1)
+    return re.search(r'"max_queue_size", value: \{ string_value: "(\d+)"', text).group(1)
 
 
 LIMITS: tuple[Limit, ...] = (
@@ -126,11 +126,13 @@ LIMITS: tuple[Limit, ...] = (
     Limit("`tts_stream` requests in all", "model_repository/tts_stream/config.pbtxt",
           lambda: str(StreamSettings().max_streams), "`max_streams` in its config.pbtxt",
           "UNAVAILABLE naming the cap"),
-    Limit("requests queued at each stage", "model_repository/*/config.pbtxt",
-          _queue_size, "`max_queue_size`", "UNAVAILABLE (the front door keeps far fewer in)"),
-    Limit("requests waiting in a stage with scheduling levels (Triton's queue is empty there)",
-          "tts_serving/triton/adapter.py", _queue_size, "`max_queue_size`",
-          "UNAVAILABLE at once (retry later)"),
+    Limit("requests waiting in the acoustic and vocoder stages (scheduling levels: each keeps "
+          "its own queue, Triton's is empty there)", "tts_serving/triton/adapter.py",
+          _queue_size, "`max_queue_size` parameter", "UNAVAILABLE at once (retry later)"),
+    Limit("requests queued at a stage of a profile that schedules in batches (`gpu`, "
+          "`torch-cpu`, `cpu-batch`)", "model_repository/*/configs/*.pbtxt", _queue_size,
+          "`max_queue_size` parameter (Triton's `default_queue_policy`)",
+          "UNAVAILABLE (the front door keeps far fewer in)"),
     Limit("requests the gateway answers at once", "tts_gateway/drain.py",
           _gateway("max_concurrent_requests"), _gateway_var("max_concurrent_requests"),
           "429 with Retry-After"),

@@ -102,6 +102,16 @@ class EngineSettings:
             "then run again); `auto`: levels for ORT on the CPU, else batch"
         ),
     )
+    max_queue_size: int = field(
+        default=256,
+        metadata=doc(
+            "requests waiting at the stage; more are refused UNAVAILABLE at once. With "
+            "scheduling levels the stage keeps them itself; batch scheduling writes it into "
+            "Triton's `default_queue_policy` (profiles). Triton's queue policy and priority "
+            "levels stay out of a levels stage's config: they turn off Triton's prefetching, "
+            "and without it Triton 2.51's batcher stalled requests 500 ms (docs/performance.md)"
+        ),
+    )
     allow_spinning: bool = field(
         default=False,
         metadata=doc("let ORT threads busy-wait (costs the other model's cycles on a small CPU)"),
@@ -164,6 +174,8 @@ class EngineSettings:
             )
         if self.intra_op_threads < 0 or self.inter_op_threads < 0:
             raise ValueError("thread counts must be >= 0 (0 = ONNX Runtime's default)")
+        if self.max_queue_size < 1:
+            raise ValueError("max_queue_size must be >= 1")
         if self.busy_cpu_lanes < 1:
             raise ValueError("busy_cpu_lanes must be >= 1 (1 = no more lanes on a busy CPU)")
         if self.graph_optimization not in ONNX_GRAPH_OPTIMIZATIONS:

@@ -93,6 +93,22 @@ WORKAROUNDS: tuple[Workaround, ...] = (
         "tests/integration/test_stream.py",
     ),
     Workaround(
+        "no queue policy or priority levels where Triton batches for levels",
+        "without prefetching (off with a queue policy or priority levels) the dynamic batcher "
+        "waits for a free instance on a condition variable under a mutex of its own, so a wake-up "
+        "can be lost and the request held 500 ms: several times in each 2-second Wyoming burst",
+        (
+            "model_repository/phonemizer/config.pbtxt",
+            "model_repository/acoustic/config.pbtxt",
+            "model_repository/vocoder/config.pbtxt",
+            "tts_serving.settings:EngineSettings",
+            "tts_launcher.profiles:batch_queue",
+        ),
+        "a request never waits for a wake-up the batcher missed (WaitForPayloadSlotAvailable "
+        "waits under the mutex the notifier takes): then a queue policy may come back",
+        "tests/unit/test_model_repository.py",
+    ),
+    Workaround(
         "no BLS after SIGTERM",
         "after SIGTERM the server refuses new requests, a stream's own BLS calls included",
         ("tts_serving.triton.tts_stream:stage_error",),

@@ -34,7 +34,12 @@ def small_queue_server(exported_repository, tmp_path_factory):
     """The vocoder's queue capped at 1 request, and at most one stream at a time."""
     streams = r'"max_streams", value: \{ string_value: "\d+"'
     edits = {
-        "vocoder": [(r"max_queue_size: \d+", "max_queue_size: 1")],
+        "vocoder": [
+            (
+                r'"max_queue_size", value: \{ string_value: "\d+"',
+                '"max_queue_size", value: { string_value: "1"',
+            )
+        ],
         "tts_stream": [(streams, '"max_streams", value: { string_value: "1"')],
     }
     with edited_server(exported_repository, tmp_path_factory, edits) as srv:

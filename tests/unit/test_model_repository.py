@@ -123,7 +123,12 @@ def test_batched_stages_batch_ragged_inputs(name):
     assert list(config.dynamic_batching.preferred_batch_size)
     # 0: a lone request runs at once; batches form from what queues while the instance works.
     assert 0 <= config.dynamic_batching.max_queue_delay_microseconds <= 10_000
-    assert config.dynamic_batching.default_queue_policy.max_queue_size > 0
+    # Scheduling levels: the stage keeps its own queue and limit, and Triton prefetches (a
+    # queue policy or priority levels would turn that off: 500 ms stalls in Triton 2.51).
+    settings = parse_settings(SETTINGS[name], pbtxt_parameters(REPO / name / "config.pbtxt"))
+    assert settings.levels and settings.max_queue_size > 0
+    assert not config.dynamic_batching.HasField("default_queue_policy")
+    assert config.dynamic_batching.priority_levels == 0
     ragged = [i for i in config.input if -1 in i.dims]
     assert ragged and all(i.allow_ragged_batch for i in ragged)
 
@@ -191,13 +196,32 @@ def test_every_stage_takes_the_voice_and_the_ensemble_passes_it_on():
     assert [dict(s.input_map).get("voice") for s in steps] == ["voice"] * 3
 
 
-def test_stages_have_the_priority_levels_the_client_knows():
+STAGE_CONFIGS = [
+    p
+    for name in ("phonemizer", "acoustic", "vocoder")
+    for p in [REPO / name / "config.pbtxt", *sorted(REPO.glob(f"{name}/configs/*.pbtxt"))]
+]
+
+
+@pytest.mark.parametrize("path", STAGE_CONFIGS, ids=lambda p: str(p.relative_to(REPO)))
+def test_stages_that_batch_in_triton_have_the_client_levels_and_the_others_prefetch(path):
+    """A stage scheduled in batches takes interactive requests first by Triton's priority
+    levels, and refuses past its limit by Triton's queue policy. Everywhere else neither:
+    either turns off Triton's prefetching (the phonemizer, a stage scheduling by levels)."""
     from tts_client.protocol import PRIORITY_LEVELS
 
-    for name in ("phonemizer", "acoustic", "vocoder"):
-        batching = load(name).dynamic_batching
-        assert batching.priority_levels == PRIORITY_LEVELS, name
-        assert batching.default_priority_level == PRIORITY_LEVELS, name  # bulk by default
+    name = path.parts[-3] if path.parent.name == "configs" else path.parts[-2]
+    batching = read_model_config(path).dynamic_batching
+    settings = None
+    if name != "phonemizer":
+        settings = parse_settings(SETTINGS[name], pbtxt_parameters(path), name)
+    if settings is not None and not settings.levels:
+        assert batching.priority_levels == PRIORITY_LEVELS
+        assert batching.default_priority_level == PRIORITY_LEVELS  # bulk by default
+        assert batching.default_queue_policy.max_queue_size == settings.max_queue_size
+    else:
+        assert batching.priority_levels == 0
+        assert not batching.HasField("default_queue_policy")
 
 
 PROFILE_FILES = sorted(REPO.glob("*/configs/*.pbtxt"))
@@ -222,7 +246,6 @@ def test_a_profile_keeps_the_model_contract_and_valid_parameters(path):
     profile, base = read_model_config(path), load(name)
     assert profile.name == base.name and profile.backend == base.backend
     assert profile.input == base.input and profile.output == base.output
-    assert profile.dynamic_batching.priority_levels == base.dynamic_batching.priority_levels
     settings = parse_settings(SETTINGS[name], pbtxt_parameters(path), name)
     if path.stem == "gpu" and name in ("acoustic", "vocoder"):
         assert settings.engine == "torch" and settings.device == "cuda"

@@ -29,7 +29,6 @@ from ..levels import Gate, InteractiveCount, count_path
 from ..voices import VoiceFiles, decode_name, discover, exported
 
 T = TypeVar("T")
-DEFAULT_MAX_QUEUE = 256  # a stage's waiting requests when its config names no max_queue_size
 S = TypeVar("S")
 
 
@@ -384,8 +383,7 @@ class LevelScheduler:
         self.name, self.logger = ctx.name, logger
         self.max_batch = ctx.require_max_batch_size(1)
         self.later_most = LATER_PER_LANE * max(1, ctx.settings.intra_op_threads)
-        policy = ctx.config.get("dynamic_batching", {}).get("default_queue_policy", {})
-        self.max_queue = int(policy.get("max_queue_size", 0) or 0) or DEFAULT_MAX_QUEUE
+        self.max_queue = ctx.settings.max_queue_size
         self.count = InteractiveCount(count_path())
         self.gate = Gate(self.count)
         self.bulk_of: dict[int, Any] = {}
