@@ -174,32 +174,83 @@ def halve_on_error(
     )
 
 
+def lane_makespan(costs: Sequence[float], lanes: int) -> float:
+    """The busiest lane's work when ``costs`` run largest first, each on the least loaded of
+    ``lanes`` (as :func:`run_side_by_side` hands them out)."""
+    loads = [0.0] * max(1, lanes)
+    for cost in sorted(costs, reverse=True):
+        loads[loads.index(min(loads))] += cost
+    return max(loads)
+
+
+def shared_calls(
+    lengths: Sequence[int], lanes: int, call_cost: int, max_items: int = 4
+) -> list[list[int]]:
+    """Items (indices, longest first) grouped into padded calls for ``lanes`` side by side.
+
+    A call costs ``call_cost`` (in lengths' units) whatever its size, and a padded call of
+    ``n`` items as much as ``n`` of its longest. Neighbours by length share a call where that
+    saves work (the call cost is more than the padding) and the busiest lane gets no more
+    work than before, at most ``max_items`` to a call (bigger padded calls cost more per item
+    on a CPU). Short items of similar length, a batch of first pieces, share the most.
+    ``call_cost`` 0: every item alone."""
+    groups = [[i] for i in sort_by_length(lengths)]
+    if call_cost <= 0:
+        return groups
+
+    def cost(group: list[int]) -> int:
+        return call_cost + len(group) * lengths[group[0]]
+
+    busiest = lane_makespan([cost(g) for g in groups], lanes)
+    merged = True
+    while merged:
+        merged = False
+        for k in range(len(groups) - 1):
+            pair = groups[k] + groups[k + 1]
+            if len(pair) > max_items or cost(pair) >= cost(groups[k]) + cost(groups[k + 1]):
+                continue
+            trial = [*groups[:k], pair, *groups[k + 2 :]]
+            makespan = lane_makespan([cost(g) for g in trial], lanes)
+            if makespan <= busiest:
+                groups, busiest, merged = trial, makespan, True
+                break
+    return sorted(groups, key=cost, reverse=True)
+
+
 def run_side_by_side(
     items: Sequence,
     lengths: Sequence[int],
     runners: Sequence[Callable[[list], list]],
     pool: Executor,
+    groups: Sequence[Sequence[int]] | None = None,
 ) -> list:
     """Each item alone (``runner([item])``, no padding), longest first, on whichever of
     ``runners`` is free, side by side on ``pool``'s threads; results in the input order.
+    ``groups``: indices of items that share one call each, in the order to run them
+    (:func:`shared_calls`); default: every item alone.
 
     On a CPU one single-thread session per core, each on its own item, does more per second
     than one multi-thread session on a padded batch: its threads wait on each other at every
     operator and padding is work too (docs/performance.md).
     """
-    order = iter(sort_by_length(lengths))
+    units = iter(groups if groups is not None else [[i] for i in sort_by_length(lengths)])
     lock = threading.Lock()
     results: list = [None] * len(items)
 
     def work(run: Callable[[list], list]) -> None:
         while True:
             with lock:
-                index = next(order, None)
-            if index is None:
+                unit = next(units, None)
+            if unit is None:
                 return
-            (results[index],) = run([items[index]])
+            outputs = run([items[i] for i in unit])
+            if len(outputs) != len(unit):
+                raise RuntimeError(f"{len(outputs)} results for a call of {len(unit)} items")
+            for i, out in zip(unit, outputs):
+                results[i] = out
 
-    futures = [pool.submit(work, run) for run in runners[: len(items)]]
+    count = len(groups) if groups is not None else len(items)
+    futures = [pool.submit(work, run) for run in runners[:count]]
     wait(futures)  # every runner has stopped before an error is raised
     for future in futures:
         future.result()
@@ -232,10 +283,7 @@ def split_for_lanes(
     same time, without the cuts' work."""
     total = sum(lengths)
     stretch = -(-total // max(1, lanes))  # ceil
-    loads = [0] * max(1, lanes)
-    for n in sorted(lengths, reverse=True):
-        loads[loads.index(min(loads))] += n
-    if max(loads) <= stretch + context:
+    if lane_makespan(lengths, lanes) <= stretch + context:
         return [FrameSpan(item, 0, n, 0, n) for item, n in enumerate(lengths)]
     cuts = {k * stretch for k in range(1, lanes)}
     spans: list[FrameSpan] = []

@@ -22,6 +22,7 @@ from tts_serving.engines.batching import (
     pad_stack,
     run_in_buckets,
     run_side_by_side,
+    shared_calls,
     split_by_lengths,
     split_for_lanes,
 )
@@ -201,12 +202,22 @@ class SideBySide:
             return self.nets + self.more
         return self.nets
 
-    def run(self, items: Sequence, lengths: Sequence[int], call, nets: Sequence = ()) -> list:
+    def run(
+        self,
+        items: Sequence,
+        lengths: Sequence[int],
+        call,
+        nets: Sequence = (),
+        call_cost: int = 0,
+    ) -> list:
         """``call(net, [item]) -> [result]`` for each item on a free net of ``nets``
-        (``lanes()`` when none are given)."""
+        (``lanes()`` when none are given); ``call_cost``: what a call costs whatever its
+        size, in ``lengths``' units: similar items share a padded call where that saves work
+        (:func:`shared_calls`)."""
         assert self.pool is not None
         runners = [partial(call, net) for net in (nets or self.lanes())]
-        return run_side_by_side(items, lengths, runners, self.pool)
+        groups = shared_calls(lengths, len(runners), call_cost) if call_cost > 0 else None
+        return run_side_by_side(items, lengths, runners, self.pool, groups)
 
 
 @dataclass(frozen=True)
@@ -263,7 +274,8 @@ class AcousticModel:
 
         lengths = [len(x) for x in ids]
         if self.side_by_side.applies(len(items)):
-            return self.side_by_side.run(items, lengths, self._call)
+            cost = getattr(self.options, "shared_call_ids", 0)
+            return self.side_by_side.run(items, lengths, self._call, call_cost=cost)
 
         def run_halving(bucket: list) -> list[AcousticResult]:
             return halve_on_error(partial(self._call, self.net), bucket, self.net.is_out_of_memory)

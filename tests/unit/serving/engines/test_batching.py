@@ -6,9 +6,12 @@ import pytest
 from tts_serving.engines.batching import (
     FrameSpan,
     join_spans,
+    lane_makespan,
     length_buckets,
     pad_stack,
     run_in_buckets,
+    run_side_by_side,
+    shared_calls,
     sort_by_length,
     split_by_lengths,
     split_for_lanes,
@@ -217,3 +220,49 @@ def test_spans_computed_with_the_reach_as_context_join_into_the_whole_items_outp
         joined = join_spans(spans, outputs, len(items), scale)
         assert [len(j) for j in joined] == [n * scale for n in lengths]
         assert all(np.allclose(j, w) for j, w in zip(joined, whole)) is equal
+
+
+def test_shared_calls_put_similar_short_items_in_one_call_each_lane_busy():
+    # Sixteen first pieces of Wyoming's texts (phoneme ids): four calls of four, two a lane.
+    firsts = [33, 31, 55, 41, 53, 43, 49, 37, 29, 37, 37, 31, 55, 53, 41, 49]
+    groups = shared_calls(firsts, 2, 16)
+    assert sorted(i for g in groups for i in g) == list(range(16))
+    assert len(groups) == 4 and all(len(g) == 4 for g in groups)
+    for g in groups:  # neighbours by length, longest first in each call
+        assert [firsts[i] for i in g] == sorted((firsts[i] for i in g), reverse=True)
+        assert firsts[g[0]] - firsts[g[-1]] <= 16
+
+
+def test_shared_calls_leave_items_alone_where_sharing_costs_more():
+    assert shared_calls([145, 60, 20], 2, 16) == [[0], [1], [2]]  # padding past the call cost
+    assert shared_calls([40, 38], 2, 16) == [[0], [1]]  # one a lane is quicker
+    assert shared_calls([40, 38, 36], 2, 16) == [[0, 1], [2]]
+    assert shared_calls([40, 38, 36], 2, 0) == [[0], [1], [2]]  # 0: every item alone
+    assert shared_calls([5] * 9, 1, 16) == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]  # at most 4
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_shared_calls_never_load_a_lane_more_than_items_alone(seed):
+    rng = np.random.default_rng(seed)
+    lengths = [int(n) for n in rng.integers(5, 160, rng.integers(1, 17))]
+    lanes, cost = int(rng.integers(1, 5)), 16
+    groups = shared_calls(lengths, lanes, cost)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    alone = lane_makespan([cost + n for n in lengths], lanes)
+    shared = lane_makespan([cost + len(g) * max(lengths[i] for i in g) for g in groups], lanes)
+    assert shared <= alone
+
+
+def test_run_side_by_side_runs_each_group_as_one_call_in_input_order():
+    from concurrent.futures import ThreadPoolExecutor
+
+    calls: list[list[int]] = []
+
+    def run(items):
+        calls.append(list(items))
+        return [x * 10 for x in items]
+
+    with ThreadPoolExecutor(2) as pool:
+        out = run_side_by_side([1, 2, 3, 4], [1, 2, 3, 4], [run, run], pool, [[3, 2], [1], [0]])
+    assert out == [10, 20, 30, 40]
+    assert sorted(calls) == [[1], [2], [4, 3]]

@@ -14,7 +14,7 @@ from tts_serving.engines.models import (
     speaker_ids,
 )
 from tts_serving.errors import ModelConfigError
-from tts_serving.settings import EngineSettings
+from tts_serving.settings import AcousticSettings, EngineSettings
 
 # Small buckets: the items are sorted by length and split over several calls.
 OPTIONS = EngineSettings(max_padded_length=24)
@@ -197,6 +197,24 @@ class Share:
 
     def others_busy(self) -> bool:
         return self.busy
+
+
+def test_similar_items_share_a_padded_call_on_the_lanes_each_keeping_its_own_result():
+    """The acoustic half's calls cost about ``shared_call_ids`` ids whatever their size, so
+    sixteen short items of similar length run as four padded calls, two a lane; every item
+    comes back cut to its own length with its own speaker."""
+    lengths = [9, 7, 8, 6] * 4
+    speakers = [k % 3 for k in range(16)]
+    lanes = [AcousticNet(), AcousticNet()]
+    acoustic = AcousticModel(AcousticNet(), AcousticSettings(), SideBySide(lanes))
+    latents = acoustic([np.zeros(n, np.int64) for n in lengths], np.ones((16, 4)), speakers)
+    for latent, n, s in zip(latents, lengths, speakers):
+        assert latent.shape == (192, n) and np.all(latent == s)
+    calls = lanes[0].calls + lanes[1].calls
+    assert sorted(map(len, calls)) == [4, 4, 4, 4]
+    alone = AcousticModel(AcousticNet(), AcousticSettings(shared_call_ids=0), SideBySide(lanes))
+    alone([np.zeros(n, np.int64) for n in lengths], np.ones((16, 4)), speakers)
+    assert len(lanes[0].calls + lanes[1].calls) == 4 + 16
 
 
 def test_a_batch_runs_on_the_more_lanes_only_while_others_keep_the_cpu_busy():
