@@ -11,6 +11,7 @@ import pytest
 
 from tests.support import pb_utils as pb
 from tests.support.models import load_model, served_latents, text_request
+from tests.support.paths import REPOSITORY as REPO
 from tts_serving.errors import ModelConfigError
 from tts_serving.triton import adapter
 
@@ -132,3 +133,26 @@ def test_a_batch_takes_first_pieces_before_anyones_later_ones():
     assert not adapter.flag(request, "later")
     request.params = json.dumps({"later": True, "bulk": False})
     assert adapter.flag(request, "later") and not adapter.is_bulk(request)
+
+
+def test_a_levels_stage_names_what_in_its_config_turns_tritons_prefetching_off():
+    """The committed stages carry nothing that turns prefetching off; a batch profile's config
+    (priority levels and a queue policy) would, and a levels stage says so in its log."""
+    from google.protobuf.json_format import MessageToDict
+
+    from tts_serving.model_config import read_model_config
+
+    def as_triton_json(path):  # int64 fields as strings, as Triton hands the config over
+        return MessageToDict(read_model_config(path), preserving_proto_field_name=True)
+
+    for name in ("phonemizer", "acoustic", "vocoder"):
+        assert adapter.prefetch_blockers(as_triton_json(REPO / name / "config.pbtxt")) == []
+    batch = as_triton_json(REPO / "vocoder" / "configs" / "cpu-batch.pbtxt")
+    assert adapter.prefetch_blockers(batch) == [
+        "priority_levels",
+        "default_queue_policy.max_queue_size",
+    ]
+    timeouts = {"default_queue_policy": {"default_timeout_microseconds": "5000"}}
+    assert adapter.prefetch_blockers({"dynamic_batching": timeouts}) == [
+        "default_queue_policy.default_timeout_microseconds"
+    ]

@@ -354,6 +354,26 @@ def take(waiting: list, most: int, later_most: int | None = None) -> list:
     return taken
 
 
+def prefetch_blockers(config: dict) -> list[str]:
+    """What in a model config's ``dynamic_batching`` (Triton's JSON of it) turns Triton's
+    prefetching off: priority levels or a queue policy. Without prefetching Triton 2.51's
+    batcher can miss an instance's wake-up and hold a request 500 ms (docs/performance.md)."""
+    batching = config.get("dynamic_batching") or {}
+    policy = batching.get("default_queue_policy") or {}
+    found = []
+    if int(batching.get("priority_levels") or 0) > 0:
+        found.append("priority_levels")
+    if batching.get("priority_queue_policy"):
+        found.append("priority_queue_policy")
+    if int(policy.get("max_queue_size") or 0) > 0:
+        found.append("default_queue_policy.max_queue_size")
+    if int(policy.get("default_timeout_microseconds") or 0) > 0:
+        found.append("default_queue_policy.default_timeout_microseconds")
+    if policy.get("allow_timeout_override"):
+        found.append("default_queue_policy.allow_timeout_override")
+    return found
+
+
 LEVEL_NAMES = {False: "interactive", True: "bulk"}
 # Later pieces per interactive batch, per lane (intra_op_threads): a batch runs no longer than
 # about two items a lane, so a first piece never waits behind a whole batch of 16 rests
@@ -384,6 +404,14 @@ class LevelScheduler:
         self.max_batch = ctx.require_max_batch_size(1)
         self.later_most = LATER_PER_LANE * max(1, ctx.settings.intra_op_threads)
         self.max_queue = ctx.settings.max_queue_size
+        blockers = prefetch_blockers(ctx.config)
+        if blockers:
+            logger.log_warn(
+                f"{self.name}: scheduling levels with {', '.join(blockers)} in its "
+                "dynamic_batching: that turns Triton's prefetching off, and Triton 2.51 then "
+                "holds some requests 500 ms; leave them out (the stage keeps its own queue, "
+                "levels and limit: max_queue_size)"
+            )
         self.count = InteractiveCount(count_path())
         self.gate = Gate(self.count)
         self.bulk_of: dict[int, Any] = {}
