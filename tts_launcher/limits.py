@@ -24,7 +24,7 @@ from tts_front.gatekeeper import EXPRESS_PER_CLIENT, LISTENERS_SHARE
 from tts_front.http_proxy import MAX_JSON_DEPTH
 from tts_front.settings import FrontSettings
 from tts_gateway.settings import GatewaySettings
-from tts_serving.settings import StreamSettings
+from tts_serving.settings import StreamSettings, VocoderSettings
 
 from . import liveness
 from .edge import grpc_calls_per_client
@@ -63,8 +63,8 @@ def _gateway_var(name: str) -> str:
 
 
 def _queue_size() -> str:
-    text = (ROOT / "model_repository" / "vocoder" / "config.pbtxt").read_text()
-    return re.search(r'"max_queue_size", value: \{ string_value: "(\d+)"', text).group(1)
+    # config.pbtxt lists every parameter at its default (a test checks it).
+    return str(VocoderSettings().max_queue_size)
 
 
 LIMITS: tuple[Limit, ...] = (
@@ -130,7 +130,8 @@ LIMITS: tuple[Limit, ...] = (
           "its own queue, Triton's is empty there)", "tts_serving/triton/adapter.py",
           _queue_size, "`max_queue_size` parameter", "UNAVAILABLE at once (retry later)"),
     Limit("requests queued at a stage of a profile that schedules in batches (`gpu`, "
-          "`torch-cpu`, `cpu-batch`)", "model_repository/*/configs/*.pbtxt", _queue_size,
+          "`torch-cpu`, `cpu-batch`, `cpu-interactive`)", "model_repository/*/configs/*.pbtxt",
+          _queue_size,
           "`max_queue_size` parameter (Triton's `default_queue_policy`)",
           "UNAVAILABLE (the front door keeps far fewer in)"),
     Limit("requests the gateway answers at once", "tts_gateway/drain.py",

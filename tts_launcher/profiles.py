@@ -45,6 +45,8 @@ from pathlib import Path
 
 from tts_serving.model_config import (
     TRITON_PARAMETERS,
+    own_parameters,
+    parse_model_config,
     parse_settings,
     pbtxt_parameters,
     read_model_config,
@@ -310,12 +312,7 @@ def batch_queue(text: str, model: str) -> str:
     Triton's config would turn its prefetching off (config.pbtxt says why)."""
     if model not in BATCHED:
         return text
-    found = re.findall(
-        r'^parameters \{ key: "([^"]+)", value: \{ string_value: "([^"]*)" \} \}$',
-        text,
-        flags=re.MULTILINE,
-    )
-    params = {k: v for k, v in found if k not in TRITON_PARAMETERS}
+    params = own_parameters(parse_model_config(text, model))
     settings = parse_settings(SETTINGS[model], params, model)
     if settings.levels:
         return text

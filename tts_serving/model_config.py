@@ -56,23 +56,32 @@ def cpu_only_inputs(model_config: dict) -> bool:
 
 def read_model_config(path: str | Path):
     """A ``config.pbtxt`` parsed with Triton's own protobuf schema (``ModelConfig``)."""
+    return parse_model_config(Path(path).read_text(), str(path))
+
+
+def parse_model_config(text: str, where: str = "config.pbtxt"):
+    """``config.pbtxt`` text parsed with Triton's own protobuf schema; ``where`` names it in
+    the error."""
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2
 
     config = model_config_pb2.ModelConfig()
     try:
-        text_format.Parse(Path(path).read_text(), config)
+        text_format.Parse(text, config)
     except text_format.ParseError as e:
-        raise ModelConfigError(f"{path}: {e}") from None
+        raise ModelConfigError(f"{where}: {e}") from None
     return config
 
 
 def pbtxt_parameters(path: str | Path) -> dict[str, str]:
     """The string ``parameters`` of a ``config.pbtxt`` (parsed with Triton's schema), but the
     Python backend's own."""
-    return _own_parameters(
-        {k: v.string_value for k, v in read_model_config(path).parameters.items()}
-    )
+    return own_parameters(read_model_config(path))
+
+
+def own_parameters(config) -> dict[str, str]:
+    """The string ``parameters`` of a parsed ``ModelConfig``, but the Python backend's own."""
+    return _own_parameters({k: v.string_value for k, v in config.parameters.items()})
 
 
 def _field_kind(f: Field) -> type:

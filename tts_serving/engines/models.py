@@ -216,7 +216,7 @@ class SideBySide:
         (:func:`shared_calls`)."""
         assert self.pool is not None
         runners = [partial(call, net) for net in (nets or self.lanes())]
-        groups = shared_calls(lengths, len(runners), call_cost) if call_cost > 0 else None
+        groups = shared_calls(lengths, len(runners), call_cost)
         return run_side_by_side(items, lengths, runners, self.pool, groups)
 
 
@@ -252,6 +252,8 @@ class AcousticModel:
         self.net = OrtAcousticNet(net) if isinstance(net, ort.InferenceSession) else net
         self.side_by_side = side_by_side or SideBySide()
         self.options = options
+        # What a call costs whatever its size, in ids (AcousticSettings; 0: an item a call).
+        self.call_cost = getattr(options, "shared_call_ids", 0)
         # The torch engine can keep the latents on its device (the DLPack hand-off).
         self.net_options = {"on_device": True} if options.device_tensors else {}
         self.multi_speaker = bool(getattr(self.net, "takes_speakers", False))
@@ -274,8 +276,7 @@ class AcousticModel:
 
         lengths = [len(x) for x in ids]
         if self.side_by_side.applies(len(items)):
-            cost = getattr(self.options, "shared_call_ids", 0)
-            return self.side_by_side.run(items, lengths, self._call, call_cost=cost)
+            return self.side_by_side.run(items, lengths, self._call, call_cost=self.call_cost)
 
         def run_halving(bucket: list) -> list[AcousticResult]:
             return halve_on_error(partial(self._call, self.net), bucket, self.net.is_out_of_memory)
