@@ -156,7 +156,7 @@ check: $(VENV)/.installed export lint
 # PYTEST_WORKERS=0 runs them in one process.
 PYTEST_WORKERS ?= 2
 test: test-setup export lint
-	$(PY) -m pytest -rs --durations=15 -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
+	$(PY) -m pytest -rfEs --durations=15 -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
 	  $(PYTEST_ARGS)
 
 # The three venvs install side by side (one after another they took 2 minutes of a fresh
@@ -206,7 +206,7 @@ simulate: $(VENV)/.installed
 
 # The reliability tier with its long tests (sustained overload, memory growth per bad input).
 test-reliability: setup export
-	$(PY) -m pytest -rs tests/reliability --long $(PYTEST_ARGS)
+	$(PY) -m pytest -rfEs tests/reliability --long $(PYTEST_ARGS)
 
 # Load tests with perf_analyzer (tritonclient 2.51 wheel). perf-smoke also runs inside `make test`.
 perf: setup export
