@@ -17,7 +17,7 @@ from tts_triton.probes import is_ready
 
 from .connections import ConnectionGuard, ConnectionLimits, GuardedSite, raise_file_limit
 from .gatekeeper import Gatekeeper
-from .grpc_proxy import GrpcProxy
+from .grpc_proxy import GrpcProxy, quiet_clients_gone
 from .http_proxy import HttpProxy
 from .sample_texts import SENTENCES
 from .settings import PENDING_CALLS, FrontSettings
@@ -113,6 +113,7 @@ class Front:
             )
         if s.grpc_port:
             handler = self.grpc_proxy.open()
+            quiet_clients_gone()
             self._grpc_server = grpc.aio.server(
                 options=[
                     ("grpc.max_receive_message_length", s.max_request_bytes),

@@ -4,6 +4,7 @@ Triton, each request admitted (or refused) on its way."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 import grpc
@@ -43,6 +44,32 @@ from .stubs import StubWatch
 SERVICE = "inference.GRPCInferenceService"
 STREAM_METHOD = f"/{SERVICE}/ModelStreamInfer"
 INFER_METHOD = f"/{SERVICE}/ModelInfer"
+
+
+# grpcio's asyncio server logs this, with a traceback at ERROR, when writing a response fails
+# because the client (nginx, a caller) already went: its check of the client's close races
+# the failed write (grpc/grpc issue 31570). Nothing is wrong on our side.
+_CLIENT_GONE = "ExecuteBatchError raised in core by servicer method"
+GRPC_CORE_LOGGER = "grpc._cython.cygrpc"
+
+
+def client_gone_as_info(record: logging.LogRecord) -> bool:
+    """A logging filter for grpcio's core logger: its line for a response written after the
+    client left becomes one INFO line without the traceback; anything else passes as it is."""
+    message = record.getMessage()
+    if message.startswith(_CLIENT_GONE):
+        method = message.removeprefix(_CLIENT_GONE).strip(" []")
+        record.msg, record.args = "a client left before its response was written (%s)", (method,)
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        record.exc_info = record.exc_text = None
+    return True
+
+
+def quiet_clients_gone() -> None:
+    """Install ``client_gone_as_info`` on grpcio's core logger (once)."""
+    logger = logging.getLogger(GRPC_CORE_LOGGER)
+    if client_gone_as_info not in logger.filters:
+        logger.addFilter(client_gone_as_info)
 
 
 def message_deadline(

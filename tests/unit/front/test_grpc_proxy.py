@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
-from tts_front.grpc_proxy import message_deadline
+from tts_front.grpc_proxy import GRPC_CORE_LOGGER, client_gone_as_info, message_deadline
 
 DEFAULT_S = 60.0
 
@@ -326,3 +328,33 @@ def test_the_launcher_sends_interactive_work_at_once_only_to_stages_that_run_lev
     assert levels_scheduled("cpu-int8") and levels_scheduled("cpu-padded")
     for profile in ("cpu-batch", "cpu-interactive", "torch-cpu", "gpu", "host-ceiling"):
         assert not levels_scheduled(profile), profile
+
+
+def _core_record(message: str) -> logging.LogRecord:
+    try:
+        raise RuntimeError('Failed "execute_batch": (SendMessageOperation,)')
+    except RuntimeError as e:
+        failure = (type(e), e, e.__traceback__)
+    return logging.getLogger(GRPC_CORE_LOGGER).makeRecord(
+        GRPC_CORE_LOGGER, logging.ERROR, "server.pyx", 1, message, (), failure
+    )
+
+
+def test_grpcs_line_for_a_client_that_left_becomes_one_info_line_and_others_pass():
+    """grpcio logs a response written after its client left at ERROR with a traceback (a race
+    in its own check of the client's close): an operator would read a fault into it."""
+    gone = _core_record(
+        "ExecuteBatchError raised in core by servicer method "
+        "[/inference.GRPCInferenceService/ModelStreamInfer]"
+    )
+    assert client_gone_as_info(gone)
+    assert (gone.levelno, gone.exc_info) == (logging.INFO, None)
+    assert gone.getMessage() == (
+        "a client left before its response was written "
+        "(/inference.GRPCInferenceService/ModelStreamInfer)"
+    )
+    assert "Traceback" not in logging.Formatter().format(gone)
+
+    other = _core_record("Unexpected [KeyError] raised by servicer method [/x/Y]")
+    assert client_gone_as_info(other)
+    assert other.levelno == logging.ERROR and other.exc_info is not None
