@@ -4,7 +4,7 @@ A stage with ``scheduling: levels`` runs the requests the front door sends at th
 (``tts_wire.BULK_PARAMETER``) on its own worker. Bulk work runs only while no interactive
 request is anywhere in the server's stages (any stage process): an ONNX Runtime call of bulk
 work is stopped as soon as one arrives (``RunOptions.terminate``: within a few milliseconds)
-and run again, whole, once none is left. So an interactive request waits for no running batch
+and run again, whole, once none has been seen for ``HOLD_S``. So an interactive request waits for no running batch
 at any stage and has the cores to itself, and a flood sent at the bulk level cannot slow it;
 what that costs is the stopped calls' work. (Threads on ``SCHED_IDLE`` were tried first: a
 bulk thread the kernel parked while it held the Python GIL stalled the stage's interactive
@@ -31,6 +31,12 @@ import psutil
 SLOTS = 64  # stage processes (instances) one server can have taking part
 POLL_S = 0.001  # how often the gate looks at the count
 CLEAR_EVERY = 500  # polls a bulk call waits between looks for ended processes' counts
+# Bulk calls start only once no interactive work has been seen for this long. An interactive
+# request leaves the count between its stages (and its client's next request comes a moment
+# later): a bulk call started in that gap is stopped within milliseconds, its work lost, and
+# it took the cores the request's next hop needed. Beside two CPU hogs a bystander beside a
+# flood went from 1.4-3.2x its quiet p50 to 1.1-1.5x (docs/performance.md, 0.9.8).
+HOLD_S = 0.015
 
 
 COUNT_PREFIX = "tts-levels-"
@@ -117,17 +123,21 @@ class InteractiveCount:
 
 
 class Gate:
-    """Lets bulk calls run only while ``count`` is 0, and stops the running ones when it
-    rises (their callers run them again once it is 0)."""
+    """Lets bulk calls run only once ``count`` has been 0 for ``hold_s``, and stops the
+    running ones when it rises (their callers run them again once it is 0 again)."""
 
-    def __init__(self, count: InteractiveCount, poll_s: float = POLL_S) -> None:
+    def __init__(
+        self, count: InteractiveCount, poll_s: float = POLL_S, hold_s: float = HOLD_S
+    ) -> None:
         self.count = count
         self.poll_s = poll_s
+        self.hold_s = hold_s
         self.running: set[ort.RunOptions] = set()
         self.lock = threading.Lock()
         self.busy = threading.Event()  # a bulk call runs: the watcher looks (else it sleeps)
         self.stopped_calls = 0  # calls stopped for interactive work (each run again)
         self.closing = threading.Event()
+        self.last_seen = float("-inf")  # when interactive work was last seen in the server
         self.watcher = threading.Thread(target=self._watch, name="bulk-gate", daemon=True)
         self.watcher.start()
 
@@ -136,7 +146,11 @@ class Gate:
         after every stop."""
         while True:
             waited = 0
-            while self.count.total() > 0 and not self.closing.is_set():
+            while not self.closing.is_set():
+                if self.count.total() > 0:
+                    self.last_seen = time.monotonic()
+                elif time.monotonic() - self.last_seen >= self.hold_s:
+                    break
                 time.sleep(self.poll_s)
                 waited += 1
                 if waited % CLEAR_EVERY == 0:
@@ -161,6 +175,7 @@ class Gate:
         while not self.closing.is_set():
             self.busy.wait()
             if self.count.total() > 0:
+                self.last_seen = time.monotonic()
                 with self.lock:
                     for options in self.running:
                         options.terminate = True

@@ -98,6 +98,32 @@ def test_a_bulk_call_waits_for_interactive_work_to_end():
         gate.close()
 
 
+def test_a_bulk_call_starts_only_once_interactive_work_was_gone_for_the_hold():
+    """Between an interactive request's stages the count is 0 for a moment: a bulk call
+    started then would be stopped at once, so bulk waits until none was seen for ``hold_s``."""
+    count = FakeCount()
+    gate = Gate(count, poll_s=0.001, hold_s=1.0)
+    starts: list[float] = []
+
+    def call(options: ort.RunOptions) -> str:
+        starts.append(time.monotonic())
+        return "done"
+
+    try:
+        assert gate.run(call) == "done"  # none seen since the gate began: no hold
+        count.value = 1
+        thread = threading.Thread(target=lambda: gate.run(call))
+        thread.start()
+        time.sleep(0.1)
+        count.value = 0  # the request moves on to its next stage
+        time.sleep(0.1)
+        assert len(starts) == 1  # gone for less than the hold: still held
+        thread.join(5)
+        assert len(starts) == 2 and starts[1] - gate.last_seen >= 1.0
+    finally:
+        gate.close()
+
+
 def test_a_running_bulk_call_is_stopped_when_interactive_work_comes_and_run_again():
     count = FakeCount()
     gate = Gate(count, poll_s=0.001)
