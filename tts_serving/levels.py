@@ -4,11 +4,11 @@ A stage with ``scheduling: levels`` runs the requests the front door sends at th
 (``tts_wire.BULK_PARAMETER``) on its own worker. Bulk work runs only while no interactive
 request is anywhere in the server's stages (any stage process): an ONNX Runtime call of bulk
 work is stopped as soon as one arrives (``RunOptions.terminate``: within a few milliseconds)
-and run again, whole, once none has been seen for ``HOLD_S``. So an interactive request waits for no running batch
-at any stage and has the cores to itself, and a flood sent at the bulk level cannot slow it;
-what that costs is the stopped calls' work. (Threads on ``SCHED_IDLE`` were tried first: a
-bulk thread the kernel parked while it held the Python GIL stalled the stage's interactive
-work behind it.)
+and run again, whole, once none has been seen for ``HOLD_S``. So an interactive request
+waits for no running batch at any stage and has the cores to itself, and a flood sent at the
+bulk level cannot slow it; what that costs is the stopped calls' work. (Threads on
+``SCHED_IDLE`` were tried first: a bulk thread the kernel parked while it held the Python GIL
+stalled the stage's interactive work behind it.)
 
 The count of interactive requests is shared by the server's stage processes through a small
 file in /dev/shm: one slot per process, claimed with a lock that ends with the process.
