@@ -99,7 +99,8 @@ class EngineSettings:
             "`batch`: each batch Triton forms runs as one; `levels` (ORT on the CPU): the stage "
             "takes requests as they come, and the ones the front door sends at the bulk level "
             "run only while no interactive work is in the server (stopped when some arrives, "
-            "then run again); `auto`: levels for ORT on the CPU, else batch"
+            "then run again once none was seen for 15 ms); `auto`: levels for ORT on the CPU, "
+            "else batch"
         ),
     )
     max_queue_size: int = field(
