@@ -10,16 +10,23 @@ the text word by word, ``synthesize-stop``). Printed per server, mode and concur
 first audio (the first ``audio-chunk``) p50/p90, the real-time factor (request time over its
 audio's length, median) and throughput (audio seconds per wall second). wyoming-piper 2.5.2 is
 installed in its own venv (.cache/wyoming-piper) on first use. docs/performance.md records runs.
+
+A burst at c=16 lasts about three seconds, and one burst's throughput moves by 10-20 % on a
+shared machine (wyoming-piper's too): ``--rounds`` repeats every row with the servers taking
+turns, and the summary gives each server's median and the ratio ours / wyoming-piper per round
+(median, lowest, highest), so a claim rests on rounds side by side, not on one burst.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from wyoming.audio import AudioChunk, AudioStart
@@ -88,7 +95,33 @@ async def one(port: int, text: str, streaming: bool) -> tuple[float, float, floa
     return first or float("nan"), time.perf_counter() - start, samples / rate
 
 
-async def load(port: int, concurrency: int, requests: int, streaming: bool) -> str:
+@dataclass(frozen=True)
+class Burst:
+    """One row's requests on one server: every request's first audio and real-time factor,
+    the audio they brought and the wall time from the first request to the last answer."""
+
+    first_audio: list[float]  # seconds
+    rtf: list[float]
+    audio_s: float
+    wall_s: float
+
+    @property
+    def p90(self) -> float:
+        return percentile(self.first_audio, 90)
+
+    @property
+    def throughput(self) -> float:
+        return self.audio_s / self.wall_s
+
+    def line(self) -> str:
+        return (
+            f"TTFA p50 {percentile(self.first_audio, 50) * 1000:6.0f} ms  p90 "
+            f"{self.p90 * 1000:6.0f} ms  RTF {percentile(self.rtf, 50):5.2f}  "
+            f"{self.throughput:5.1f} audio-s/s"
+        )
+
+
+async def load(port: int, concurrency: int, requests: int, streaming: bool) -> Burst:
     queue = list(range(requests))
     results: list[tuple[float, float, float]] = []
 
@@ -99,20 +132,47 @@ async def load(port: int, concurrency: int, requests: int, streaming: bool) -> s
 
     start = time.perf_counter()
     await asyncio.gather(*(satellite() for _ in range(concurrency)))
-    wall = time.perf_counter() - start
-    first = [r[0] for r in results]
-    rtf = [r[1] / r[2] for r in results if r[2]]
-    audio = sum(r[2] for r in results)
-    return (
-        f"TTFA p50 {percentile(first, 50) * 1000:6.0f} ms  p90 {percentile(first, 90) * 1000:6.0f} "
-        f"ms  RTF {percentile(rtf, 50):5.2f}  {audio / wall:5.1f} audio-s/s"
+    return Burst(
+        first_audio=[r[0] for r in results],
+        rtf=[r[1] / r[2] for r in results if r[2]],
+        audio_s=sum(r[2] for r in results),
+        wall_s=time.perf_counter() - start,
     )
+
+
+def summary(rows: dict[tuple[str, int], dict[str, list[Burst]]], baseline: str) -> list[str]:
+    """A markdown table, a line per (mode, concurrency): each server's median first-audio p90
+    and throughput over the rounds, and ours / ``baseline`` per round (the neighbouring bursts
+    of one round share the machine's drift) as median [lowest-highest]."""
+
+    def ratios(ours: list[float], base: list[float]) -> str:
+        r = [a / b for a, b in zip(ours, base, strict=True)]
+        return f"{statistics.median(r):.2f}x [{min(r):.2f}-{max(r):.2f}]"
+
+    lines = [
+        f"| mode | c | rounds | ours p90 ms | {baseline} p90 ms | p90 ratio | ours audio-s/s "
+        f"| {baseline} audio-s/s | throughput ratio |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (mode, c), by_server in rows.items():
+        base = by_server[baseline]
+        ours = next(v for k, v in by_server.items() if k != baseline)
+        p90s, base_p90s = [b.p90 for b in ours], [b.p90 for b in base]
+        thr, base_thr = [b.throughput for b in ours], [b.throughput for b in base]
+        lines.append(
+            f"| {mode} | {c} | {len(ours)} | {statistics.median(p90s) * 1000:.0f} "
+            f"| {statistics.median(base_p90s) * 1000:.0f} | {ratios(p90s, base_p90s)} "
+            f"| {statistics.median(thr):.1f} | {statistics.median(base_thr):.1f} "
+            f"| {ratios(thr, base_thr)} |"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.wyoming", description=__doc__)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument("--requests", type=int, default=32, help="requests per concurrency")
+    p.add_argument("--rounds", type=int, default=3, help="bursts per row and server, in turns")
     p.add_argument("--repository", type=Path, default=ROOT / "model_repository")
     p.add_argument("--profile", help="serve configs/<profile>.pbtxt (default: config.pbtxt)")
     a = p.parse_args(argv)
@@ -133,12 +193,18 @@ def main(argv: list[str] | None = None) -> int:
             servers = {"ours": ours.wyoming, "wyoming-piper": piper_port}
             for port in servers.values():  # first-run costs paid before anything is timed
                 asyncio.run(one(port, TEXTS[0], False))
-            for streaming in (False, True):
-                mode = "streaming" if streaming else "synthesize"
-                for c in a.concurrency:
-                    for name, port in servers.items():  # taking turns: drift hits both
-                        figures = asyncio.run(load(port, c, a.requests, streaming))
-                        print(f"{mode:10s} c={c:<3d} {name:14s} {figures}", flush=True)
+            rows: dict[tuple[str, int], dict[str, list[Burst]]] = {}
+            for r in range(1, a.rounds + 1):
+                for streaming in (False, True):
+                    mode = "streaming" if streaming else "synthesize"
+                    for c in a.concurrency:
+                        for name, port in servers.items():  # taking turns: drift hits both
+                            burst = asyncio.run(load(port, c, a.requests, streaming))
+                            rows.setdefault((mode, c), {}).setdefault(name, []).append(burst)
+                            print(f"round {r} {mode:10s} c={c:<3d} {name:14s} {burst.line()}",
+                                  flush=True)  # fmt: skip
+            print()
+            print("\n".join(summary(rows, "wyoming-piper")))
         finally:
             ours.close()
             piper.terminate()
