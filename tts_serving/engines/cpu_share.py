@@ -80,7 +80,8 @@ class CpuShare:
     ``threshold`` cores over the last window of ``window_s`` to ``STALE_WINDOWS`` times that
     (and, once they did, until they take under half of it); after a longer gap the state
     stays until a new window ends. Each listener (``listen``) hears each turn as
-    ``(busy, others_cores)``.
+    ``(busy, others_cores)``; each ``failed`` listener hears the first of a run of failed
+    readings (the state then stays as it was, so batches keep their lanes).
 
     A due window is read on a thread of its own (``background``; listing the tree takes a
     few milliseconds) and the caller goes on with the state it had: a batch never waits for
@@ -100,6 +101,8 @@ class CpuShare:
         self.window_s = window_s
         self.clock = clock
         self.listeners: list[Callable[[bool, float], None]] = []
+        self.failure_listeners: list[Callable[[str], None]] = []
+        self.failing = False
         self.sample = sample or (lambda: (machine_busy_seconds(), tree_seconds(self.root)))
         self.others_cores = 0.0
         self.busy = False
@@ -108,9 +111,16 @@ class CpuShare:
         self._reading = False
         self._last = (clock(), *self.sample())
 
-    def listen(self, listener: Callable[[bool, float], None]) -> None:
-        """``listener(busy, others_cores)`` hears each turn from now on."""
+    def listen(
+        self,
+        listener: Callable[[bool, float], None],
+        failed: Callable[[str], None] | None = None,
+    ) -> None:
+        """``listener(busy, others_cores)`` hears each turn from now on; ``failed(message)``
+        the first failure of each run of failed readings."""
         self.listeners.append(listener)
+        if failed is not None:
+            self.failure_listeners.append(failed)
 
     def others_busy(self) -> bool:
         """The state now; starts reading a new window when one is due."""
@@ -126,23 +136,36 @@ class CpuShare:
 
     def _read(self) -> None:
         try:
-            now, machine, ours = self.clock(), *self.sample()
-            then, machine_then, ours_then = self._last
-            self._last = (now, machine, ours)
-            if now - then >= STALE_WINDOWS * self.window_s:
-                # An idle stretch (another server's turn, say) says nothing of now: the
-                # window starts again here and the state stays.
-                return
-            others = (machine - machine_then) - (ours - ours_then)
-            self.others_cores = max(0.0, others / (now - then))
-            was = self.busy
-            self.busy = self.others_cores > (self.threshold / 2 if was else self.threshold)
-            if self.busy != was:
-                for listener in self.listeners:
-                    listener(self.busy, self.others_cores)
+            self._read_window()
+            self.failing = False
+        except Exception as exc:  # on the reader's thread nobody else would ever see it
+            if not self.failing:
+                self.failing = True
+                message = (
+                    f"reading the machine's CPU share failed ({type(exc).__name__}: {exc}); "
+                    "batches keep the lanes they have"
+                )
+                for failed in self.failure_listeners:
+                    failed(message)
         finally:
             with self._lock:
                 self._reading = False
+
+    def _read_window(self) -> None:
+        now, machine, ours = self.clock(), *self.sample()
+        then, machine_then, ours_then = self._last
+        self._last = (now, machine, ours)
+        if now - then >= STALE_WINDOWS * self.window_s:
+            # An idle stretch (another server's turn, say) says nothing of now: the window
+            # starts again here and the state stays.
+            return
+        others = (machine - machine_then) - (ours - ours_then)
+        self.others_cores = max(0.0, others / (now - then))
+        was = self.busy
+        self.busy = self.others_cores > (self.threshold / 2 if was else self.threshold)
+        if self.busy != was:
+            for listener in self.listeners:
+                listener(self.busy, self.others_cores)
 
 
 _PROCESS_SHARE: CpuShare | None = None

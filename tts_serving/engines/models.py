@@ -184,7 +184,7 @@ class SideBySide:
         lanes = len(self.nets) + len(self.more)
         self.pool = ThreadPoolExecutor(lanes) if len(self.nets) > 1 else None
         if self.more and share is not None and log is not None:
-            share.listen(self._heard(log))
+            share.listen(self._heard(log), failed=log)
 
     def _heard(self, log: Callable[[str], None]) -> Callable[[bool, float], None]:
         def heard(busy: bool, cores: float) -> None:

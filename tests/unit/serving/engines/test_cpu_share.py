@@ -116,3 +116,36 @@ def test_the_service_is_the_launchers_tree_when_it_says_so(monkeypatch):
     gone.wait()
     monkeypatch.setenv(cpu_share.SERVICE_PID_ENV, str(gone.pid))  # gone: not this service
     assert cpu_share.service_root() == os.getpid()  # pytest's parent is no tritonserver
+
+
+def test_a_failed_reading_is_told_once_per_run_of_failures_and_the_state_stays():
+    """The reading runs on a thread of its own: an exception there would vanish unheard."""
+    now = [0.0]
+    readings = Readings()
+    broken = [False]
+
+    def sample() -> tuple[float, float]:
+        if broken[0]:
+            raise PermissionError("/proc/stat: permission denied")
+        return readings()
+
+    share = CpuShare(root=1, window_s=1.0, clock=lambda: now[0], sample=sample, background=False)
+    told: list[str] = []
+    share.listen(lambda busy, cores: None, failed=told.append)
+    readings.machine, now[0] = 2.0, 1.0  # others took 2 cores
+    assert share.others_busy()
+    broken[0] = True
+    for t in (2.0, 3.0, 4.0):
+        now[0] = t
+        assert share.others_busy()  # as it was
+    assert told == [
+        "reading the machine's CPU share failed (PermissionError: /proc/stat: permission "
+        "denied); batches keep the lanes they have"
+    ]
+    broken[0], now[0] = False, 5.0  # works again; the window since 1.0 is stale
+    assert share.others_busy()
+    now[0] = 6.0  # others took nothing this second
+    assert not share.others_busy()
+    broken[0], now[0] = True, 7.0
+    share.others_busy()
+    assert len(told) == 2  # a new run of failures is told again
