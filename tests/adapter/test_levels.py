@@ -12,6 +12,8 @@ import pytest
 from tests.support import pb_utils as pb
 from tests.support.models import load_model, served_latents, text_request
 from tests.support.paths import REPOSITORY as REPO
+from tts_serving.engines.cpu_share import process_share
+from tts_serving.engines.onnx import SpinWhenAlone
 from tts_serving.errors import ModelConfigError
 from tts_serving.triton import adapter
 
@@ -52,7 +54,13 @@ def test_the_vocoder_answers_both_levels_with_the_batch_modes_audio(exported_rep
         # bulk copy has none of them (each interactive arrival stops all its calls).
         _, (model, _) = next(iter(levels.voices))
         bulk, lanes = levels.levels.bulk_model(model), model.side_by_side
-        assert bulk.net.session.session is model.net.session
+        # A lone interactive item runs on a spinning twin while it is alone in the server;
+        # the bulk copy's lone items never do (it runs on the plain session, gated).
+        spin = model.net.session
+        assert isinstance(spin, SpinWhenAlone) and spin.alone == levels.levels.alone
+        assert spin.others_busy == process_share().others_busy
+        assert spin.spinning is not spin.session
+        assert bulk.net.session.session is spin.session
         assert [n.session.session for n in bulk.side_by_side.nets] == [
             n.session for n in lanes.nets
         ]

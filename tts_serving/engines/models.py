@@ -33,7 +33,7 @@ from ..settings import EngineSettings, VocoderSettings
 from . import INT8_FILE, WEIGHTS_FILE
 from .cpu_share import CpuShare, process_share
 from .null import NullAcousticNet, NullVocoderNet
-from .onnx import OrtAcousticNet, OrtVocoderNet, create_session, providers
+from .onnx import OrtAcousticNet, OrtVocoderNet, SpinWhenAlone, create_session, providers
 
 
 def model_file(options: EngineSettings) -> str:
@@ -78,11 +78,12 @@ def load_acoustic(
     gate: Gate | None = None,
     log: Callable[[str], None] | None = None,
     like: AcousticModel | None = None,
+    alone: Callable[[], bool] | None = None,
 ) -> AcousticModel:
     """The acoustic half in ``path`` (``model_file(options)`` of a voice) on its engine;
     ``gate``: the copy for bulk work, each call through it, on ``like``'s ONNX Runtime
     sessions if given (:func:`sessions`); ``log``: hears when a batch runs on more lanes
-    because other processes keep the CPU busy."""
+    because other processes keep the CPU busy; ``alone``: see :func:`sessions`."""
     if options.engine == "torch":
         from tts_serving.engines.torch_engine import TorchAcousticNet
 
@@ -91,7 +92,7 @@ def load_acoustic(
         return AcousticModel(net, options)
     if options.engine == "null":
         return AcousticModel(NullAcousticNet(), options)
-    net, side_by_side = sessions(path, options, OrtAcousticNet, gate, like, log)
+    net, side_by_side = sessions(path, options, OrtAcousticNet, gate, like, log, alone)
     return AcousticModel(net, options, side_by_side)
 
 
@@ -103,11 +104,12 @@ def load_vocoder(
     gate: Gate | None = None,
     log: Callable[[str], None] | None = None,
     like: VocoderModel | None = None,
+    alone: Callable[[], bool] | None = None,
 ) -> VocoderModel:
     """The vocoder half in ``path`` (``model_file(options)`` of a voice) on its engine;
     ``gate``: the copy for bulk work, each call through it, on ``like``'s ONNX Runtime
     sessions if given (:func:`sessions`); ``log``: hears when a batch runs on more lanes
-    because other processes keep the CPU busy."""
+    because other processes keep the CPU busy; ``alone``: see :func:`sessions`."""
     if options.engine == "torch":
         from tts_serving.engines.torch_engine import TorchVocoderNet
 
@@ -117,7 +119,7 @@ def load_vocoder(
     if options.engine == "null":
         return VocoderModel(NullVocoderNet(hop_length), hop_length, options)
     split = not isinstance(options, VocoderSettings) or options.split_items
-    net, side_by_side = sessions(path, options, OrtVocoderNet, gate, like, log)
+    net, side_by_side = sessions(path, options, OrtVocoderNet, gate, like, log, alone)
     return VocoderModel(net, hop_length, options, side_by_side, split)
 
 
@@ -128,6 +130,7 @@ def sessions(
     gate: Gate | None,
     like=None,
     log: Callable[[str], None] | None = None,
+    alone: Callable[[], bool] | None = None,
 ) -> tuple:
     """(net, its SideBySide) of an ONNX Runtime half: the session of
     ``intra_op_threads``, the single-thread ones that run items side by side, and the lanes a
@@ -137,14 +140,22 @@ def sessions(
     whose sessions it calls, each call through ``gate``), cost no memory and none of the
     seconds an acoustic session takes to load. The bulk copy runs on the quiet lanes only:
     every interactive arrival stops all its running calls, and each stopped call's work is
-    lost, so more of them lose more (docs/performance.md, "Bulk work on the quiet lanes")."""
+    lost, so more of them lose more (docs/performance.md, "Bulk work on the quiet lanes").
+    ``alone``: whether a lone item is the only request in the server's stages; with
+    ``spin_when_alone`` it then runs on a spinning twin of the multi-thread session unless
+    other processes keep the CPU busy (:class:`SpinWhenAlone`; bulk work never does)."""
     if like is not None and isinstance(like.net, kind):
         main = like.net.session
+        if isinstance(main, SpinWhenAlone):
+            main = main.session
         items = [n.session for n in like.side_by_side.nets]
     else:
         reuse = kind.plan_memory_reuse
         main = create_session(path, options, reuse)
         items = [create_session(path, o, reuse) for o in _item_sessions(options)]
+        if alone is not None and _spins_when_alone(options):
+            spinning = create_session(path, replace(options, allow_spinning=True), reuse)
+            main = SpinWhenAlone(main, spinning, alone, process_share().others_busy)
 
     def net(session):
         return kind(session if gate is None else GatedSession(session, gate))
@@ -152,6 +163,17 @@ def sessions(
     lanes = [net(session) for session in items]
     more = lanes * max(0, options.busy_cpu_lanes - 1) if gate is None else []
     return net(main), SideBySide(lanes, more, process_share() if more else None, log)
+
+
+def _spins_when_alone(options: EngineSettings) -> bool:
+    """Whether a lone item gets a spinning twin session: on the CPU, with several threads
+    (one thread has none to wait on) and no spinning already."""
+    return (
+        options.spin_when_alone
+        and options.intra_op_threads > 1
+        and not options.allow_spinning
+        and providers(options)[0] == "CPUExecutionProvider"
+    )
 
 
 def _item_sessions(options: EngineSettings) -> list[EngineSettings]:

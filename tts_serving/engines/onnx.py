@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -57,12 +58,44 @@ def create_session(
     so.add_session_config_entry(
         "session.inter_op.allow_spinning", "1" if options.allow_spinning else "0"
     )
+    if options.allow_spinning:
+        # Spinning between operators, never after the call: an idle stage's threads would
+        # otherwise busy-wait on the cores the next stage needs.
+        so.add_session_config_entry("session.force_spinning_stop", "1")
     # Sequential execution: the graph is one chain, parallel mode only adds thread hops.
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     chosen = providers(options)
     # On a GPU the plan keeps device memory down; that was not measured without it.
     so.enable_mem_reuse = plan_memory_reuse or chosen[0] != "CPUExecutionProvider"
     return ort.InferenceSession(str(path), sess_options=so, providers=chosen)
+
+
+class SpinWhenAlone:
+    """A session's calls on ``spinning`` (the same file, its threads busy-waiting between
+    operators) while ``alone()`` and no other process keeps the CPU busy (``others_busy``),
+    else on ``session``. Spinning is faster for a lone request's 2,900 small operators (no
+    wake-up at each), but where another stage or process is busy it takes the cores that one
+    needs (docs/performance.md, "Spinning while alone")."""
+
+    def __init__(
+        self,
+        session,
+        spinning,
+        alone: Callable[[], bool],
+        others_busy: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.session, self.spinning = session, spinning
+        self.alone, self.others_busy = alone, others_busy
+
+    def run(self, outputs, feeds, run_options=None):
+        spin = self.alone() and not self.others_busy()
+        return (self.spinning if spin else self.session).run(outputs, feeds, run_options)
+
+    def get_inputs(self):
+        return self.session.get_inputs()
+
+    def get_providers(self):
+        return self.session.get_providers()
 
 
 class _OrtNet:

@@ -105,6 +105,7 @@ class AcousticStage:
                     self.ctx.settings,
                     self.ctx.device_id,
                     log=lambda line: self.logger.log_info(f"acoustic: {line}"),
+                    alone=self.levels.alone if self.levels is not None else None,
                 )
                 if self.levels is not None:
                     self.levels.bulk_copy(

@@ -437,6 +437,11 @@ class LevelScheduler:
             for family in self.families
         )
 
+    def alone(self) -> bool:
+        """Whether at most one interactive request is in the server's stages (the one a
+        stage runs now): no other stage's work waits on the cores."""
+        return self.count.total() <= 1
+
     def bulk_copy(self, model, load: Callable[[Gate], Any]) -> None:
         """``load(gate)``: ``model``'s copy for bulk work, its calls through ``gate``."""
         self.bulk_of[id(model)] = load(self.gate)

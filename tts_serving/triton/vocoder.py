@@ -101,6 +101,7 @@ class VocoderStage:
                     self.settings,
                     self.ctx.device_id,
                     log=lambda line: self.logger.log_info(f"vocoder: {line}"),
+                    alone=self.levels.alone if self.levels is not None else None,
                 )
                 if self.levels is not None:
                     self.levels.bulk_copy(
