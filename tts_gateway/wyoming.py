@@ -54,7 +54,7 @@ from .settings import GatewaySettings, Voice
 
 log = logging.getLogger("tts_gateway.wyoming")
 
-VERSION = "0.9.8"
+VERSION = "0.9.9"
 # What a client may send: a header line, its JSON data, a binary payload (a TTS client sends
 # none; an ASR client's audio is not for this server).
 MAX_LINE = 64 * 1024
