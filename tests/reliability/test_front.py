@@ -19,7 +19,6 @@ import os
 import re
 import signal
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.support.launcher import LIGHT_WARMUP, Launcher
 from tests.support.memory import rss_mb
-from tests.support.metrics import sample
+from tests.support.metrics import sample, settled
 from tests.support.processes import FrontProcess
 from tts_client import ServerOverloaded, ServerUnavailable, TTSClient
 from tts_client.protocol import build_inputs
@@ -217,10 +216,9 @@ def test_a_stream_whose_stub_dies_ends_with_an_error(exported_repository, tmp_pa
             # Triton keeps calling the model ready while its stub is dead, until the supervisor
             # (it looks every second) reloads it: beside two CPU hogs the readiness below
             # passed before that, and the stream got "Stub process ... is not healthy".
-            deadline = time.monotonic() + 60
-            while "supervisor: tts_stream is back" not in launcher.log():
-                assert time.monotonic() < deadline, launcher.log()[-3000:]
-                time.sleep(0.5)
+            back = "supervisor: tts_stream is back"
+            log = settled(launcher.log, lambda text: back in text, timeout_s=60)
+            assert back in log, log[-3000:]
         launcher.wait_ready(120 if aborted else 60)  # healed
         with TTSClient(url) as client:
             assert sum(c.duration for c in client.stream("Back again. Fine.")) > 0.5
