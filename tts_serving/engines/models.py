@@ -151,10 +151,16 @@ def sessions(
         items = [n.session for n in like.side_by_side.nets]
     else:
         reuse = kind.plan_memory_reuse
-        main = create_session(path, options, reuse)
+        twin = alone is not None and _spins_when_alone(options)
+        # The twin and the session it stands in for share one arena: the twin runs only while
+        # its item is alone, so together they need about the buffers of one, and a warm-up
+        # on either warms both.
+        main = create_session(path, options, reuse, shared_arena=twin)
         items = [create_session(path, o, reuse) for o in _item_sessions(options)]
-        if alone is not None and _spins_when_alone(options):
-            spinning = create_session(path, replace(options, allow_spinning=True), reuse)
+        if twin:
+            spinning = create_session(
+                path, replace(options, allow_spinning=True), reuse, shared_arena=True
+            )
             main = SpinWhenAlone(main, spinning, alone, process_share().others_busy)
 
     def net(session):

@@ -40,15 +40,39 @@ def providers(options: EngineSettings) -> list[str]:
     return ["CPUExecutionProvider"]
 
 
+_process_arena = False  # whether this process's shared CPU arena is registered
+
+
+def _share_process_arena() -> None:
+    """Registers one CPU arena in ONNX Runtime's environment for the sessions created with
+    ``shared_arena`` (once per process: a stage's stub)."""
+    global _process_arena
+    if not _process_arena:
+        memory = ort.OrtMemoryInfo(
+            "Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT
+        )
+        ort.create_and_register_allocator(memory, None)
+        _process_arena = True
+
+
 def create_session(
-    path: str | Path, options: EngineSettings, plan_memory_reuse: bool = True
+    path: str | Path,
+    options: EngineSettings,
+    plan_memory_reuse: bool = True,
+    shared_arena: bool = False,
 ) -> ort.InferenceSession:
     """A session of the file in ``path``. ``plan_memory_reuse=False`` skips ONNX Runtime's
     plan of which intermediate tensor reuses which buffer, on the CPU: on the acoustic graph
     (2,905 nodes, most of them shape arithmetic on ragged lengths) it took 2.3 of the 2.9 s
     a session took to create, and the calls ran no faster and peaked no lower without it
-    (docs/performance.md, "Startup")."""
+    (docs/performance.md, "Startup"). ``shared_arena``: its CPU buffers come from one arena
+    of the process's, shared with the other sessions created so, instead of an arena of its
+    own that grows to its own peak (a spinning twin would double the memory of its half's
+    calls, and its first calls would grow the process long after its warm-up)."""
     so = ort.SessionOptions()
+    if shared_arena:
+        _share_process_arena()
+        so.add_session_config_entry("session.use_env_allocators", "1")
     so.intra_op_num_threads = options.intra_op_threads
     so.inter_op_num_threads = options.inter_op_threads
     so.graph_optimization_level = _OPT_LEVELS[options.graph_optimization]
