@@ -15,7 +15,7 @@ import threading
 import time
 
 from tests.support.launcher import LIGHT_WARMUP, Launcher, alive
-from tests.support.metrics import sample
+from tests.support.metrics import sample, settled
 from tests.support.paths import ROOT
 from tests.support.processes import ServerProcess
 from tts_client import ServerUnavailable
@@ -228,11 +228,22 @@ def test_a_slow_reader_gets_its_whole_stream_after_everything_behind_the_edge_st
         with httpx.stream(
             "POST", f"{launcher.url}/v1/audio/speech", json=body, timeout=120
         ) as response:
+            paused, looked = False, 0.0
             for chunk in response.iter_bytes():
                 if not received:
                     launcher.process.send_signal(signal.SIGTERM)
                 received += chunk
                 time.sleep(len(chunk) / rate)
+                if not paused and time.monotonic() - looked > 0.25:
+                    looked = time.monotonic()
+                    if "launcher: stopping tritonserver" in launcher.log():
+                        # The gateway and the front door have stopped. Read nothing until
+                        # Triton has stopped too and the launcher has looked at the edge:
+                        # Triton's stop took 3 s on a busy machine, long enough for this
+                        # reader to drain the edge at 64 kB/s before the launcher looked.
+                        paused = True
+                        settled(lambda: alive(triton_pid), lambda up: not up, 60)
+                        settled(launcher.log, lambda log: "edge is still sending" in log)
                 if read_when_triton_stopped is None and not alive(triton_pid):
                     read_when_triton_stopped = len(received)
         code = launcher.process.wait(60)
