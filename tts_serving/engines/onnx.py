@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,19 +41,14 @@ def providers(options: EngineSettings) -> list[str]:
     return ["CPUExecutionProvider"]
 
 
-_process_arena = False  # whether this process's shared CPU arena is registered
-
-
+@functools.cache
 def _share_process_arena() -> None:
     """Registers one CPU arena in ONNX Runtime's environment for the sessions created with
     ``shared_arena`` (once per process: a stage's stub)."""
-    global _process_arena
-    if not _process_arena:
-        memory = ort.OrtMemoryInfo(
-            "Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT
-        )
-        ort.create_and_register_allocator(memory, None)
-        _process_arena = True
+    memory = ort.OrtMemoryInfo(
+        "Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT
+    )
+    ort.create_and_register_allocator(memory, None)
 
 
 def create_session(
