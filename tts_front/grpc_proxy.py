@@ -37,6 +37,7 @@ from .protowire import (
     output_elements,
     stream_response,
     with_priority,
+    without_stream_first,
 )
 from .security import GRPC_HEADER_PREFIX
 from .stubs import StubWatch
@@ -186,6 +187,8 @@ class GrpcProxy:
         level = self.gatekeeper.rewrite(ticket, info.priority)
         if level is not None:
             request = with_priority(request, level, ticket.later)
+        if model:
+            request = without_stream_first(request)
         return ticket, request
 
     async def unary(self, method: str, request: bytes, context: grpc.aio.ServicerContext) -> bytes:

@@ -21,6 +21,7 @@ from tts_wire import (
     LATER_PARAMETER,
     PRIORITY_LEVELS,
     SPEED,
+    STREAM_FIRST_PARAMETER,
     TEXT,
 )
 
@@ -157,7 +158,7 @@ class HttpProxy:
                 (k, v) for k, v in inner.items() if not k.startswith(GRPC_HEADER_PREFIX)
             )
             level = self.gatekeeper.rewrite(ticket, priority)
-            if level is not None and isinstance(header, dict):
+            if isinstance(header, dict) and (level is not None or _stream_first(header)):
                 body = _at_priority(level, header, body, headers, forwarded, ticket.later)
             url = f"http://{self.settings.triton_http}{request.rel_url}"
             async with self.session.request(
@@ -362,23 +363,33 @@ def _priority(header: object) -> int:
     return _int_parameter(header, "priority") or 0
 
 
+def _stream_first(header: dict) -> bool:
+    """Whether a request's JSON header names ``STREAM_FIRST_PARAMETER`` (tts_stream's own)."""
+    parameters = header.get("parameters")
+    return isinstance(parameters, dict) and STREAM_FIRST_PARAMETER in parameters
+
+
 def _at_priority(
-    level: int,
+    level: int | None,
     header: dict,
     body: bytearray,
     headers: dict[str, str],
     forwarded: dict[str, str],
     later: bool = False,
 ) -> bytearray:
-    """The body with its JSON header asking for ``level`` (and flagged ``later``); a binary
-    body's header length in ``forwarded`` follows."""
+    """The body with its JSON header asking for ``level`` (None: the priority it asked for)
+    and flagged ``later``, without ``STREAM_FIRST_PARAMETER`` (only tts_stream sets that);
+    a binary body's header length in ``forwarded`` follows."""
     size = _json_size(headers, len(body))
     parameters = header.get("parameters")
+    ours = (BULK_PARAMETER, LATER_PARAMETER, STREAM_FIRST_PARAMETER)
     kept = {k: v for k, v in (parameters if isinstance(parameters, dict) else {}).items()
-            if k not in (BULK_PARAMETER, LATER_PARAMETER)}  # fmt: skip
-    # The stages read the level from BULK_PARAMETER (they do not see the priority).
-    flags = {BULK_PARAMETER: level == PRIORITY_LEVELS, LATER_PARAMETER: later}
-    header["parameters"] = kept | {"priority": level} | {k: True for k, v in flags.items() if v}
+            if k not in ours}  # fmt: skip
+    if level is not None:
+        # The stages read the level from BULK_PARAMETER (they do not see the priority).
+        flags = {BULK_PARAMETER: level == PRIORITY_LEVELS, LATER_PARAMETER: later}
+        kept |= {"priority": level} | {k: True for k, v in flags.items() if v}
+    header["parameters"] = kept
     part = json.dumps(header, separators=(",", ":")).encode()
     if "inference-header-content-length" in headers:
         for name in [k for k in forwarded if k.lower() == "inference-header-content-length"]:

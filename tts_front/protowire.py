@@ -12,7 +12,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from tts_wire import BULK_PARAMETER, LATER_PARAMETER, PRIORITY_LEVELS
+from tts_wire import BULK_PARAMETER, LATER_PARAMETER, PRIORITY_LEVELS, STREAM_FIRST_PARAMETER
 
 # Field numbers (grpc_service.proto).
 REQUEST_MODEL_NAME, REQUEST_ID, REQUEST_PARAMETERS, REQUEST_RAW_INPUT = 1, 3, 4, 7
@@ -148,11 +148,24 @@ def with_priority(message: bytes, level: int, later: bool = False) -> bytes:
     value = _encoded(UINT64_PARAM, 0, level)
     entry = _encoded(1, 2, b"priority") + _encoded(2, 2, value)
     message = bytes(message) + _encoded(REQUEST_PARAMETERS, 2, entry)
-    for name, flag in ((BULK_PARAMETER, level == PRIORITY_LEVELS), (LATER_PARAMETER, later)):
-        value = _encoded(BOOL_PARAM, 0, int(flag))
-        entry = _encoded(1, 2, name.encode()) + _encoded(2, 2, value)
-        message += _encoded(REQUEST_PARAMETERS, 2, entry)
-    return message
+    message = with_flag(message, BULK_PARAMETER, level == PRIORITY_LEVELS)
+    return with_flag(message, LATER_PARAMETER, later)
+
+
+def with_flag(message: bytes, name: str, flag: bool) -> bytes:
+    """``message`` (a ModelInferRequest) with the bool request parameter ``name`` set to
+    ``flag``, over any the client sent (the last of a map's duplicate keys wins)."""
+    entry = _encoded(1, 2, name.encode()) + _encoded(2, 2, _encoded(BOOL_PARAM, 0, int(flag)))
+    return bytes(message) + _encoded(REQUEST_PARAMETERS, 2, entry)
+
+
+def without_stream_first(message: bytes) -> bytes:
+    """``message`` with ``STREAM_FIRST_PARAMETER`` cleared where it may carry it (only
+    tts_stream's own calls may: the stages take those first)."""
+    message = message if isinstance(message, bytes) else bytes(message)
+    if STREAM_FIRST_PARAMETER.encode() not in message:
+        return message
+    return with_flag(message, STREAM_FIRST_PARAMETER, False)
 
 
 def infer_request(message: bytes, names: frozenset[str] = frozenset()) -> InferRequest | None:

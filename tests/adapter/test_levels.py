@@ -127,16 +127,24 @@ def test_levels_need_onnx_runtime(exported_repository):
 def test_a_batch_takes_first_pieces_before_anyones_later_ones():
     """The front door flags a light listener's later pieces (LATER_PARAMETER): a batch is of
     first pieces while any wait, in their order, and never mixes in a later piece."""
-    waiting = [("a", 1, True), ("b", 2, False), ("c", 3, True), ("d", 4, False), ("e", 5, False)]
+    later, first, ahead = adapter.LATER, adapter.FIRST, adapter.AHEAD
+    waiting = [("a", 1, later), ("b", 2, first), ("c", 3, later), ("d", 4, first), ("e", 5, first)]
     assert [e[0] for e in adapter.take(waiting, 2)] == ["b", "d"]
     assert [e[0] for e in adapter.take(waiting, 2)] == ["e"]
     assert [e[0] for e in adapter.take(waiting, 3)] == ["a", "c"]
     assert waiting == []
     # Later pieces go in batches of at most ``later_most``; first pieces in full batches.
-    waiting = [(k, k, True) for k in "fgh"] + [("i", 9, False)]
+    waiting = [(k, k, later) for k in "fgh"] + [("i", 9, first)]
     assert [e[0] for e in adapter.take(waiting, 16, later_most=2)] == ["i"]
     assert [e[0] for e in adapter.take(waiting, 16, later_most=2)] == ["f", "g"]
     assert [e[0] for e in adapter.take(waiting, 16, later_most=2)] == ["h"]
+    # A stream's first chunk goes in the next batch, before a flood of `tts` that came first.
+    waiting = [(f"t{i}", i, first) for i in range(20)] + [("s", 0, ahead), ("l", 0, later)]
+    assert [e[0] for e in adapter.take(waiting, 3)] == ["s", "t0", "t1"]
+    assert adapter.rank(True, False) == ahead and adapter.rank(True, True) == later
+    assert adapter.rank(False, False) == first
+
+
     request = pb.InferenceRequest(latent=np.zeros((1, 192, 4), np.float32))
     assert not adapter.flag(request, "later")
     request.params = json.dumps({"later": True, "bulk": False})

@@ -98,10 +98,13 @@ def test_a_hung_stub_is_found_by_its_canary_and_comes_back(supervised, model):
     assert metrics.value("tts_supervisor_outages_total", model=model, cause="hung") >= 1
 
 
-def test_a_flood_of_tts_does_not_get_the_stream_killed_as_hung(supervised):
+def test_a_flood_of_tts_neither_starves_a_stream_nor_gets_it_killed_as_hung(supervised):
     """The stream's stub waits on acoustic and vocoder: behind a flood of `tts` its canary got
     no answer within the timeout while its own stub used no CPU, and the supervisor killed it
-    as hung, a stream outage made by load. Busy stages it waits on are progress."""
+    as hung, a stream outage made by load. Busy stages it waits on are progress. And a
+    stream's first chunk goes ahead of the flood at each stage (it waits for the batch
+    running, not for the queue: on an AVX2 CPU it once got no audio in 60 s), so it comes
+    sooner than the flood's own requests do, whatever the CPU's speed."""
     from concurrent.futures import ThreadPoolExecutor
 
     metrics = supervised.supervisor.metrics
@@ -109,24 +112,31 @@ def test_a_flood_of_tts_does_not_get_the_stream_killed_as_hung(supervised):
     logged = supervised.log_path.stat().st_size
     until = time.monotonic() + 30  # several canary rounds (2 s apart, 5 s timeout) under it
 
-    def flood(_) -> int:
-        served = 0
+    def flood(_) -> list[float]:
+        took = []
         with TTSClient(supervised.grpc_url, retry=NO_RETRY, timeout=300) as client:
             while time.monotonic() < until:
-                served += client.synthesize(SENTENCE).duration > 1
-        return served
+                started = time.monotonic()
+                assert client.synthesize(SENTENCE).duration > 1
+                took.append(time.monotonic() - started)
+        return took
 
     with ThreadPoolExecutor(FLOODERS + 1) as pool:
         flooding = pool.map(flood, range(FLOODERS))
         time.sleep(8)
-        with TTSClient(supervised.grpc_url, retry=NO_RETRY, timeout=60) as client:
+        with TTSClient(supervised.grpc_url, retry=NO_RETRY, timeout=120) as client:
             started = time.monotonic()
             next(iter(client.stream("a")))
             waited = time.monotonic() - started
-        served = sum(flooding)
-    print(f"\na stream's first chunk under the flood: {waited:.1f} s; {served} served")
-    # The premise: under this load the stream answers later than the canary waits.
-    assert waited > supervised.supervisor.canary_timeout
+        took = sorted(t for times in flooding for t in times)
+    flood_p50 = took[len(took) // 2]
+    print(
+        f"\na stream's first chunk under the flood: {waited:.1f} s; {len(took)} served, "
+        f"p50 {flood_p50:.1f} s"
+    )
+    # First in line at each stage, behind one batch at most: sooner than the flood's own
+    # requests, which wait for everything ahead of them (in the queue it took 1.5x their p50).
+    assert waited < flood_p50, (waited, flood_p50)
     assert b"tts_stream is hung" not in supervised.log_path.read_bytes()[logged:]
     assert metrics.value("tts_supervisor_outages_total", model="tts_stream", cause="hung") == before
 

@@ -21,7 +21,7 @@ import triton_python_backend_utils as pb_utils
 from tts_serving.engines.batching import is_numpy
 from tts_serving.model_config import config_parameters, parse_settings
 from tts_triton.statistics import LEVEL_BATCHES_METRIC, LEVEL_ITEMS_METRIC
-from tts_wire import BULK_PARAMETER, LATER_PARAMETER, SynthesisOptions
+from tts_wire import BULK_PARAMETER, LATER_PARAMETER, STREAM_FIRST_PARAMETER, SynthesisOptions
 from tts_wire.tensors import MODEL_IO, OPTIONS, ModelIO
 
 from ..errors import CorruptInputError, InvalidInputError, ModelConfigError
@@ -342,13 +342,24 @@ def is_bulk(request) -> bool:
     return flag(request, BULK_PARAMETER)
 
 
+# The order a stage scheduling by levels takes interactive requests in: a stream's first
+# chunk (STREAM_FIRST_PARAMETER), then everyone's first pieces (`tts`), then later pieces.
+AHEAD, FIRST, LATER = 0, 1, 2
+
+
+def rank(stream_first: bool, later: bool) -> int:
+    """Where a request flagged so waits among the interactive ones (AHEAD, FIRST or LATER)."""
+    return LATER if later else AHEAD if stream_first else FIRST
+
+
 def take(waiting: list, most: int, later_most: int | None = None) -> list:
-    """Up to ``most`` of ``waiting``'s (sender, item, later) entries, removed from it, in
-    order: those not flagged later while there are any (a batch of first pieces finishes
-    sooner than one with someone's rest in it), else up to ``later_most`` later ones (a first
-    piece that comes meanwhile waits for that batch only)."""
-    first = [entry for entry in waiting if not entry[2]][:most]
-    taken = first or waiting[: min(most, later_most or most)]
+    """Up to ``most`` of ``waiting``'s (sender, item, rank) entries, removed from it: those
+    not ranked LATER while there are any, streams' first chunks (AHEAD) before the rest, each
+    rank in its order (a batch of first pieces finishes sooner than one with someone's rest in
+    it), else up to ``later_most`` later ones (a first piece that comes meanwhile waits for
+    that batch only)."""
+    first = sorted((entry for entry in waiting if entry[2] != LATER), key=lambda e: e[2])
+    taken = first[:most] or waiting[: min(most, later_most or most)]
     ids = {id(entry) for entry in taken}
     waiting[:] = [entry for entry in waiting if id(entry) not in ids]
     return taken
@@ -467,7 +478,9 @@ class LevelScheduler:
             if error is not None:
                 sender.send(error, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                 continue
-            bulk, later = flags(request, BULK_PARAMETER, LATER_PARAMETER)
+            bulk, later, ahead = flags(
+                request, BULK_PARAMETER, LATER_PARAMETER, STREAM_FIRST_PARAMETER
+            )
             with self.ready:
                 if sum(len(q) for q in self.waiting.values()) >= self.max_queue:
                     full = (
@@ -481,7 +494,7 @@ class LevelScheduler:
                     continue
                 if not bulk:
                     self.count.add(1)
-                self.waiting[bulk].append((sender, item, later))
+                self.waiting[bulk].append((sender, item, rank(ahead, later)))
                 self.ready.notify_all()
         return None
 

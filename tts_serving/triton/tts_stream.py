@@ -29,6 +29,7 @@ from tts_wire import (
     PHONEME_IDS,
     SPEAKER,
     SPEED,
+    STREAM_FIRST_PARAMETER,
     TEXT,
     UNAVAILABLE,
     VOICE,
@@ -193,9 +194,10 @@ class TtsStream:
             model_name=model,
             requested_output_names=outputs,
             inputs=inputs,
-            # A stream's later chunks are bulk work for stages that run levels (its first is
-            # its first audio); the stages in batch mode ignore it.
-            parameters={BULK_PARAMETER: True} if bulk else {},
+            # A stream's later chunks are bulk work for stages that run levels; its first is
+            # its first audio, taken ahead of other interactive work. The stages in batch
+            # mode ignore both.
+            parameters={BULK_PARAMETER: True} if bulk else {STREAM_FIRST_PARAMETER: True},
         )
         response = await request.async_exec()
         if response.has_error():

@@ -71,6 +71,12 @@ BULK_PARAMETER = "bulk"
 # turn's first words). A stage scheduling by levels takes interactive requests without it
 # first, so every listener's first piece waits behind no one's rest.
 LATER_PARAMETER = "later"
+# The request parameter (bool) tts_stream sets on its BLS calls for a stream's first chunk: a
+# stage scheduling by levels takes these before other interactive requests, so a stream's first
+# audio waits for the batch running, never behind a flood of `tts` (a server's streams are
+# capped by tts_stream's max_streams, so these can never starve the rest). The front door
+# clears it on every public request: only tts_stream sets it.
+STREAM_FIRST_PARAMETER = "stream_first"
 
 # The start of the INVALID_ARG message for text over a limit: clients then stream it.
 TEXT_TOO_LONG = "text is too long"

@@ -151,3 +151,9 @@ def test_a_header_length_that_is_no_number_is_read_as_none():
         "priority": 1, "later": True
     }  # fmt: skip
     assert json.loads(_at_priority(1, header, body, headers, {}))["parameters"] == {"priority": 1}
+    # Only tts_stream may ask for a stream's first place: a client's flag is dropped, its
+    # own priority kept, when the door sets no level.
+    header["parameters"] = {"stream_first": True, "priority": 1, "timeout": 5}
+    assert json.loads(_at_priority(None, header, body, headers, {}))["parameters"] == {
+        "priority": 1, "timeout": 5
+    }  # fmt: skip

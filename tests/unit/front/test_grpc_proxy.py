@@ -41,7 +41,7 @@ def test_a_priority_is_read_and_a_demotion_wins_as_protobuf_reads_it():
     from tritonclient.grpc import service_pb2
 
     from tts_client.protocol import build_inputs
-    from tts_front.protowire import infer_request, with_priority
+    from tts_front.protowire import infer_request, with_priority, without_stream_first
 
     request = service_pb2.ModelInferRequest(model_name="tts", id="7")
     request.parameters["priority"].uint64_param = 1
@@ -74,6 +74,13 @@ def test_a_priority_is_read_and_a_demotion_wins_as_protobuf_reads_it():
     assert parsed.raw_input_contents == request.raw_input_contents
     plain = service_pb2.ModelInferRequest(model_name="tts").SerializeToString()
     assert infer_request(plain).priority == 0
+    # Only tts_stream may ask for a stream's first place: a client's flag is cleared.
+    assert without_stream_first(plain) == plain
+    request.parameters["stream_first"].bool_param = True
+    cleared = without_stream_first(request.SerializeToString())
+    parsed = service_pb2.ModelInferRequest.FromString(cleared)
+    assert parsed.parameters["stream_first"].bool_param is False
+    assert parsed.parameters["priority"].uint64_param == 1
 
 
 def test_the_server_sets_each_requests_level_from_its_clients_interactive_work():
