@@ -144,7 +144,6 @@ def test_a_batch_takes_first_pieces_before_anyones_later_ones():
     assert adapter.rank(True, False) == ahead and adapter.rank(True, True) == later
     assert adapter.rank(False, False) == first
 
-
     request = pb.InferenceRequest(latent=np.zeros((1, 192, 4), np.float32))
     assert not adapter.flag(request, "later")
     request.params = json.dumps({"later": True, "bulk": False})
