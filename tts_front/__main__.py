@@ -9,6 +9,7 @@ import signal
 import sys
 
 from .door import Front
+from .http_proxy import quiet_refusals
 from .settings import MIB, FrontSettings, parse_args
 
 
@@ -38,6 +39,7 @@ async def serve(settings: FrontSettings) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    quiet_refusals(logging.getLogger("tts_front"))
     settings = parse_args(argv)
     asyncio.run(serve(settings))
 

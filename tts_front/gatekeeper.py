@@ -4,6 +4,7 @@ keys the door sends on to Triton."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import os
 import time
@@ -12,10 +13,12 @@ from collections import Counter
 from tts_wire import (
     CALLER_HEADER,
     FRONT_TOKEN_HEADER,
+    ITEMS_PER_REQUEST,
     LISTENER_HEADER,
     PRIORITY_LEVELS,
     SPEED,
     TEXT,
+    batch_size_error,
     edge_client,
 )
 from tts_wire.caps import PerClient
@@ -26,6 +29,7 @@ from .admission import (
     GATEWAY,
     Admission,
     AdmissionTicket,
+    BadRequest,
     NotPublic,
     Refused,
     TooMany,
@@ -53,6 +57,10 @@ EXPRESS_PER_CLIENT = 2
 # are each a light listener, and a flood of connections from one address leaves the rest of it
 # to other clients.
 LISTENERS_SHARE = 0.5
+COSTED = frozenset({TEXT, SPEED})  # the inputs a request's cost is read from
+# Bytes of text the door writes out on its event loop to cost a request (well under a
+# millisecond); more go to a thread, so no request holds the loop for long.
+NORMALIZED_ON_LOOP = 256
 
 
 def stream_holder(client: str) -> str:
@@ -268,15 +276,22 @@ class Gatekeeper:
         self.metrics.requests.labels(ticket.model, outcome).inc()
         self.metrics.seconds.labels(ticket.model).observe(seconds)
 
-    def cost(self, model: str, input_bytes: int, inputs: dict[str, list]) -> float:
+    async def cost(self, model: str, input_bytes: int, inputs: dict[str, list]) -> float:
         """A request's cost: for `tts`, its ``text`` as spoken at its (slowest) ``speed``
-        (:func:`spoken_cost`), else by its input bytes."""
+        (:func:`spoken_cost`), else by its input bytes. Raises BadRequest for more texts than
+        one request carries (ITEMS_PER_REQUEST), before any work on them; a text long enough
+        to take a while is written out off the event loop."""
         texts, speeds = inputs.get(TEXT), inputs.get(SPEED) or []
         measured = model in self.settings.measured and texts
+        if measured and len(texts) > ITEMS_PER_REQUEST:
+            raise BadRequest(f"in '{model}', {batch_size_error(TEXT, len(texts))}")
         if not measured or not all(isinstance(t, bytes) for t in texts):
             return request_cost(model, input_bytes)
         numbers = [float(v) for v in speeds if isinstance(v, int | float)]
-        return spoken_cost(texts, min(numbers) if numbers else None)
+        speed = min(numbers) if numbers else None
+        if sum(len(t) for t in texts) <= NORMALIZED_ON_LOOP:
+            return spoken_cost(texts, speed)
+        return await asyncio.to_thread(spoken_cost, texts, speed)
 
     def gate(self, model: str | None, admin: bool) -> str | None:
         """The model admission applies to (None: none does: the admin key, or not an

@@ -14,8 +14,6 @@ from tts_wire import (
     AUDIO,
     EDGE_KEY_HEADER,
     FINAL_RESPONSE,
-    SPEED,
-    TEXT,
     stream_error_message,
 )
 from tts_wire.caps import PerClient
@@ -24,12 +22,13 @@ from .admission import (
     FREE,
     GATEWAY,
     AdmissionTicket,
+    BadRequest,
     NotPublic,
     Refused,
     TooMany,
     audio_work,
 )
-from .gatekeeper import Gatekeeper
+from .gatekeeper import COSTED, Gatekeeper
 from .protowire import (
     StreamInferResponse,
     infer_request,
@@ -100,7 +99,7 @@ def _metadata(
     return passed + [(k, v) for k, v in inner.items() if k.startswith(GRPC_HEADER_PREFIX)]
 
 
-COSTED = frozenset({TEXT, SPEED})  # the inputs a request's cost is read from
+PARSE_IN_THREAD = 256 * 1024  # a larger message is read off the event loop
 
 
 class GrpcProxy:
@@ -161,7 +160,10 @@ class GrpcProxy:
         Gatekeeper.listener.
 
         Its deadline: :func:`message_deadline`."""
-        info = infer_request(request, COSTED)
+        if len(request) > PARSE_IN_THREAD:  # walking a large message takes a while
+            info = await asyncio.to_thread(infer_request, request, COSTED)
+        else:
+            info = infer_request(request, COSTED)
         if info is None:
             return None, (
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -173,7 +175,10 @@ class GrpcProxy:
             return None, (grpc.StatusCode.PERMISSION_DENIED, str(e))
         cost = 0.0
         if model:
-            cost = self.gatekeeper.cost(model, info.input_bytes, info.inputs)
+            try:
+                cost = await self.gatekeeper.cost(model, info.input_bytes, info.inputs)
+            except BadRequest as e:
+                return None, (grpc.StatusCode.INVALID_ARGUMENT, str(e))
         own = info.timeout_us / 1e6 if info.timeout_us else None
         deadline_s = message_deadline(own, call_left_s, stream, self.settings.deadline_s)
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import posixpath
 import re
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from urllib.parse import unquote
 
 import aiohttp
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import generate_latest
 
 from tts_wire import (
@@ -20,14 +22,13 @@ from tts_wire import (
     EDGE_KEY_HEADER,
     LATER_PARAMETER,
     PRIORITY_LEVELS,
-    SPEED,
     STREAM_FIRST_PARAMETER,
-    TEXT,
 )
+from tts_wire.refusals import RefusalFilter, Refusals
 
-from .admission import JSON_OVERHEAD, NotPublic, Refused, TooMany
+from .admission import JSON_OVERHEAD, BadRequest, NotPublic, Refused, TooMany
 from .connections import ConnectionGuard
-from .gatekeeper import Gatekeeper
+from .gatekeeper import COSTED, Gatekeeper
 from .protowire import Malformed, tensor_values
 from .security import GRPC_HEADER_PREFIX
 from .settings import FRONT_LIVE_PATH, MIB
@@ -127,12 +128,22 @@ class HttpProxy:
         if refused is not None:
             return refused
         header, bad = await _json_header(headers, body)
+        if bad is None and match:
+            bad = _malformed_tensors(header)
         if bad is not None:  # before Triton: its parser crashed on deep nesting (signal 11)
             return _http_error(400, bad)
         cost = 0.0
         if model:
-            inputs = _http_inputs(header, body, headers, {TEXT, SPEED})
-            cost = self.gatekeeper.cost(model, _http_input_bytes(headers, len(body)), inputs)
+            if len(body) > _PARSE_IN_THREAD:  # walking a large body's tensors takes a while
+                inputs = await asyncio.to_thread(_http_inputs, header, body, headers, COSTED)
+            else:
+                inputs = _http_inputs(header, body, headers, COSTED)
+            try:
+                cost = await self.gatekeeper.cost(
+                    model, _http_input_bytes(headers, len(body)), inputs
+                )
+            except BadRequest as e:
+                return _http_error(400, str(e))
         client = self.gatekeeper.client(headers, request.remote or "")
         try:
             priority = _priority(header)
@@ -231,6 +242,22 @@ class HttpProxy:
 _ENCODED_SEPARATOR = re.compile(r"%(2e|2f|5c)", re.IGNORECASE)
 
 
+def malformed_http(record: logging.LogRecord) -> str | None:
+    """The kind of refusal an aiohttp server record reports (None: not a refusal): a request
+    its parser refused (answered 400 by aiohttp), which it logs with a whole traceback."""
+    error = record.exc_info[1] if record.exc_info else None
+    if not isinstance(error, HttpProcessingError):
+        return None
+    reason = (error.message or type(error).__name__).strip().splitlines()
+    return f"a malformed HTTP request ({reason[0] if reason else type(error).__name__})"
+
+
+def quiet_refusals(logger: logging.Logger) -> None:
+    """Requests aiohttp's parser refuses: one line a kind a minute on ``logger``, no
+    tracebacks (a client sent about 280 a second, 200 KB of log a second)."""
+    logging.getLogger("aiohttp.server").addFilter(RefusalFilter(Refusals(logger), malformed_http))
+
+
 def _not_canonical(raw_path: str) -> str | None:
     """Why a request's path is refused (None: it is canonical). The front door routes by the
     path as sent; Triton normalizes it first, so `/v2/models/tts/./infer` or
@@ -276,16 +303,52 @@ async def _json_header(headers: dict[str, str], body: bytearray) -> tuple[object
     part = bytes(body[:size])
     try:
         if size > _PARSE_IN_THREAD:
-            value = await asyncio.to_thread(json.loads, part)
+            value, depth = await asyncio.to_thread(_parsed, part)
         else:
-            value = json.loads(part)
+            value, depth = _parsed(part)
     except RecursionError:
         return None, f"the request's JSON nests deeper than {MAX_JSON_DEPTH} levels"
     except ValueError as e:
         return None, f"the request body is not valid JSON: {e}"
-    if json_depth(value) > MAX_JSON_DEPTH:
+    if depth > MAX_JSON_DEPTH:
         return None, f"the request's JSON nests deeper than {MAX_JSON_DEPTH} levels"
     return value, None
+
+
+def _parsed(part: bytes) -> tuple[object, int]:
+    """A JSON part and how deep it nests (both take a while for a large one)."""
+    value = json.loads(part)
+    return value, json_depth(value)
+
+
+def _malformed_tensors(header: object) -> str | None:
+    """Why an inference request's inputs are refused before Triton, which answers these
+    with a 500 ("Unable to parse"): a shape of anything but non-negative integers, or a
+    ``binary_data_size`` that is not one. None: nothing found."""
+    inputs = header.get("inputs") if isinstance(header, dict) else None
+    for item in inputs if isinstance(inputs, list) else []:
+        if not isinstance(item, dict):
+            continue
+        name = str(item.get("name"))[:64]
+        shape = item.get("shape")
+        if shape is not None and not (isinstance(shape, list) and all(map(_size, shape))):
+            return (
+                f"input '{name}': shape must be a list of non-negative integers, not "
+                f"{json.dumps(shape)[:80]}"
+            )
+        parameters = item.get("parameters")
+        size = parameters.get("binary_data_size") if isinstance(parameters, dict) else None
+        if size is not None and not _size(size):
+            return (
+                f"input '{name}': binary_data_size must be a non-negative integer (the bytes "
+                f"of its binary data), not {json.dumps(size)[:80]}"
+            )
+    return None
+
+
+def _size(value: object) -> bool:
+    """Whether ``value`` is a size in JSON: a non-negative integer (a bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _json_size(headers: dict[str, str], body: int) -> int:

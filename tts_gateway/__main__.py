@@ -10,6 +10,8 @@ import sys
 
 import uvicorn
 
+from tts_wire.refusals import RefusalFilter, Refusals
+
 from .app import create_app
 from .drain import CUT
 from .service import check_voices, default_backend
@@ -29,6 +31,10 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_check_voices(settings))
     app = PlannedCuts(create_app(settings, wyoming_socket=_wyoming_socket(settings)))
     logging.getLogger("uvicorn.error").addFilter(PlannedCuts.quiet)
+    # A request uvicorn's parser refuses is logged once a kind a minute (a client cannot
+    # fill the disk with them).
+    refusals = Refusals(logging.getLogger("tts_gateway"))
+    logging.getLogger("uvicorn.error").addFilter(RefusalFilter(refusals, _malformed_http))
     config = uvicorn_config(app, settings, log_level)
     DrainingServer(config).run(sockets=[with_send_buffer(config.bind_socket(), settings)])
 
@@ -118,6 +124,13 @@ class PlannedCuts:
         return not (
             PlannedCuts._cut.get() and record.getMessage().startswith("ASGI callable returned")
         )
+
+
+def _malformed_http(record: logging.LogRecord) -> str | None:
+    """The kind of refusal a uvicorn record reports (None: none)."""
+    if record.getMessage().startswith("Invalid HTTP request received"):
+        return "a malformed HTTP request"
+    return None
 
 
 class DrainingServer(uvicorn.Server):

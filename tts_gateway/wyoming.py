@@ -46,6 +46,7 @@ from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
 from tts_client.session import FIRST_PIECE_WORDS, BufferRule, TextBuffer
 from tts_wire.caps import PerClient
+from tts_wire.refusals import Refusals
 
 from .encoding import FORMATS
 from .errors import APIError
@@ -53,6 +54,7 @@ from .service import SpeechJob, SpeechService, piece_options
 from .settings import GatewaySettings, Voice
 
 log = logging.getLogger("tts_gateway.wyoming")
+REFUSALS = Refusals(log)  # one line a kind a minute: a client cannot fill the disk
 
 VERSION = "0.9.9"
 # What a client may send: a header line, its JSON data, a binary payload (a TTS client sends
@@ -75,9 +77,11 @@ class BoundedReader:
     def __init__(self, reader: asyncio.StreamReader) -> None:
         self.reader = reader
         self.refused: str | None = None
+        self.line = b""  # the last header line read (the library drops one it cannot parse)
 
     async def readline(self) -> bytes:
-        return await self.reader.readline()  # (the server's StreamReader limit: MAX_LINE)
+        self.line = await self.reader.readline()  # (the server's StreamReader limit: MAX_LINE)
+        return self.line
 
     async def readexactly(self, n: int) -> bytes:
         if n > max(MAX_DATA, MAX_PAYLOAD):
@@ -160,9 +164,16 @@ class Handler(AsyncEventHandler):
                         event = await async_read_event(self.bounded)
                 except TimeoutError:
                     return
+                except (AttributeError, KeyError, TypeError) as e:
+                    # Not an event (the wyoming library reads the header without checking
+                    # it): the client hears why; where the next event starts is unknown.
+                    await self._malformed(type(e).__name__)
+                    return
                 if event is None:
                     if self.bounded.refused:
                         await self._error(self.bounded.refused, "too_large")
+                    elif self.bounded.line.strip():  # (the library drops what is not JSON)
+                        await self._malformed("no JSON")
                     return
                 if not await self.handle_event(event):
                     return
@@ -178,6 +189,17 @@ class Handler(AsyncEventHandler):
         dropped (TimeoutError ends the connection) rather than hold its places for ever."""
         async with asyncio.timeout(self.settings.wyoming_write_timeout_s):
             await super().write_event(event)
+
+    async def _malformed(self, what: str) -> None:
+        """A header that is not an event: an ``error`` event says so, one line a minute is
+        logged (a client cannot fill the disk)."""
+        REFUSALS.refused("a Wyoming header that is not an event", self.client)
+        await self._error(
+            "malformed event header: each event starts with one line of JSON, an object with "
+            "a string 'type' (and integer 'data_length' and 'payload_length' where it has "
+            f"them); this one gave {what}",
+            "invalid_event",
+        )
 
     async def _error(self, text: str, code: str) -> None:
         try:

@@ -197,6 +197,36 @@ def test_a_header_announcing_a_huge_body_is_refused_and_closed(served):
     assert events[-1].type == "audio-stop"  # the server is unharmed
 
 
+@pytest.mark.parametrize(
+    "header, why",
+    [
+        (b'{"notype": 1}', "KeyError"),
+        (b"[1, 2]", "AttributeError"),
+        (b'{"type": "describe", "data_length": "12"}', "TypeError"),
+        (b"not json at all", "no JSON"),
+    ],
+)
+def test_a_header_that_is_no_event_gets_an_error_event_and_one_log_line(served, header, why):
+    """The library's reader fails on these (or drops them in silence): the client hears what
+    an event header is, and a flood of them logs no traceback, one line a minute at most."""
+    logged = len(served.log())
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", served.wyoming), timeout=30) as raw:
+            raw.sendall(header + b"\n")
+            received = b""
+            while chunk := raw.recv(65536):
+                received += chunk
+        line, _, data = received.partition(b"\n")
+        assert json.loads(line)["type"] == "error", received
+        error = json.loads(data)
+        assert error["code"] == "invalid_event" and why in error["text"], error
+        assert "string 'type'" in error["text"]
+    log = served.log()[logged:]
+    assert "Traceback" not in log and log.count("a Wyoming header that is not an event") <= 1
+    events = asyncio.run(exchange(served.wyoming, Synthesize("Next.").event()))
+    assert events[-1].type == "audio-stop"  # the server is unharmed
+
+
 def test_eight_satellites_at_once_are_batched(served):
     # The stage's own batches: scheduling by levels (the CPU default) takes each request as
     # Triton hands it over, so Triton's statistics count hand-overs (16 for 16 in one run),

@@ -21,7 +21,14 @@ import triton_python_backend_utils as pb_utils
 from tts_serving.engines.batching import is_numpy
 from tts_serving.model_config import config_parameters, parse_settings
 from tts_triton.statistics import LEVEL_BATCHES_METRIC, LEVEL_ITEMS_METRIC
-from tts_wire import BULK_PARAMETER, LATER_PARAMETER, STREAM_FIRST_PARAMETER, SynthesisOptions
+from tts_wire import (
+    BULK_PARAMETER,
+    ITEMS_PER_REQUEST,
+    LATER_PARAMETER,
+    STREAM_FIRST_PARAMETER,
+    SynthesisOptions,
+    batch_size_error,
+)
 from tts_wire.tensors import MODEL_IO, OPTIONS, ModelIO
 
 from ..errors import CorruptInputError, InvalidInputError, ModelConfigError
@@ -131,11 +138,8 @@ def single_item(
         array = torch.from_dlpack(tensor.to_dlpack()).clone()
     else:
         array = tensor.as_numpy()
-    if array.shape[0] != 1:
-        raise InvalidInputError(
-            f"input {name!r} has batch size {array.shape[0]}; send one item per request "
-            "(the server batches concurrent requests itself)"
-        )
+    if array.shape[0] != ITEMS_PER_REQUEST:
+        raise InvalidInputError(batch_size_error(name, array.shape[0]))
     return array[0]
 
 

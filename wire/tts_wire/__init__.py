@@ -78,6 +78,20 @@ LATER_PARAMETER = "later"
 # clears it on every public request: only tts_stream sets it.
 STREAM_FIRST_PARAMETER = "stream_first"
 
+# Items one request carries to any model: one (the server batches concurrent requests itself;
+# a `tts` request of 64 texts, each written out by the front door to cost it, held its loop
+# 12 s). The stages and the front door refuse more with ``batch_size_error``.
+ITEMS_PER_REQUEST = 1
+
+
+def batch_size_error(name: str, size: int) -> str:
+    """The INVALID_ARG message for an input of ``size`` items (over ITEMS_PER_REQUEST)."""
+    return (
+        f"input {name!r} has batch size {size}; send one item per request (the server "
+        "batches concurrent requests itself)"
+    )
+
+
 # The start of the INVALID_ARG message for text over a limit: clients then stream it.
 TEXT_TOO_LONG = "text is too long"
 

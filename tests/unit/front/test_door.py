@@ -3,6 +3,8 @@ server: the door is only built)."""
 
 from __future__ import annotations
 
+import pytest
+
 from tts_front.admission import GATEWAY
 from tts_front.door import Front
 from tts_front.security import FRONT_TOKEN_ENV
@@ -157,3 +159,66 @@ def test_a_header_length_that_is_no_number_is_read_as_none():
     assert json.loads(_at_priority(None, header, body, headers, {}))["parameters"] == {
         "priority": 1, "timeout": 5
     }  # fmt: skip
+
+
+def test_more_texts_than_a_request_may_carry_are_refused_before_any_is_costed(monkeypatch):
+    """64 texts of 4,095 digits held the door's loop 12 s (each written out on it) before
+    anything checked the batch size: the count comes first (one text a request), and the
+    writing out is bounded per request and done off the loop."""
+    import asyncio
+
+    from tts_front.admission import NORMALIZED_AT_MOST, BadRequest, spoken_cost
+    from tts_front.gatekeeper import Gatekeeper
+    from tts_front.settings import FrontSettings
+
+    digits = ("123456 " * 585).encode()
+    keeper = Gatekeeper(FrontSettings(warmup_requests=0))
+    for texts in (2, 64):
+        with pytest.raises(BadRequest, match=f"'text' has batch size {texts}; send one item"):
+            asyncio.run(keeper.cost("tts", len(digits) * texts, {"text": [digits] * texts}))
+
+    # A long text is written out on another thread (the loop answers meanwhile); a short one
+    # on the loop itself (a thread costs more than it does).
+    import threading
+
+    import tts_front.gatekeeper as gatekeeper
+
+    threads = []
+
+    def spy(texts, speed):
+        threads.append(threading.get_ident())
+        return spoken_cost(texts, speed)
+
+    monkeypatch.setattr(gatekeeper, "spoken_cost", spy)
+    loop_thread = threading.get_ident()
+    assert asyncio.run(keeper.cost("tts", 0, {"text": [digits]})) == spoken_cost([digits], None)
+    assert asyncio.run(keeper.cost("tts", 0, {"text": [b"Hi."]})) == spoken_cost([b"Hi."], None)
+    assert threads[0] != loop_thread and threads[1] == loop_thread
+    # Written out: the first NORMALIZED_AT_MOST characters in all (of one text or several,
+    # as tts_stream's); the rest counted as sent.
+    head = digits.decode()[:NORMALIZED_AT_MOST].encode()
+    assert spoken_cost([digits] * 16, None) == pytest.approx(
+        spoken_cost([head], None) + 16 * len(digits) - NORMALIZED_AT_MOST + 15 * 64
+    )
+
+
+@pytest.mark.parametrize(
+    "tensor, refused",
+    [
+        ({"shape": [1, 1], "parameters": {"binary_data_size": -5}}, "binary_data_size must"),
+        ({"shape": [1, 1], "parameters": {"binary_data_size": True}}, "binary_data_size must"),
+        ({"shape": [1, 1], "parameters": {"binary_data_size": 1.5}}, "binary_data_size must"),
+        ({"shape": [1, 1], "parameters": {"binary_data_size": "3"}}, "binary_data_size must"),
+        ({"shape": [-1, 1]}, "shape must be a list of non-negative integers, not [-1, 1]"),
+        ({"shape": [1, True]}, "shape must be"),
+        ({"shape": "1"}, "shape must be"),
+        ({"shape": [1, 1], "parameters": {"binary_data_size": 3}}, None),
+        ({"shape": [1, 1], "data": ["Hi."]}, None),
+    ],
+)
+def test_a_malformed_tensor_header_is_a_400_naming_what_to_fix(tensor, refused):
+    from tts_front.http_proxy import _malformed_tensors
+
+    header = {"inputs": [{"name": "text", "datatype": "BYTES", **tensor}]}
+    found = _malformed_tensors(header)
+    assert (found is None) if refused is None else (refused in found and "'text'" in found)

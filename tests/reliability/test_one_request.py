@@ -1,0 +1,152 @@
+"""What one request can do to the door, against the launcher as `make serve` runs it, with a
+bystander measured throughout: a request of 64 texts of 4,095 digits held the front door's loop
+12 s until the launcher killed it as dead (every request in flight got 502); a request the
+HTTP parser refuses, or a malformed tensor header, logged a traceback or answered 500."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as tritongrpc
+
+from tests.support.launcher import LIGHT_WARMUP, Launcher
+from tts_client import TTSClient
+from tts_client.protocol import NO_RETRY
+
+DIGITS = "123456 " * 585  # 4,095 characters, each group read as a number
+
+
+@pytest.fixture(scope="module")
+def served(exported_repository, tmp_path_factory):
+    log = tmp_path_factory.mktemp("one-request") / "launcher.log"
+    launcher = Launcher(exported_repository, log, warmup_requests=LIGHT_WARMUP)
+    try:
+        launcher.wait_ready()
+        yield launcher
+    finally:
+        launcher.close()
+    assert "Traceback" not in launcher.log()
+
+
+def front_pid(launcher: Launcher) -> int:
+    """The launcher's front door process."""
+    (pid,) = [
+        p for p in launcher.children()
+        if b"tts_front" in open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
+    ]  # fmt: skip
+    return pid
+
+
+class Bystander:
+    """Another client's sentences over gRPC, one after another, while the test runs."""
+
+    def __init__(self, launcher: Launcher) -> None:
+        self.url, self.stop = f"grpc://127.0.0.1:{launcher.grpc}", threading.Event()
+        self.served, self.errors, self.took = 0, [], []
+        self.thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        with TTSClient(self.url, retry=NO_RETRY, timeout=60) as client:
+            while not self.stop.is_set():
+                started = time.monotonic()
+                try:
+                    assert client.synthesize("Still serving everyone else.").duration > 0.5
+                    self.served += 1
+                    self.took.append(time.monotonic() - started)
+                except Exception as e:
+                    self.errors.append(f"{type(e).__name__}: {e}")
+
+    def __enter__(self) -> Bystander:
+        self.thread.start()
+        time.sleep(1)
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def post(port: int, body: bytes, headers: dict[str, str]) -> tuple[int, bytes, float]:
+    started = time.monotonic()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn.request("POST", "/v2/models/tts/infer", body=body, headers=headers)
+    response = conn.getresponse()
+    answer = response.status, response.read(), time.monotonic() - started
+    conn.close()
+    return answer
+
+
+@pytest.mark.parametrize("texts", [64, 1])
+def test_a_request_of_long_digit_texts_is_answered_in_seconds_and_the_door_lives(served, texts):
+    """64 such texts are refused before any is costed (`tts` takes one a request); one is
+    costed within a bound per request off the loop, and Triton refuses it as too long."""
+    pid, logged = front_pid(served), len(served.log())
+    batch = [DIGITS] * texts
+    body = json.dumps(
+        {"inputs": [{"name": "text", "shape": [texts, 1], "datatype": "BYTES", "data": batch}]}
+    ).encode()
+    with Bystander(served) as bystander:
+        status, answer, took_http = post(served.http, body, {"Content-Type": "application/json"})
+        grpc = tritongrpc.InferenceServerClient(f"127.0.0.1:{served.grpc}")
+        tensor = tritongrpc.InferInput("text", [texts, 1], "BYTES")
+        tensor.set_data_from_numpy(np.array([[t.encode()] for t in batch], dtype=object))
+        started = time.monotonic()
+        with pytest.raises(Exception) as refused:
+            grpc.infer("tts", [tensor], client_timeout=120)
+        took_grpc = time.monotonic() - started
+        grpc.close()
+    print(f"\n{texts} texts: HTTP {status} in {took_http:.2f} s, gRPC in {took_grpc:.2f} s; "
+          f"bystander {bystander.served} served, {len(bystander.errors)} errors")  # fmt: skip
+    assert status == 400, answer
+    message = str(refused.value)
+    assert "INVALID_ARG" in message, message
+    if texts == 64:
+        # The door's own answer (Triton's names the ensemble), before it writes anything out.
+        door = "in 'tts', input 'text' has batch size 64; send one item per request"
+        assert door.encode() in answer and door in message
+    else:
+        assert b"too long" in answer and "too long" in message
+    # Well inside the launcher's liveness bound (12 s); writing out 64 texts on the loop took
+    # 5.6 s on an AVX-512 EPYC, 12 s on an AVX2 one.
+    assert took_http < 3 and took_grpc < 3
+    assert not bystander.errors and bystander.served >= 1
+    assert front_pid(served) == pid
+    assert "liveness" not in served.log()[logged:]
+
+
+def test_requests_the_parser_refuses_log_one_line_not_a_traceback_each(served):
+    """HTTP/1.0 without Host passes the edge and aiohttp refuses it, logging its traceback
+    (718 B of log for a 33 B request); now one line a minute whatever their number."""
+    pid, logged = front_pid(served), len(served.log())
+    request = b"POST /v2/models/tts/infer HTTP/1.0\r\nContent-Length: 2\r\n\r\n{}"
+    for _ in range(50):
+        with socket.create_connection(("127.0.0.1", served.http), timeout=30) as raw:
+            raw.sendall(request)
+            answer = raw.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 400"), answer
+    time.sleep(1)
+    log = served.log()[logged:]
+    assert "Traceback" not in log and log.count("refused: a malformed HTTP request") <= 1, log
+    assert len(log) < 1000, log
+    assert front_pid(served) == pid
+
+
+@pytest.mark.parametrize("size", [-5, True, 1.5])
+def test_a_lying_binary_data_size_is_a_400(served, size):
+    header = json.dumps(
+        {"inputs": [{"name": "text", "shape": [1, 1], "datatype": "BYTES",
+                     "parameters": {"binary_data_size": size}}]}
+    ).encode()  # fmt: skip
+    status, answer, _ = post(
+        served.http,
+        header + b"\x03\x00\x00\x00Hi.",
+        {"Content-Type": "application/octet-stream",
+         "Inference-Header-Content-Length": str(len(header))},
+    )  # fmt: skip
+    assert status == 400 and b"binary_data_size must be a non-negative integer" in answer
