@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import math
 import socket
 import sys
 
 import uvicorn
 
+from tts_wire import DRAIN_MARGIN_S
 from tts_wire.refusals import RefusalFilter, Refusals
 
 from .app import create_app
@@ -81,7 +83,7 @@ def uvicorn_config(app, settings, log_level: str = "info") -> uvicorn.Config:
         proxy_headers=bool(settings.forwarded_allow_ips),
         forwarded_allow_ips=settings.forwarded_allow_ips or None,
         # Our own drain ends streams cleanly at drain_s; uvicorn's limit is only the backstop.
-        timeout_graceful_shutdown=int(settings.drain_s) + 5,
+        timeout_graceful_shutdown=math.ceil(settings.drain_s + DRAIN_MARGIN_S),
         access_log=False,
         # WebSockets (voice-agent sessions) through wsproto, a pinned dependency; a frame over
         # the largest text message allowed (4 bytes a character, JSON around it) closes with 1009.

@@ -19,7 +19,7 @@ import psutil
 from tts_front.security import ADMIN_HEADER
 
 from .admin_key import KEY_FAILED, RESTRICTED, SERVER_UMASK, key_works
-from .commands import EDGE_STOP_S, GATEWAY_DRAIN_S, port_owner
+from .commands import StopBudget, port_owner
 from .environment import server_env
 from .liveness import LOAD_BUDGET_S, Heartbeat
 from .restarts import RestartedChild, RestartPolicy
@@ -41,7 +41,7 @@ def supervise(
     repository: Path,
     headers: dict[str, str],
     gateway_cmd: list[str] | None = None,
-    drain_s: float = GATEWAY_DRAIN_S,
+    budget: StopBudget | None = None,
     restarts: RestartPolicy | None = None,
     metrics: SupervisorMetrics | None = None,
     gateway_restarts: RestartPolicy | None = None,
@@ -60,6 +60,7 @@ def supervise(
     supervisor beside them, until a stop; the exit code. How: :class:`_Launch`.
     ``load_budget_s``: a tritonserver not ready this long after its start is killed, and
     started again as one that died."""
+    budget = budget or StopBudget()
     launch = _Launch(
         http_port,
         repository,
@@ -68,7 +69,7 @@ def supervise(
         metrics or SupervisorMetrics(),
         (heartbeat or Heartbeat()).beat,
         shm_prefix,
-        drain_s,
+        budget,
     )
     launch.listen_for_signals()
     # Stubs of a tritonserver that died are reparented here (not to init) and ended below.
@@ -98,7 +99,7 @@ def supervise(
         code = launch.after_death(process, supervisor)
         if code is not None:
             return code
-    code = _stop_in_order(process, supervisor, launch, drain_s)
+    code = _stop_in_order(process, supervisor, launch, budget)
     remove_regions(shm_prefix, set(), launch.say)  # what stubs that died along the way left
     return code
 
@@ -110,7 +111,7 @@ class _Launch:
 
     SIGTERM/SIGINT close the edge's public ports first (nginx's graceful stop: what it carries
     finishes), then stop the gateway, which stops accepting and lets its requests finish (up to
-    ``drain_s``) while Triton still serves them; then the front door the same way (its
+    ``budget.drain_s``) while Triton still serves them; then the front door the same way (its
     connections to Triton closed, so none holds Triton's exit); then tritonserver. A gateway or
     front door that dies is started again; so is a tritonserver that dies on its own (a crash,
     an OOM kill), with backoff that grows to minutes once ``restarts`` says it keeps dying:
@@ -133,11 +134,11 @@ class _Launch:
         metrics: SupervisorMetrics,
         beat: Callable[..., None],
         shm_prefix: str,
-        drain_s: float,
+        budget: StopBudget,
     ) -> None:
         self.http_port, self.repository, self.headers = http_port, repository, headers
         self.restarts, self.metrics, self.beat = restarts, metrics, beat
-        self.shm_prefix, self.drain_s = shm_prefix, drain_s
+        self.shm_prefix, self.budget = shm_prefix, budget
         self.stopping = threading.Event()
         self.drained = threading.Event()  # the front door has drained, but waits for Triton
         self.say = functools.partial(print, flush=True)
@@ -159,9 +160,12 @@ class _Launch:
             # Set before printing: a second signal landing inside this handler's print (two
             # arrived together once: both printed, and the stop never finished) is "again".
             self.stopping.set()
+            b = self.budget
             self.say(
                 f"launcher: {name}, stopping: requests and streams in flight get up to "
-                f"{self.drain_s:g} s to finish, then Triton stops ({name} again: stop now)"
+                f"{b.drain_s:g} s to finish at the gateway, then {b.drain_s:g} s at the front "
+                f"door, then Triton stops; {b.total_s:g} s in all at most ({name} again: stop "
+                "now)"
             )
 
         signal.signal(signal.SIGTERM, on_signal)
@@ -293,7 +297,7 @@ class _Launch:
         self.metrics.server_restarts.inc()
         if _pause(delay, self.stopping, self.beat):
             for keeper in self.kept:
-                keeper.stop(self.drain_s)
+                keeper.stop(self.budget.gateway_wait_s)
             return 0  # stopped on request while the server was down: nothing left to stop
         return None
 
@@ -438,7 +442,7 @@ def _start_server(
 
 
 def _stop_in_order(
-    process: subprocess.Popen, supervisor: Supervisor | None, launch: _Launch, drain_s: float
+    process: subprocess.Popen, supervisor: Supervisor | None, launch: _Launch, budget: StopBudget
 ) -> int:
     """Stop the edge's ports, the gateway, the front door and tritonserver in that order;
     tritonserver's code."""
@@ -447,17 +451,17 @@ def _stop_in_order(
     drained, say = launch.drained, launch.say
     # nginx's graceful stop (SIGQUIT): its ports close at once, what it carries finishes
     # (its worker_shutdown_timeout bounds it), and it exits by itself.
-    edge_until = time.monotonic() + EDGE_STOP_S
+    edge_until = time.monotonic() + budget.edge_s
     for edge in edges:
         if edge.poll() is None:
             edge.send_signal(signal.SIGQUIT)
     # The gateway drains into the front door, the front door into Triton: in that order. A
     # front door that holds streams of dead stubs exits only once Triton has (see front/door.py).
-    if gateway:
-        gateway.stop(drain_s)
+    if gateway:  # its drain, then uvicorn's backstop, then this
+        gateway.stop(budget.gateway_wait_s)
     if front and front.process and front.process.poll() is None:
         front.process.send_signal(signal.SIGTERM)
-        until = time.monotonic() + drain_s
+        until = time.monotonic() + budget.front_wait_s
         while front.process.poll() is None and not drained.is_set() and time.monotonic() < until:
             time.sleep(0.05)
     if supervisor:  # stubs stop on purpose now: nothing to heal

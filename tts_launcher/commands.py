@@ -5,11 +5,13 @@ from __future__ import annotations
 import socket
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from tts_front.security import ADMIN_HEADER, INNER_HEADER
+from tts_wire import DRAIN_MARGIN_S
 
 from .admin_key import DEFAULT_BIND, RESTRICTED
 from .environment import (
@@ -25,18 +27,55 @@ from .stub_healing import (
     SUPERVISED_ARGS,
 )
 
-# How long a stopping gateway may take to finish its requests (uvicorn's graceful shutdown).
-GATEWAY_DRAIN_S = 40.0
 # tritonserver's exit timeout behind the front door (which drains first).
 FRONTED_EXIT_TIMEOUT_S = 5
-# The longest a SIGTERM'd launcher takes (supervise._stop_in_order): the gateway drains (up to
-# GATEWAY_DRAIN_S), then the front door (as long again), then tritonserver (its exit timeout),
-# then a front door still holding streams of dead stubs gets 10 s. An orchestrator's grace
-# period must cover it (deploy/base/deployment.yaml, docker-compose.yml; tested).
-STOP_BUDGET_S = 2 * GATEWAY_DRAIN_S + FRONTED_EXIT_TIMEOUT_S + 10.0
-# The edge (nginx) closes its ports first and stops last: what it still sends to a slow
-# client after everything behind it has stopped gets the rest of the budget.
-EDGE_STOP_S = STOP_BUDGET_S - 3.0
+# After SIGTERM, requests and streams in flight get this long by default (--drain-s).
+DRAIN_S = 30.0
+# A front door still holding streams of dead stubs after Triton stopped gets this long.
+STUCK_STREAMS_S = 10.0
+
+
+@dataclass(frozen=True)
+class StopBudget:
+    """Every deadline of a stop, derived from one setting, ``drain_s``: the gateway's and
+    the front door's drains (each ends what it carries by then: an SSE stream with its `error`
+    event, a gRPC call with a status), uvicorn's backstop behind the gateway's (DRAIN_MARGIN_S
+    later), the launcher's wait for each (DRAIN_MARGIN_S after the last of that process's own),
+    the edge's and the whole stop's. Written out once each, they had drifted apart: a 60 s
+    gateway drain was cut at the launcher's fixed 40 s, its SSE streams with no final event."""
+
+    drain_s: float = DRAIN_S
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.drain_s <= 3600:
+            raise ValueError(f"the drain must be in [0, 3600] s, not {self.drain_s}")
+
+    @property
+    def gateway_wait_s(self) -> float:
+        """How long the launcher waits for the gateway to exit (after its uvicorn backstop)."""
+        return self.drain_s + 2 * DRAIN_MARGIN_S
+
+    @property
+    def front_wait_s(self) -> float:
+        """How long the launcher waits for the front door to drain (after its own drain)."""
+        return self.drain_s + DRAIN_MARGIN_S
+
+    @property
+    def total_s(self) -> float:
+        """The longest a SIGTERM'd launcher takes (children._stop_in_order): the gateway, then
+        the front door, then tritonserver (its exit timeout), then a front door still holding
+        streams of dead stubs. An orchestrator's grace period must cover it."""
+        return self.gateway_wait_s + self.front_wait_s + FRONTED_EXIT_TIMEOUT_S + STUCK_STREAMS_S
+
+    @property
+    def edge_s(self) -> float:
+        """The edge (nginx) closes its ports first and stops last: what it still sends to a
+        slow client after everything behind it has stopped gets the rest of the budget."""
+        return self.total_s - 3.0
+
+
+# The default's: deploy/ and docker-compose.yml give the stop this long (tested).
+STOP_BUDGET_S = StopBudget().total_s
 
 
 def server_command(

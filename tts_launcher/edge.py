@@ -23,7 +23,7 @@ from pathlib import Path
 from tts_front.settings import MIB, FrontSettings
 from tts_wire import EDGE_ADDRESS_HEADER, EDGE_KEY_HEADER
 
-from .commands import EDGE_STOP_S
+from .commands import StopBudget
 
 # The longest a request or a stream may wait between two reads from the front door or the
 # gateway: the front door's own deadlines (a client's may be up to FrontSettings' 3600 s) and
@@ -157,7 +157,7 @@ def _http_server(
   }}"""
 
 
-def _main(worker_connections: int, folder: Path) -> str:
+def _main(worker_connections: int, folder: Path, drain_s: float) -> str:
     """What every port's nginx has: one worker of its own and its own files."""
     return f"""daemon off;
 master_process on;
@@ -167,7 +167,7 @@ pid {folder}/nginx.pid;
 error_log stderr warn;
 # A stop lets what is in flight finish: the gateway's and the front door's drains end their
 # requests cleanly first; this only bounds what is still on its way to a slow client.
-worker_shutdown_timeout {int(EDGE_STOP_S)}s;
+worker_shutdown_timeout {int(StopBudget(drain_s).edge_s)}s;
 
 events {{
   worker_connections {worker_connections};
@@ -263,7 +263,7 @@ def render(settings: FrontSettings, ports: EdgePorts, key: str, folder: Path) ->
     return {
         name: f"""# Rendered by tts_launcher/edge.py for one launch: the edge on the {name} port.
 # Edit the front door's settings (FRONT_ARGS), not this file.
-{_main(worker_connections, folder / name)}
+{_main(worker_connections, folder / name, settings.drain_s)}
 http {{
 {_http_common(s, folder / name, name)}{upgrade if name == "gateway" else ""}
 {server}

@@ -37,12 +37,15 @@ from tts_front.security import (
     secret_setting,
 )
 from tts_front.settings import FRONT_LIVE_PATH, parse_args as front_settings
+from tts_gateway.settings import env_name as gateway_env
 from tts_triton.probes import answers_ok
 
 from .admin_key import DEFAULT_BIND, RESTRICTED
 from .children import supervise
 from .commands import (
+    DRAIN_S,
     FRONTED_EXIT_TIMEOUT_S,
+    StopBudget,
     free_ports,
     front_command,
     gateway_command,
@@ -124,7 +127,44 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         default=os.environ.get("FRONT_ARGS", ""),
         help="extra flags of the front door, e.g. '--deadline-s 5 --max-request-mib 16'",
     )
-    return parser.parse_known_args(argv)
+    parser.add_argument(
+        "--drain-s",
+        type=float,
+        default=float(os.environ.get(DRAIN_ENV, DRAIN_S)),
+        help="after SIGTERM, requests and streams in flight get this long to finish (default "
+        f"{DRAIN_S:g}, or ${DRAIN_ENV}); the gateway's, the front door's and the launcher's "
+        "own deadlines all follow from it (tts_launcher/commands.py: StopBudget)",
+    )
+    args, extra = parser.parse_known_args(argv)
+    problem = _drain_set_elsewhere(args)
+    if problem:
+        parser.error(problem)
+    try:
+        args.stop_budget = StopBudget(args.drain_s)
+    except ValueError as e:
+        parser.error(str(e))
+    return args, extra
+
+
+DRAIN_ENV = "TTS_DRAIN_S"
+GATEWAY_DRAIN_ENV = gateway_env("drain_s")
+
+
+def _drain_set_elsewhere(args: argparse.Namespace) -> str | None:
+    """Why the drain is set where the launcher would not see it (None: it is not): the
+    gateway's variable or the front door's flag would leave the launcher's waits behind."""
+    if GATEWAY_DRAIN_ENV in os.environ:
+        return (
+            f"${GATEWAY_DRAIN_ENV} is set: under the launcher the drain is one setting, "
+            f"--drain-s (or ${DRAIN_ENV}), from which the gateway's, the front door's and the "
+            "launcher's own deadlines follow; unset it and set that instead"
+        )
+    if any(a == "--drain-s" or a.startswith("--drain-s=") for a in shlex.split(args.front_args)):
+        return (
+            "--front-args sets --drain-s: under the launcher the drain is one setting, the "
+            "launcher's --drain-s (or $TTS_DRAIN_S); set that instead"
+        )
+    return None
 
 
 def profile_name(extra: list[str]) -> str | None:
@@ -271,6 +311,7 @@ def front_door(
         [
             "--notify-parent",
             f"--slots={front_slots(profile, args.model_repository)}",
+            f"--drain-s={args.stop_budget.drain_s:g}",
             *express,
             *shlex.split(args.front_args),
         ],
@@ -292,6 +333,7 @@ def gateway_child(args: argparse.Namespace, edge: EdgePorts | None) -> list[str]
             f"--triton-voices={gateway_voices(args.model_repository)}",
             f"--wyoming-port={args.wyoming_port}",
             f"--wyoming-host={args.bind}",
+            f"--drain-s={args.stop_budget.drain_s:g}",
         ],
     )
     print(
@@ -331,7 +373,7 @@ def edge_children(args: argparse.Namespace, ports: EdgePorts, folder: Path) -> d
     the front door and the gateway, in the environment the children inherit."""
     key = secrets.token_urlsafe(32)
     os.environ[EDGE_KEY_ENV] = os.environ[GATEWAY_EDGE_KEY_ENV] = key
-    settings = front_settings(shlex.split(args.front_args))
+    settings = front_settings([*shlex.split(args.front_args), f"--drain-s={args.drain_s:g}"])
     configs = write_config(settings, ports, key, folder)
     print(
         f"edge: nginx on {args.bind}:{ports.http} (HTTP), :{ports.grpc} (gRPC)"
@@ -457,6 +499,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             heartbeat=heartbeat,
             edge_cmds=edge_cmds,
             load_budget_s=args.load_budget_s,
+            budget=args.stop_budget,
             gateway_ready=(lambda: port_open("127.0.0.1", edge.gateway_inner))
             if edge and edge.gateway_inner
             else None,

@@ -198,8 +198,95 @@ def test_sigterm_to_make_serve_drains_the_gateway(exported_repository, tmp_path)
     assert regions(shm_prefix) == set()
     log = launcher.log()
     # The stop says what it waits for and how long; the drain logs no traceback.
-    assert "SIGTERM, stopping: requests and streams in flight get up to 40 s" in log, log[-3000:]
+    said = (
+        "SIGTERM, stopping: requests and streams in flight get up to 30 s to finish at the "
+        "gateway, then 30 s at the front door, then Triton stops; 90 s in all at most"
+    )
+    assert said in log, log[-3000:]
     assert "Traceback" not in log and "unexpected error" not in log, log[-3000:]
+
+
+def test_one_drain_setting_sets_every_deadline_and_cut_streams_end_with_an_error(
+    exported_repository, tmp_path
+):
+    """The drain was written four times (front door 30 s, gateway 30 s, uvicorn 35 s, the
+    launcher 40 s): a 60 s gateway drain was cut at 40 s, its SSE streams mid-event with no
+    `error` event, so a client that takes EOF as the end kept cut audio as whole. Now the
+    launcher's --drain-s sets them all: long streams still running when it has passed end
+    with an `error` event (SSE) or a transfer left unterminated (pcm), never a clean end, and
+    the launcher waits for them as long as the setting says."""
+    import json
+
+    import httpx2 as httpx
+
+    drain_s = 12
+    launcher = Launcher(
+        exported_repository,
+        tmp_path / "launcher.log",
+        [f"--drain-s={drain_s}"],
+        warmup_requests=LIGHT_WARMUP,
+    )
+    url = f"{launcher.url}/v1/audio/speech"
+    text = (PARAGRAPH * 8)[:4000]
+    results: dict = {}
+    stopped_at = [0.0]
+    try:
+        launcher.wait_ready()
+        started = threading.Barrier(5)
+
+        def sse(k: int) -> None:
+            body = {"model": "tts-1", "voice": "alloy", "input": text}
+            body |= {"response_format": "pcm", "stream_format": "sse"}
+            with httpx.stream("POST", url, json=body, timeout=180) as response:
+                events, lines = [], response.iter_lines()
+                events.append(json.loads(next(line for line in lines if line)[6:]))
+                started.wait(60)
+                events += [json.loads(line[6:]) for line in lines if line]
+            results[f"sse{k}"] = (events[-1]["type"], time.monotonic() - stopped_at[0], events[-1])
+
+        def pcm(k: int) -> None:
+            body = {"model": "tts-1", "voice": "alloy", "input": text, "response_format": "pcm"}
+            with httpx.stream("POST", url, json=body, timeout=180) as response:
+                chunks = response.iter_bytes()
+                next(chunks)
+                started.wait(60)
+                try:
+                    for _ in chunks:
+                        pass
+                    outcome = "whole"
+                except httpx.HTTPError as e:  # the transfer left unterminated: an error
+                    outcome = f"cut: {type(e).__name__}"
+            results[f"pcm{k}"] = (outcome, time.monotonic() - stopped_at[0], None)
+
+        threads = [threading.Thread(target=sse, args=(k,)) for k in range(2)]
+        threads += [threading.Thread(target=pcm, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        started.wait(90)
+        stopped_at[0] = time.monotonic()
+        launcher.process.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(180)
+            assert not t.is_alive(), "a client hung after SIGTERM"
+        code = launcher.process.wait(180)
+        took = time.monotonic() - stopped_at[0]
+    finally:
+        launcher.close()
+    print(f"\n{results}; the launcher exited {code} {took:.1f} s after SIGTERM")
+    assert code == 0, launcher.log()[-3000:]
+    for name, (outcome, after, last) in results.items():
+        if name.startswith("sse"):
+            assert outcome in ("speech.audio.done", "error"), last
+            if outcome == "error":
+                assert "shutting down" in last["error"]["message"], last
+        else:
+            # A body that ended cleanly was all of it: only one done before the drain passed.
+            assert outcome.startswith("cut") or after < drain_s, (name, outcome, after)
+        # Each got the drain the setting gives (not cut sooner by another deadline).
+        assert outcome in ("speech.audio.done", "whole") or after >= drain_s - 1, (name, after)
+    log = launcher.log()
+    assert f"get up to {drain_s} s to finish at the gateway" in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
 
 
 def test_a_slow_reader_gets_its_whole_stream_after_everything_behind_the_edge_stopped(

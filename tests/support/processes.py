@@ -16,7 +16,7 @@ from pathlib import Path
 from tts_front.security import ADMIN_KEY_ENV, admin_headers
 from tts_launcher.admin_key import KEY_FAILED, SERVER_UMASK, key_works
 from tts_launcher.commands import (
-    GATEWAY_DRAIN_S,
+    StopBudget,
     free_port,
     free_ports,
     front_command,
@@ -241,7 +241,7 @@ class GatewayProcess(ChildProcess):
     """``python -m tts_gateway`` on a free port; up when ``/health`` answers."""
 
     name = "gateway"
-    grace = GATEWAY_DRAIN_S
+    grace = StopBudget().gateway_wait_s
 
     def __init__(
         self,

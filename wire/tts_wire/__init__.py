@@ -92,6 +92,11 @@ def batch_size_error(name: str, size: int) -> str:
     )
 
 
+# A stop's deadlines nest: each process's own drain ends what it carries (an SSE stream with its
+# `error` event), its server's backstop comes this much later, and whoever waits for that
+# process (the launcher) waits this much longer again (tts_launcher.commands.StopBudget).
+DRAIN_MARGIN_S = 5.0
+
 # The start of the INVALID_ARG message for text over a limit: clients then stream it.
 TEXT_TOO_LONG = "text is too long"
 

@@ -12,6 +12,7 @@ import time
 from types import SimpleNamespace
 
 from tts_launcher import children
+from tts_launcher.commands import StopBudget
 from tts_launcher.restarts import RestartedChild, RestartPolicy
 
 # A child that appends "<name> <signal>" to a file on SIGTERM or SIGQUIT, then exits 0 (or,
@@ -70,7 +71,7 @@ def test_a_stop_goes_edge_gateway_front_door_tritonserver(tmp_path):
         kept=[edge, gateway, front],
     )
     SENT.clear()
-    assert children._stop_in_order(triton, None, launch, drain_s=5) == 0
+    assert children._stop_in_order(triton, None, launch, StopBudget(5)) == 0
     order = ["edge SIGQUIT", "gateway SIGTERM", "front SIGTERM", "triton SIGTERM"]
     assert SENT == order
     assert sorted(log.read_text().splitlines()) == sorted(order)  # each got its own

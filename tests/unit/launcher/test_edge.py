@@ -12,7 +12,7 @@ import pytest
 from tts_front.security import EDGE_KEY_ENV, GATEWAY_EDGE_KEY_ENV
 from tts_front.settings import FrontSettings
 from tts_launcher import edge
-from tts_launcher.commands import FRONTED_EXIT_TIMEOUT_S, GATEWAY_DRAIN_S, STOP_BUDGET_S
+from tts_launcher.commands import FRONTED_EXIT_TIMEOUT_S, STOP_BUDGET_S, StopBudget
 from tts_launcher.edge import EdgePorts, edge_command, render, write_config
 from tts_launcher.server import main
 from tts_wire import EDGE_ADDRESS_HEADER, EDGE_KEY_HEADER
@@ -82,11 +82,13 @@ def test_the_edge_outlasts_the_drains_behind_it(tmp_path):
     """A stop closes the edge's ports first and ends it last: the gateway's and then the front
     door's drains end their requests cleanly (an error event, a status) before nginx's own
     limit would cut the connection; the launcher kills it only after that."""
-    for config in render(FrontSettings(), PORTS, "k", tmp_path).values():
-        (limit,) = directive(config, "worker_shutdown_timeout")
-        assert (
-            2 * GATEWAY_DRAIN_S + FRONTED_EXIT_TIMEOUT_S < int(limit.rstrip("s")) <= STOP_BUDGET_S
-        )
+    for drain_s in (30.0, 60.0, 0.0):
+        budget = StopBudget(drain_s)
+        behind = budget.gateway_wait_s + budget.front_wait_s + FRONTED_EXIT_TIMEOUT_S
+        for config in render(FrontSettings(drain_s=drain_s), PORTS, "k", tmp_path).values():
+            (limit,) = directive(config, "worker_shutdown_timeout")
+            assert behind < int(limit.rstrip("s")) <= budget.total_s
+    assert STOP_BUDGET_S == StopBudget(30.0).total_s
 
 
 def test_the_edge_alone_writes_the_forwarding_headers_and_the_normalized_path(tmp_path):
