@@ -19,12 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tts_front.admission import BATCH_ITEM_COST
+from tts_front.admission import BATCH_ITEM_COST, NORMALIZED_AT_MOST
 from tts_front.gatekeeper import EXPRESS_PER_CLIENT, LISTENERS_SHARE
 from tts_front.http_proxy import MAX_JSON_DEPTH
 from tts_front.settings import FrontSettings
 from tts_gateway.settings import GatewaySettings
 from tts_serving.settings import StreamSettings, VocoderSettings
+from tts_serving.stream.plan import EXPANSION_ALLOWANCE
+from tts_wire import ITEMS_PER_REQUEST
 
 from . import liveness
 from .edge import grpc_calls_per_client
@@ -123,6 +125,19 @@ LIMITS: tuple[Limit, ...] = (
           "RESOURCE_EXHAUSTED at once"),
     Limit("JSON depth of an HTTP inference body", "tts_front/http_proxy.py",
           lambda: f"{MAX_JSON_DEPTH} levels", "", "400 before Triton"),
+    Limit("texts one `tts` request carries (every stage takes one item a request)",
+          "tts_front/gatekeeper.py", lambda: str(ITEMS_PER_REQUEST), "",
+          "INVALID_ARGUMENT / 400 before the door reads any text"),
+    Limit("characters of a request's text the front door writes out to cost it (digits, "
+          "dates; off its event loop past a few hundred)", "tts_front/admission.py",
+          lambda: f"{NORMALIZED_AT_MOST:,}", "",
+          "nothing: the rest is costed as sent, and the work done is charged once served"),
+    Limit("characters a stream's text speaks once its numbers and symbols are written out",
+          "tts_serving/stream/plan.py",
+          lambda: f"{StreamSettings().max_expansion:g} per character sent and "
+                  f"{EXPANSION_ALLOWANCE:,} more",
+          "`max_expansion` in tts_stream's config.pbtxt",
+          "INVALID_ARGUMENT naming both figures, before any audio; through the gateway 400"),
     Limit("`tts_stream` requests in all", "model_repository/tts_stream/config.pbtxt",
           lambda: str(StreamSettings().max_streams), "`max_streams` in its config.pbtxt",
           "UNAVAILABLE naming the cap"),

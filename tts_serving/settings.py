@@ -392,6 +392,14 @@ class StreamSettings(TextSettings):
         default=16,
         metadata=doc("streams served at once; one more is answered UNAVAILABLE at once"),
     )
+    max_expansion: float = field(
+        default=4.0,
+        metadata=doc(
+            "written-out characters (numbers, symbols) a stream may speak per character sent, "
+            "and 1,000 more; past it INVALID_ARG before any audio (ordinary text: about 1, "
+            "with dates and times about 2.8, digits alone 6-8)"
+        ),
+    )
     max_in_flight: int = field(
         default=2,
         metadata=doc("chunks of one stream queued at once (the first chunk always goes alone)"),
@@ -410,6 +418,8 @@ class StreamSettings(TextSettings):
         super().__post_init__()
         if min(self.max_in_flight, self.max_streams) < 1:
             raise ValueError("max_streams and max_in_flight must be >= 1")
+        if not self.max_expansion >= 1:
+            raise ValueError("max_expansion must be >= 1")
         if self.first_chunk_ids < 10 or self.chunk_target_ids < self.first_chunk_ids:
             raise ValueError("need 10 <= first_chunk_ids <= chunk_target_ids")
         if self.chunk_target_ids > self.max_phoneme_ids:

@@ -150,3 +150,25 @@ def test_a_lying_binary_data_size_is_a_400(served, size):
          "Inference-Header-Content-Length": str(len(header))},
     )  # fmt: skip
     assert status == 400 and b"binary_data_size must be a non-negative integer" in answer
+
+
+def test_one_request_cannot_expand_without_bound(served):
+    """ "7" 4,096 times through the gateway streamed 307 s, 58.7 MB of WAV (22 minutes) from
+    one 4 KB request: now a 400 naming the bound and the value, before any audio, through the
+    gateway (HTTP and SSE) and a gRPC stream alike."""
+    import httpx2 as httpx
+
+    from tts_client import InvalidInput
+
+    body = {"model": "tts-1", "voice": "alloy", "input": "7" * 4096, "response_format": "wav"}
+    url = f"{served.url}/v1/audio/speech"
+    for extra in ({}, {"response_format": "pcm", "stream_format": "sse"}):
+        answer = httpx.post(url, json=body | extra, timeout=60)
+        assert answer.status_code == 400, answer.text[:300]
+        message = answer.json()["error"]["message"]
+        assert "speaks as 24,575 characters" in message and "limit of 17,384" in message
+    with TTSClient(f"grpc://127.0.0.1:{served.grpc}", retry=NO_RETRY, timeout=60) as client:
+        with pytest.raises(InvalidInput, match="max_expansion"):
+            next(iter(client.stream("7" * 4096)))
+        # Numbers in ordinary text are well inside it.
+        assert next(iter(client.stream("Call 555-1234 at 9:30 on 2026-12-04. " * 20))).duration

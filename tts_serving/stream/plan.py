@@ -29,6 +29,9 @@ from ..text.words import original_spans, unspoken_tokens
 
 # Raw text is normalized in blocks of about this many characters, cut at whitespace.
 BLOCK_CHARACTERS = 2000
+# Written-out characters a stream may have beyond StreamSettings.max_expansion per character
+# sent: a short text of one large number ("$1,234,567.89" speaks 7.6 times its length).
+EXPANSION_ALLOWANCE = 1000
 
 
 @dataclass(frozen=True)
@@ -77,26 +80,56 @@ def text_blocks(text: str, size: int = BLOCK_CHARACTERS) -> Iterator[tuple[int, 
         start = cut
 
 
-def plan_chunks(
-    text: str, settings: StreamSettings, reader: Reader, words: bool = False
-) -> Iterator[PlannedChunk]:
-    """Chunks of ``text`` in order, each within ``settings.max_phoneme_ids`` phoneme ids.
-
-    Each block of the text is read as ``reader`` reads it (its lexicon, the normalizer). Packing
-    uses a cheap estimate; each chunk is then phonemized for real and split further (clauses,
-    then words) where the estimate was optimistic. Chunks with nothing speakable (a lone
-    symbol) are skipped; a text with nothing speakable at all is an InvalidInputError.
-    ``words``: each chunk also locates its words (``PlannedChunk.words``). The text's size is
-    the front end's to check (``TextFrontEnd.received``), for a whole SSML document too.
-    """
+def spoken_blocks(text: str, reader: Reader) -> list[tuple[int, str, str]]:
+    """``text`` checked and in blocks (:func:`text_blocks`), each with where it starts and
+    what is spoken of it (``reader.spoken``: the lexicon, the normalizer): written out at once,
+    a cheap pass beside phonemizing, so what the text expands to is known before any audio."""
     # Checked on the whole text first: a chunk that cannot be spoken is skipped below, and a
     # typo in [[ ]] must be an error, not a gap.
     reader.check(text)
+    return [(offset, block, reader.spoken(block)) for offset, block in text_blocks(text)]
+
+
+def check_expansion(characters: int, spoken: int, settings: StreamSettings) -> None:
+    """Refuse a text whose written-out form (numbers, symbols) is more than
+    ``settings.max_expansion`` characters per character sent, plus EXPANSION_ALLOWANCE: "7"
+    4,096 times spoke 22 minutes of audio from one 4 KB request."""
+    limit = settings.max_expansion * characters + EXPANSION_ALLOWANCE
+    if spoken > limit:
+        raise InvalidInputError(
+            f"the text speaks as {spoken:,} characters once its numbers and symbols are "
+            f"written out, over the limit of {limit:,.0f} for its {characters:,} characters "
+            f"({settings.max_expansion:g} a character and {EXPANSION_ALLOWANCE:,} more: "
+            "max_expansion); one request may not expand without bound: send fewer digits, "
+            "or write the numbers as words"
+        )
+
+
+def plan_chunks(
+    text: str,
+    settings: StreamSettings,
+    reader: Reader,
+    words: bool = False,
+    blocks: list[tuple[int, str, str]] | None = None,
+) -> Iterator[PlannedChunk]:
+    """Chunks of ``text`` in order, each within ``settings.max_phoneme_ids`` phoneme ids.
+
+    Each block of the text is read as ``reader`` reads it (its lexicon, the normalizer), all of
+    them before the first chunk (``blocks``: done already, by :func:`spoken_blocks`; else the
+    text's expansion is checked here, :func:`check_expansion`). Packing uses a cheap estimate;
+    each chunk is then phonemized for real and split further (clauses, then words) where the
+    estimate was optimistic. Chunks with nothing speakable (a lone symbol) are skipped; a text
+    with nothing speakable at all is an InvalidInputError. ``words``: each chunk also locates
+    its words (``PlannedChunk.words``). The text's size is the front end's to check
+    (``TextFrontEnd.received``), for a whole SSML document too.
+    """
+    if blocks is None:
+        blocks = spoken_blocks(text, reader)
+        check_expansion(len(text), sum(len(spoken) for *_, spoken in blocks), settings)
     phonemizer = reader.phonemizer
     max_ids = settings.max_phoneme_ids
     index = 0
-    for block_number, (offset, block) in enumerate(text_blocks(text)):
-        spoken = reader.spoken(block)
+    for block_number, (offset, block, spoken) in enumerate(blocks):
         if not spoken:
             continue
         first = settings.first_chunk_ids if index == 0 and block_number == 0 else None
@@ -121,17 +154,24 @@ def plan_document(
 ) -> Iterator[PlannedChunk]:
     """An SSML document's chunks: each segment planned as plain text is (``plan_chunks``),
     read in its voice (``reader(voice)``), with its rate, gain and pauses, and the marks each
-    reaches (a mark is timed by the word after it: words are found when there are marks)."""
+    reaches (a mark is timed by the word after it: words are found when there are marks).
+    Every segment is written out first, and the document's expansion checked as one text's."""
     index = 0
     find = words or bool(document.marks)
     marks = sorted(document.marks, key=lambda m: m.offset)
+    blocks = [spoken_blocks(segment.text, reader(segment.voice)) for segment in document.segments]
+    check_expansion(
+        sum(len(segment.text) for segment in document.segments),
+        sum(len(spoken) for segment in blocks for *_, spoken in segment),
+        settings,
+    )
     # One chunk held back: the last of a segment takes its pause, the last of all the marks
     # after the document's last word.
     held = None
-    for segment in document.segments:
+    for segment, its_blocks in zip(document.segments, blocks):
         voice = segment.voice
         made = False
-        for chunk in plan_chunks(segment.text, settings, reader(voice), find):
+        for chunk in plan_chunks(segment.text, settings, reader(voice), find, its_blocks):
             if held is not None:
                 yield held
             before = document.leading_pause_s if index == 0 else 0.0

@@ -106,6 +106,23 @@ def test_plan_rejects_unspeakable_text(phonemizer):
         list(plan_chunks("🎸🔥 ...", StreamSettings(), Reader(phonemizer)))
 
 
+def test_a_text_that_expands_past_its_bound_is_refused_before_its_first_chunk(phonemizer):
+    """ "7" 4,096 times spoke 22 minutes from one 4 KB request: what a stream's text speaks
+    once written out is bounded by what was sent (max_expansion a character, plus 1,000)."""
+    counting = CountingPhonemizer(phonemizer)
+    plan = plan_chunks("Hello. " + "7" * 4096, StreamSettings(), Reader(counting))
+    with pytest.raises(InvalidInputError) as refused:
+        next(plan)
+    message = str(refused.value)
+    assert "speaks as 24,581 characters" in message and "limit of 17,412" in message, message
+    assert "max_expansion" in message and counting.characters == 0  # nothing phonemized
+    # Text with numbers in it, and one large number alone, are well within it.
+    for text in ("Call 555-1234 at 9:30 on 2026-12-04. " * 100, "$1,234,567.89"):
+        assert next(plan_chunks(text, StreamSettings(), Reader(phonemizer))).ids
+    with pytest.raises(InvalidInputError, match="max_expansion"):
+        next(plan_chunks("7" * 300, StreamSettings(max_expansion=1.0), Reader(phonemizer)))
+
+
 def test_plan_skips_unspeakable_pieces_but_keeps_the_rest(phonemizer):
     chunks = list(
         plan_chunks("Hello there. ... ! Goodbye now.", StreamSettings(), Reader(phonemizer))
