@@ -57,6 +57,9 @@ EXPRESS_PER_CLIENT = 2
 # are each a light listener, and a flood of connections from one address leaves the rest of it
 # to other clients.
 LISTENERS_SHARE = 0.5
+# The share of tts_stream's streams kept for clients running none: four addresses with four
+# long texts each held all 16 for minutes (a 4 KB text of digits streamed 22 minutes).
+STREAMS_KEPT_SHARE = 0.25
 COSTED = frozenset({TEXT, SPEED})  # the inputs a request's cost is read from
 # Bytes of text the door writes out on its event loop to cost a request (well under a
 # millisecond); more go to a thread, so no request holds the loop for long.
@@ -127,11 +130,19 @@ class Gatekeeper:
             # the rate is measured on would wait behind it); tts_stream's max_streams and this
             # cap per client bound them. One count per caller, whichever way it came in.
             holder = stream_holder(client)
+            held, kept = self._streams[holder], self.streams_kept()
             if self._streams.full(holder):
                 self.metrics.refused.labels(model).inc()
                 raise TooMany(
                     f"this client already has {self._streams.limit} long-text ({model}) "
                     "requests in progress (the limit per client); wait for one to end"
+                )
+            if held and self._streams.total() >= self.settings.server_streams - kept:
+                self.metrics.refused.labels(model).inc()
+                raise TooMany(
+                    f"this client already has {held} long-text ({model}) requests in progress, "
+                    f"and the last {kept} of the server's {self.settings.server_streams} are "
+                    "kept for clients running none; wait for one to end"
                 )
             self._streams.take(holder)
             self.metrics.in_flight.labels(model).inc()
@@ -292,6 +303,10 @@ class Gatekeeper:
         if sum(len(t) for t in texts) <= NORMALIZED_ON_LOOP:
             return spoken_cost(texts, speed)
         return await asyncio.to_thread(spoken_cost, texts, speed)
+
+    def streams_kept(self) -> int:
+        """Of the server's streams, how many only a client running none may take."""
+        return int(self.settings.server_streams * STREAMS_KEPT_SHARE)
 
     def gate(self, model: str | None, admin: bool) -> str | None:
         """The model admission applies to (None: none does: the admin key, or not an

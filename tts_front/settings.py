@@ -81,6 +81,9 @@ class FrontSettings:
     # `tts_stream` requests in progress per client address (the gateway, trusted by the
     # launcher's token, caps its own callers): 16 from one client held every stream slot.
     max_streams_per_client: int = 4
+    # tts_stream's max_streams (the launcher passes its config's): the last STREAMS_KEPT_SHARE
+    # of them go only to clients running none, so a few addresses cannot hold every one.
+    server_streams: int = 16
     # Work per client in flight at the interactive level (Triton's priority 1), in cost units
     # (admission.request_cost): the door sets every admitted request's level, within it 1,
     # past it 2 (bulk), so a light client's request goes ahead of a heavy one's queue. Priority
@@ -119,6 +122,7 @@ class FrontSettings:
             raise ValueError(f"slots must be at least 1, not {self.slots}")
         for name in (
             "max_streams_per_client",
+            "server_streams",
             "max_grpc_streams_per_client",
             "edge_send_buffer_kib",
         ):
@@ -179,6 +183,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--body-timeout-s", type=float, default=d.body_timeout_s)
     p.add_argument("--max-streams-per-client", type=int, default=d.max_streams_per_client)
     p.add_argument(
+        "--server-streams",
+        type=int,
+        default=d.server_streams,
+        help="tts_stream's max_streams (the launcher passes its config's)",
+    )
+    p.add_argument(
         "--interactive-work-per-client",
         type=float,
         default=d.interactive_work_per_client,
@@ -237,6 +247,7 @@ def parse_args(argv: list[str] | None = None) -> FrontSettings:
             max_streams_per_connection=a.max_streams_per_connection,
             edge_send_buffer_kib=a.edge_send_buffer_kib,
             max_streams_per_client=a.max_streams_per_client,
+            server_streams=a.server_streams,
             interactive_work_per_client=a.interactive_work_per_client,
             max_grpc_streams_per_client=a.max_grpc_streams_per_client,
             slots=a.slots,

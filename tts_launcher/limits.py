@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tts_front.admission import BATCH_ITEM_COST, NORMALIZED_AT_MOST
-from tts_front.gatekeeper import EXPRESS_PER_CLIENT, LISTENERS_SHARE
+from tts_front.gatekeeper import EXPRESS_PER_CLIENT, LISTENERS_SHARE, STREAMS_KEPT_SHARE
 from tts_front.http_proxy import MAX_JSON_DEPTH
 from tts_front.settings import FrontSettings
 from tts_gateway.settings import GatewaySettings
@@ -120,6 +120,12 @@ LIMITS: tuple[Limit, ...] = (
           "sessions and Wyoming for the caller they name, one count", "tts_front/gatekeeper.py",
           _front("max_streams_per_client"), _front_flag("max_streams_per_client"),
           "RESOURCE_EXHAUSTED; through the gateway 429 / a session error naming the cap"),
+    Limit("long-text (`tts_stream`) requests of the server's (`max_streams`) a client already "
+          "running one may not take", "tts_front/gatekeeper.py",
+          lambda: f"the last {STREAMS_KEPT_SHARE:.0%}",
+          "`STREAMS_KEPT_SHARE` (code) of front door `--server-streams` (the launcher passes "
+          "tts_stream's `max_streams`)",
+          "RESOURCE_EXHAUSTED naming the reserve; through the gateway 429"),
     Limit("gRPC ModelStreamInfer calls open per client", "tts_front/grpc_proxy.py",
           _front("max_grpc_streams_per_client"), _front_flag("max_grpc_streams_per_client"),
           "RESOURCE_EXHAUSTED at once"),

@@ -226,6 +226,13 @@ def front_slots(profile: str | None, repository: Path = REPOSITORY) -> int:
     return 2 * max(config.max_batch_size for config in _stage_configs(profile, repository))
 
 
+def front_streams(profile: str | None, repository: Path = REPOSITORY) -> int:
+    """``tts_stream``'s ``max_streams`` under ``profile``: the front door keeps the last of
+    them for clients running none (FrontSettings.server_streams)."""
+    path = _config_path("tts_stream", profile, repository)
+    return parse_settings(SETTINGS["tts_stream"], pbtxt_parameters(path), "tts_stream").max_streams
+
+
 def levels_scheduled(profile: str | None, repository: Path = REPOSITORY) -> bool:
     """Whether the batched stages run bulk work only on the time interactive work leaves
     (EngineSettings.levels), so the front door may send interactive requests at once."""
@@ -235,15 +242,15 @@ def levels_scheduled(profile: str | None, repository: Path = REPOSITORY) -> bool
     )
 
 
+def _config_path(name: str, profile: str | None, repository: Path) -> Path:
+    """The file of model ``name``'s config Triton loads under ``profile``."""
+    config = repository / name / "configs" / f"{profile}.pbtxt"
+    return config if profile and config.exists() else repository / name / "config.pbtxt"
+
+
 def _stage_config_paths(profile: str | None, repository: Path) -> dict[str, Path]:
     """The files of the batched stages' configs Triton loads under ``profile``, by model."""
-    paths = {}
-    for name in BATCHED:
-        config = repository / name / "configs" / f"{profile}.pbtxt"
-        if not profile or not config.exists():
-            config = repository / name / "config.pbtxt"
-        paths[name] = config
-    return paths
+    return {name: _config_path(name, profile, repository) for name in BATCHED}
 
 
 def _stage_configs(profile: str | None, repository: Path) -> list:

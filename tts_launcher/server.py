@@ -55,7 +55,7 @@ from .commands import (
 from .edge import EdgePorts, edge_command, write_config
 from .environment import has_gpu, quiet_grpc, server_env
 from .liveness import LIVE_PATH, LOAD_BUDGET_S, Heartbeat, serve as serve_metrics
-from .profiles import BENCHMARK_PROFILES, front_slots, levels_scheduled
+from .profiles import BENCHMARK_PROFILES, front_slots, front_streams, levels_scheduled
 from .repository import gateway_voices
 from .stub_healing import (
     SupervisorMetrics,
@@ -311,6 +311,7 @@ def front_door(
         [
             "--notify-parent",
             f"--slots={front_slots(profile, args.model_repository)}",
+            f"--server-streams={front_streams(profile, args.model_repository)}",
             f"--drain-s={args.stop_budget.drain_s:g}",
             *express,
             *shlex.split(args.front_args),

@@ -30,6 +30,10 @@ class PerClient:
         """Clients holding at least one."""
         return len(self._held)
 
+    def total(self) -> int:
+        """How many all clients hold together."""
+        return sum(self._held.values())
+
     def full(self, client: str) -> bool:
         """Whether ``client`` holds its limit (another would be refused)."""
         return self[client] >= self.limit

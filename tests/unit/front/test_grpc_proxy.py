@@ -184,6 +184,33 @@ def test_a_callers_long_texts_are_one_count_however_they_came_in():
     asyncio.run(main())
 
 
+def test_the_last_quarter_of_the_servers_streams_is_kept_for_clients_running_none():
+    """Four addresses with four long texts each held all 16 of tts_stream's streams for minutes;
+    now a client already running one takes none of the last four, a newcomer does."""
+    import asyncio
+
+    from tts_front.admission import TooMany
+    from tts_front.gatekeeper import Gatekeeper
+    from tts_front.settings import FrontSettings
+
+    async def main():
+        keeper = Gatekeeper(FrontSettings(warmup_requests=0))  # 4 per client, 16 in all
+        assert keeper.streams_kept() == 4
+        held = [await keeper.enter("tts_stream", 1.0, client=f"10.0.0.{k}")
+                for k in range(3) for _ in range(4)]  # fmt: skip
+        with pytest.raises(TooMany, match="the last 4 of the server's 16 are kept for clients"):
+            await keeper.enter("tts_stream", 1.0, client="10.0.0.9")
+            await keeper.enter("tts_stream", 1.0, client="10.0.0.9")
+        newcomers = [await keeper.enter("tts_stream", 1.0, client=f"10.0.1.{k}") for k in range(3)]
+        assert keeper._streams.total() == 16  # 12, the one 10.0.0.9 got, and three newcomers
+        keeper.leave(held.pop(), "served")
+        again = await keeper.enter("tts_stream", 1.0, client="10.0.1.7")  # one freed: a newcomer
+        for ticket in [*held, *newcomers, again]:
+            keeper.leave(ticket, "served")
+
+    asyncio.run(main())
+
+
 def test_with_express_only_a_light_clients_requests_are_interactive_and_go_in_at_once():
     """Where the stages run bulk work only while no interactive work is in the server
     (express_interactive), an interactive request goes to Triton at once, beside the slots;
