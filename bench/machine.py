@@ -21,3 +21,7 @@ def cpu_line(cpuinfo: str | None = None) -> str:
             flags = set(value.split())
     vectors = " ".join(f for f in VECTOR_FLAGS if f in flags) or "no AVX2"
     return f"{model}, {os.cpu_count()} cores, {vectors}"
+
+
+if __name__ == "__main__":
+    print(cpu_line())

@@ -6,7 +6,10 @@ request is anywhere in the server's stages (any stage process): an ONNX Runtime 
 work is stopped as soon as one arrives (``RunOptions.terminate``: within a few milliseconds)
 and run again, whole, once none has been seen for ``HOLD_S``. So an interactive request
 waits for no running batch at any stage and has the cores to itself, and a flood sent at the
-bulk level cannot slow it; what that costs is the stopped calls' work. (Threads on
+bulk level cannot slow it; what that costs is the stopped calls' work. Bulk work is never shut
+out for good: kept out for ``MAX_BULK_WAIT_S``, a short batch of it runs to its end beside the
+interactive work (one light client's closed loop of sentences had stalled every long-text
+stream after its first chunk). (Threads on
 ``SCHED_IDLE`` were tried first: a bulk thread the kernel parked while it held the Python GIL
 stalled the stage's interactive work behind it.)
 
@@ -21,7 +24,8 @@ import mmap
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +41,11 @@ CLEAR_EVERY = 500  # polls a bulk call waits between looks for ended processes' 
 # it took the cores the request's next hop needed. Beside two CPU hogs a bystander beside a
 # flood went from 1.4-3.2x its quiet p50 to 1.1-1.5x (docs/performance.md, 0.9.8).
 HOLD_S = 0.015
+# Bulk work waits at most this long for a turn: then a short batch of it (a few items) runs to
+# its end beside interactive work. Without it one light client's closed loop of sentences kept
+# interactive work in the server all the time, and 16 long-text streams got no audio after their
+# first chunks for 120 s, until the gateway cut every one.
+MAX_BULK_WAIT_S = 1.0
 
 
 COUNT_PREFIX = "tts-levels-"
@@ -127,11 +136,18 @@ class Gate:
     running ones when it rises (their callers run them again once it is 0 again)."""
 
     def __init__(
-        self, count: InteractiveCount, poll_s: float = POLL_S, hold_s: float = HOLD_S
+        self,
+        count: InteractiveCount,
+        poll_s: float = POLL_S,
+        hold_s: float = HOLD_S,
+        max_wait_s: float = MAX_BULK_WAIT_S,
     ) -> None:
         self.count = count
         self.poll_s = poll_s
         self.hold_s = hold_s
+        self.max_wait_s = max_wait_s
+        self.unstoppable = 0  # > 0: a starved batch runs; its calls start at once, none stopped
+        self.starved_turns = 0  # turns bulk took after waiting max_wait_s
         self.running: set[ort.RunOptions] = set()
         self.lock = threading.Lock()
         self.busy = threading.Event()  # a bulk call runs: the watcher looks (else it sleeps)
@@ -141,20 +157,56 @@ class Gate:
         self.watcher = threading.Thread(target=self._watch, name="bulk-gate", daemon=True)
         self.watcher.start()
 
+    def wait_turn(self) -> bool:
+        """Wait until bulk work may start: no interactive work for ``hold_s`` (False), or
+        ``max_wait_s`` gone by without that (True: starved; run a short batch in
+        :meth:`starved_batch`)."""
+        started = time.monotonic()
+        while not self.closing.is_set():
+            now = time.monotonic()
+            if self.count.total() > 0:
+                self.last_seen = now
+            elif now - self.last_seen >= self.hold_s:
+                return False
+            if now - started >= self.max_wait_s:
+                self.starved_turns += 1
+                return True
+            time.sleep(self.poll_s)
+        return False
+
+    @contextmanager
+    def starved_batch(self) -> Iterator[None]:
+        """Within it, bulk calls start at once and are never stopped (a starved turn)."""
+        with self.lock:
+            self.unstoppable += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.unstoppable -= 1
+
     def run(self, call: Callable[[ort.RunOptions], object]) -> object:
         """``call(run_options)``, started when no interactive work is in the server, again
-        after every stop."""
+        after every stop; in a starved batch, or once it has been kept out (waiting or
+        stopped) for ``max_wait_s``, at once and to its end."""
+        first = time.monotonic()
         while True:
-            waited = 0
-            while not self.closing.is_set():
+            waited, starved = 0, bool(self.unstoppable)
+            while not (starved or self.closing.is_set()):
                 if self.count.total() > 0:
                     self.last_seen = time.monotonic()
                 elif time.monotonic() - self.last_seen >= self.hold_s:
+                    break
+                if time.monotonic() - first >= self.max_wait_s:
+                    starved = True
+                    self.starved_turns += 1
                     break
                 time.sleep(self.poll_s)
                 waited += 1
                 if waited % CLEAR_EVERY == 0:
                     self.count.clear_dead()
+            if starved:
+                return call(ort.RunOptions())  # (not in ``running``: the watcher never stops it)
             options = ort.RunOptions()
             with self.lock:
                 self.running.add(options)

@@ -172,3 +172,43 @@ def test_one_request_cannot_expand_without_bound(served):
             next(iter(client.stream("7" * 4096)))
         # Numbers in ordinary text are well inside it.
         assert next(iter(client.stream("Call 555-1234 at 9:30 on 2026-12-04. " * 20))).duration
+
+
+def test_a_light_clients_closed_loop_does_not_starve_long_text_streams(served):
+    """Found probing 30 addresses that each asked the longest WAV at once beside one client's
+    closed loop of sentences: that client is light, so its requests are interactive, and
+    interactive work was in the server all the time; a stream's chunks after its first are
+    bulk, which ran only when none was, so no stream got audio after its first chunk for
+    120 s and the gateway cut all 16. Now bulk work waits at most a second for its turn."""
+    import json
+
+    import httpx2 as httpx
+
+    from tts_front.sample_texts import PARAGRAPH
+
+    seconds, deltas = 30.0, {}
+
+    def stream(k: int) -> None:
+        body = {"model": "tts-1", "voice": "alloy", "input": PARAGRAPH * 2}
+        body |= {"response_format": "pcm", "stream_format": "sse"}
+        count, started = 0, time.monotonic()
+        with httpx.stream("POST", f"{served.url}/v1/audio/speech", json=body, timeout=180) as r:
+            for line in r.iter_lines():
+                if line and json.loads(line[6:])["type"] == "speech.audio.delta":
+                    count += 1
+                if time.monotonic() - started > seconds:
+                    break
+        deltas[k] = count
+
+    with Bystander(served) as bystander:
+        streams = [threading.Thread(target=stream, args=(k,)) for k in range(2)]
+        for t in streams:
+            t.start()
+        for t in streams:
+            t.join(120)
+    took = sorted(bystander.took)
+    print(f"\naudio pieces in {seconds:g} s: {deltas}; the closed loop's p50 "
+          f"{took[len(took) // 2]:.3f} s over {len(took)}")  # fmt: skip
+    assert not bystander.errors, bystander.errors[:3]
+    # Starved, each got its first piece alone (1); with its turns, a piece every few seconds.
+    assert all(n >= 4 for n in deltas.values()), deltas

@@ -6,6 +6,7 @@ in the adapter tests), so ``pb_utils`` is imported here at module level.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -509,10 +510,16 @@ class LevelScheduler:
                     self.ready.wait()
                 if not self.waiting[bulk]:
                     return
+            # Bulk work waits for its turn before it takes a batch; starved (interactive work
+            # all the while), it takes a short one, run to its end beside interactive work.
+            starved = bulk and not self.stopping and self.gate.wait_turn()
+            with self.ready:
                 later_most = None if bulk else self.later_most
-                taken = take(self.waiting[bulk], self.max_batch, later_most)
+                most = self.later_most if starved else self.max_batch
+                taken = take(self.waiting[bulk], most, later_most)
             run = functools.partial(self.run, bulk=bulk)
-            responses = run_and_respond([e[1] for e in taken], run, self.logger, self.name)
+            with self.gate.starved_batch() if starved else contextlib.nullcontext():
+                responses = run_and_respond([e[1] for e in taken], run, self.logger, self.name)
             for (sender, _, _), response in zip(taken, responses):
                 try:
                     sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)

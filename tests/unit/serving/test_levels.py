@@ -102,7 +102,7 @@ def test_a_bulk_call_starts_only_once_interactive_work_was_gone_for_the_hold():
     """Between an interactive request's stages the count is 0 for a moment: a bulk call
     started then would be stopped at once, so bulk waits until none was seen for ``hold_s``."""
     count = FakeCount()
-    gate = Gate(count, poll_s=0.001, hold_s=1.0)
+    gate = Gate(count, poll_s=0.001, hold_s=1.0, max_wait_s=30.0)
     starts: list[float] = []
 
     def call(options: ort.RunOptions) -> str:
@@ -154,6 +154,37 @@ def test_a_running_bulk_call_is_stopped_when_interactive_work_comes_and_run_agai
         thread.join(5)
         assert result == ["audio"] and runs == ["stopped", "whole"]
         assert gate.stopped_calls == 1
+    finally:
+        gate.close()
+
+
+def test_bulk_work_kept_out_for_its_longest_wait_runs_a_starved_batch_to_its_end():
+    """One light client's closed loop kept interactive work in the server all the time, and
+    long-text streams got nothing after their first chunks for 120 s: bulk work waits at most
+    ``max_wait_s`` for a turn, then its calls start at once and are not stopped."""
+    count = FakeCount()
+    count.value = 1  # interactive work all the while
+    gate = Gate(count, poll_s=0.001, max_wait_s=0.2)
+    try:
+        started = time.monotonic()
+        assert gate.wait_turn() is True and gate.starved_turns == 1
+        assert 0.2 <= time.monotonic() - started < 2
+        ran: list[bool] = []
+
+        def call(options: ort.RunOptions) -> str:
+            time.sleep(0.05)  # the watcher looks meanwhile
+            ran.append(bool(options.terminate))
+            return "audio"
+
+        with gate.starved_batch():
+            assert gate.run(call) == "audio"
+        assert ran == [False] and gate.stopped_calls == 0
+        # A call the worker began in a lull, kept out (stopped or waiting) for max_wait_s
+        # since: run whole too.
+        assert gate.run(call) == "audio" and gate.starved_turns == 2 and ran == [False, False]
+        count.value = 0  # no interactive work: a turn at once, not starved
+        time.sleep(0.01)
+        assert gate.wait_turn() is False and gate.starved_turns == 2
     finally:
         gate.close()
 
