@@ -163,7 +163,7 @@ def create_app(
     app = FastAPI(
         title="TTS gateway",
         description="OpenAI-compatible speech API in front of Triton Inference Server",
-        version="0.9.9",
+        version="0.9.10",
         lifespan=lifespan,
         # FastAPI's /docs and /redoc load their scripts from a CDN: blank offline. /docs points
         # to the schema instead.

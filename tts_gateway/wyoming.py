@@ -56,7 +56,7 @@ from .settings import GatewaySettings, Voice
 log = logging.getLogger("tts_gateway.wyoming")
 REFUSALS = Refusals(log)  # one line a kind a minute: a client cannot fill the disk
 
-VERSION = "0.9.9"
+VERSION = "0.9.10"
 # What a client may send: a header line, its JSON data, a binary payload (a TTS client sends
 # none; an ASR client's audio is not for this server).
 MAX_LINE = 64 * 1024

@@ -4,4 +4,4 @@ Each ``model.py`` is a thin adapter over this package, so the batching, validati
 inference logic is written once and unit-tested without a running server.
 """
 
-__version__ = "0.9.9"
+__version__ = "0.9.10"
