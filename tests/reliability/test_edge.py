@@ -22,7 +22,7 @@ import pytest
 import tritonclient.grpc as tritongrpc
 import tritonclient.http as tritonhttp
 
-from tests.support.launcher import LIGHT_WARMUP, Launcher
+from tests.support.launcher import LIGHT_WARMUP, Launcher, serving
 from tts_front.sample_texts import PARAGRAPH, SENTENCES
 
 HEADER_TIMEOUT_S = 2
@@ -45,13 +45,8 @@ def served(exported_repository, tmp_path_factory):
     log = tmp_path_factory.mktemp("edge") / "launcher.log"
     # One long-text request at a time per caller (--max-streams-per-client 1): the caller's
     # address becomes visible.
-    launcher = Launcher(exported_repository, log, [f"--front-args={FRONT_ARGS}"])
-    try:
-        launcher.wait_ready()
+    with serving(Launcher(exported_repository, log, [f"--front-args={FRONT_ARGS}"])) as launcher:
         yield launcher
-    finally:
-        launcher.close()
-    assert "Traceback" not in launcher.log()
 
 
 def post(port: int, path: str, source: str = "127.0.0.1", headers: dict | None = None):

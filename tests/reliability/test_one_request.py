@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as tritongrpc
 
-from tests.support.launcher import LIGHT_WARMUP, Launcher
+from tests.support.launcher import LIGHT_WARMUP, Launcher, serving
 from tts_client import TTSClient
 from tts_client.protocol import NO_RETRY
 
@@ -25,13 +25,8 @@ DIGITS = "123456 " * 585  # 4,095 characters, each group read as a number
 @pytest.fixture(scope="module")
 def served(exported_repository, tmp_path_factory):
     log = tmp_path_factory.mktemp("one-request") / "launcher.log"
-    launcher = Launcher(exported_repository, log, warmup_requests=LIGHT_WARMUP)
-    try:
-        launcher.wait_ready()
+    with serving(Launcher(exported_repository, log, warmup_requests=LIGHT_WARMUP)) as launcher:
         yield launcher
-    finally:
-        launcher.close()
-    assert "Traceback" not in launcher.log()
 
 
 def front_pid(launcher: Launcher) -> int:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2 as httpx
@@ -117,6 +119,18 @@ class Launcher:
             self.process.kill()
             self.process.wait()
         self._log.close()
+
+
+@contextlib.contextmanager
+def serving(launcher: Launcher) -> Iterator[Launcher]:
+    """``launcher`` ready for the block, closed after it however it ends; no traceback in its
+    log (a module fixture's whole life)."""
+    try:
+        launcher.wait_ready()
+        yield launcher
+    finally:
+        launcher.close()
+    assert "Traceback" not in launcher.log()
 
 
 def alive(pid: int) -> bool:
