@@ -161,17 +161,25 @@ class Gate:
         """Wait until bulk work may start: no interactive work for ``hold_s`` (False), or
         ``max_wait_s`` gone by without that (True: starved; run a short batch in
         :meth:`starved_batch`)."""
-        started = time.monotonic()
+        return self._wait(time.monotonic())
+
+    def _wait(self, since: float) -> bool:
+        """Wait until no interactive work has been seen for ``hold_s`` (False; False too when
+        closing), or until ``max_wait_s`` has passed since ``since`` (True: starved)."""
+        waited = 0
         while not self.closing.is_set():
             now = time.monotonic()
             if self.count.total() > 0:
                 self.last_seen = now
             elif now - self.last_seen >= self.hold_s:
                 return False
-            if now - started >= self.max_wait_s:
+            if now - since >= self.max_wait_s:
                 self.starved_turns += 1
                 return True
             time.sleep(self.poll_s)
+            waited += 1
+            if waited % CLEAR_EVERY == 0:
+                self.count.clear_dead()
         return False
 
     @contextmanager
@@ -191,21 +199,7 @@ class Gate:
         stopped) for ``max_wait_s``, at once and to its end."""
         first = time.monotonic()
         while True:
-            waited, starved = 0, bool(self.unstoppable)
-            while not (starved or self.closing.is_set()):
-                if self.count.total() > 0:
-                    self.last_seen = time.monotonic()
-                elif time.monotonic() - self.last_seen >= self.hold_s:
-                    break
-                if time.monotonic() - first >= self.max_wait_s:
-                    starved = True
-                    self.starved_turns += 1
-                    break
-                time.sleep(self.poll_s)
-                waited += 1
-                if waited % CLEAR_EVERY == 0:
-                    self.count.clear_dead()
-            if starved:
+            if self.unstoppable or self._wait(first):
                 return call(ort.RunOptions())  # (not in ``running``: the watcher never stops it)
             options = ort.RunOptions()
             with self.lock:
