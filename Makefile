@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 
 .PHONY: help setup serve-setup check-system-deps client-venv system-deps test-system-deps \
   apt-install export serve check test test-setup test-reliability unit lint format clean perf perf-smoke bench \
-  soak flops profiles gpu-bundle gpu-lease deploy-venv lock image-cpu image-gpu simulate
+  soak flops profiles gpu-bundle deploy-venv lock image-cpu image-gpu simulate
 
 help:  # the default goal: what each target does
 	@echo "make system-deps     install the system packages (sudo apt-get: libb64-0d gcc libc6-dev nginx)"
@@ -40,7 +40,6 @@ help:  # the default goal: what each target does
 	@echo "  (test, perf, bench... install the full development set: about 2.2 GB;"
 	@echo "   perf-smoke only what make serve does)"
 	@echo "make gpu-bundle      an offline folder for a GPU machine (docs/gpu.md)"
-	@echo "make gpu-lease       the two carries for a lent GPU, 64 MiB a call (docs/gpu.md)"
 	@echo "make image-cpu|gpu   the container image (docker/Dockerfile; needs a Docker engine)"
 	@echo "make lock            regenerate the image's hashed locks (requirements/image-*.lock)"
 	@echo "make simulate        the autoscaler simulation and its plots (docs/scaling.md)"
@@ -125,9 +124,6 @@ profiles: $(VENV)/.installed
 
 # A folder to serve and benchmark the GPU profile on a CUDA machine without network (docs/gpu.md).
 GPU_PYTHON ?= 3.12
-gpu-lease: setup export
-	$(PY) -m tts_tools.gpu_lease build
-
 gpu-bundle: setup export
 	$(PY) -m tts_tools.gpu_bundle build out/gpu-bundle --python $(GPU_PYTHON) $(GPU_BUNDLE_ARGS)
 

@@ -1,4 +1,4 @@
 """Developer tools (nothing the server or its image runs): ``cpu_scaling``: the instances and
-threads per stage for a CPU of N cores; ``gpu_bundle``, ``gpu_lease`` (and ``gpu_lease.sh``):
-what a lent GPU machine is prepared with.
+threads per stage for a CPU of N cores; ``gpu_bundle``:
+an offline folder that serves and benchmarks the GPU profile on a CUDA machine.
 """

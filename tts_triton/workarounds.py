@@ -74,7 +74,6 @@ WORKAROUNDS: tuple[Workaround, ...] = (
         "under numpy 2 the Python-backend stub sends every output empty",
         (
             "tts_serving.triton.adapter:check_numpy",
-            "tts_tools.gpu_lease:PACKAGES",
             "tts_tools.gpu_bundle:install",
         ),
         "the stub is built against numpy 2",
