@@ -111,12 +111,13 @@ export: $(VENV)/.installed-serve
 	  $(if $(filter $(TORCH_PROFILES),$(PROFILE)),--check-torch)
 
 # PROFILE=gpu (torch on CUDA) or PROFILE=torch-cpu serves model_repository/*/configs/$(PROFILE).pbtxt.
+# Every other setting is a variable the processes read themselves (docs/configuration.md,
+# Settings): `make serve TTS_FRONT_DEADLINE_S=5 TTS_GATEWAY_API_KEY=...` (make exports them).
 serve: serve-setup export
 	exec $(PY) -m tts_launcher --model-repository model_repository \
 	  --http-port $(HTTP_PORT) --grpc-port $(GRPC_PORT) --metrics-port $(METRICS_PORT) \
 	  --gateway-port $(GATEWAY_PORT) --wyoming-port $(WYOMING_PORT) --supervisor-metrics-port $(SUPERVISOR_METRICS_PORT) --bind $(BIND) $(if $(PROFILE),--model-config-name=$(PROFILE)) \
-	  $(if $(filter 0,$(EDGE)),--no-edge) \
-	  $(if $(FRONT_ARGS),--front-args "$(FRONT_ARGS)")
+	  $(if $(filter 0,$(EDGE)),--no-edge)
 
 # Regenerate model_repository/*/configs/<profile>.pbtxt from config.pbtxt (tts_launcher/profiles.py).
 profiles: $(VENV)/.installed

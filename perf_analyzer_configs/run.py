@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
+from bench.baselines import repository_for
 from perf_analyzer_configs.report import STAGES, Row, make_row, plot, write_csv
 from tests.support.processes import ServerProcess
 from tts_front.security import admin_headers, admin_key
@@ -377,13 +378,14 @@ def main(argv: list[str] | None = None) -> int:
             # perf_analyzer could carry only on its command line (seen by every local user).
             raise SystemExit(
                 f"{e.message()}\nMeasure the public models alone (--models tts tts_stream), or "
-                'the stages on a server that opens them (make serve FRONT_ARGS="--public-models '
-                "'*'\")."
+                "the stages on a server that opens them (make serve "
+                "TTS_FRONT_PUBLIC_MODELS='*')."
             ) from None
     else:
         log = Path(tempfile.mkdtemp(prefix="perf-")) / "triton.log"
         extra = [f"--model-config-name={args.profile}"] if args.profile else []
-        repository = ROOT / "model_repository"
+        # A baseline (host-ceiling's null engine) is in a repository of its own.
+        repository = repository_for(args.profile, log.parent / "repository")
         cache = ROOT / ".cache/triton"
         with ServerProcess(repository, log, cache_dir=cache, extra_args=extra) as srv:
             ports = (srv.grpc_port, srv.http_port, srv.metrics_port)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from tts_wire.settings import Setting, parse, settings_of
 
 from .connections import ConnectionLimits
 
@@ -19,15 +22,16 @@ PENDING_CALLS = 16384  # gRPC's queue of calls not yet taken, before it drops an
 
 @dataclass(frozen=True)
 class FrontSettings:
-    """What the front door enforces; defaults are ``make serve``'s."""
+    """What the front door enforces; defaults are ``make serve``'s. Each field is a flag and a
+    ``TTS_FRONT_*`` variable (tts_wire.settings); the comment above it is its help."""
 
-    triton_grpc: str = "127.0.0.1:8001"
-    triton_http: str = "127.0.0.1:8000"
-    bind: str = "127.0.0.1"
-    grpc_port: int = 0  # 0: no gRPC front
-    http_port: int = 0  # 0: no HTTP front
-    # The largest legitimate message: 16 vocoder latents of max_frames (192 x 4000 float32).
-    max_request_bytes: int = 64 * MIB
+    triton_grpc: str = "127.0.0.1:8001"  # tritonserver's gRPC host:port
+    triton_http: str = "127.0.0.1:8000"  # tritonserver's HTTP host:port
+    bind: str = "127.0.0.1"  # the address its ports listen on
+    grpc_port: int = 8001  # 0: no gRPC front
+    http_port: int = 8000  # 0: no HTTP front
+    # The largest legitimate message, MiB: 16 vocoder latents of max_frames (192 x 4000 float32).
+    max_request_mib: float = 64.0
     # The deadline of a request whose client set none (a gRPC deadline or Triton's "timeout"
     # parameter set one; perf_analyzer and plain tritonclient set none): what a proxy in front
     # waits for a reply by default (nginx's proxy_read_timeout, 60 s), so a request predicted
@@ -52,7 +56,7 @@ class FrontSettings:
     # past either a request is refused at once. The gateway sends at most its
     # max_concurrent_requests (256).
     max_waiting: int = 4096
-    max_waiting_per_client: int = 512
+    max_waiting_per_client: int = 512  # and per client
     # Before its ports open, this many normal sentences are kept in flight against Triton's
     # `tts` (3x as many in all): the engines' first-run costs are paid (0: none).
     warmup_requests: int = 16
@@ -60,15 +64,19 @@ class FrontSettings:
     window_s: float = 10.0
     # How often open streams are checked against the stubs that serve them.
     stream_check_s: float = 1.0
+    # After SIGTERM, requests and streams in flight get this long (under the launcher its
+    # --drain-s sets it: tts_launcher.commands.StopBudget).
     drain_s: float = 30.0
-    # Connection hygiene (tts_front/connections.py); gRPC gets the same timeouts and total.
-    max_connections: int = 4096
-    max_connections_per_client: int = 256
-    header_timeout_s: float = 10.0  # a request head (HTTP) or the HTTP/2 handshake (gRPC)
-    idle_timeout_s: float = 60.0  # between requests
+    # Connection hygiene (tts_front/connections.py, whose defaults these are); gRPC gets the
+    # same timeouts and total.
+    max_connections: int = ConnectionLimits.max_connections
+    max_connections_per_client: int = ConnectionLimits.max_per_client  # per address
+    # a request head (HTTP) or the HTTP/2 handshake (gRPC)
+    header_timeout_s: float = ConnectionLimits.header_timeout_s
+    idle_timeout_s: float = ConnectionLimits.idle_timeout_s  # between requests
     body_timeout_s: float = 60.0  # to read one HTTP body
-    # Request bodies buffered at once, in all: past it a body is refused (503), not read.
-    max_buffered_bytes: int = 256 * MIB
+    # Request bodies buffered at once, in all, MiB: past it a body is refused (503), not read.
+    max_buffered_mib: float = 256.0
     # gRPC (HTTP/2) concurrent streams per connection: the gateway and perf_analyzer carry
     # hundreds of requests on one connection (at 128, a client's 200 concurrent calls queued
     # behind each other and its health check timed out).
@@ -94,10 +102,19 @@ class FrontSettings:
     # idle ones from one client (5 connections) cost the front door 160 MB and made gRPC
     # cancel other clients' calls (its queue of calls not yet taken overflowed).
     max_grpc_streams_per_client: int = 256
-    # The server's shared-memory prefix: finds its stubs (a stream's model instance died).
+    # The server's shared-memory prefix (tritonserver's shm-region-prefix-name): finds its
+    # stubs (a stream's model instance died).
     shm_prefix: str = ""
     # SIGUSR1 to the parent (the launcher) once drained while dead stubs' streams stay open.
     notify_parent: bool = False
+
+    @property
+    def max_request_bytes(self) -> int:
+        return int(self.max_request_mib * MIB)
+
+    @property
+    def max_buffered_bytes(self) -> int:
+        return int(self.max_buffered_mib * MIB)
 
     def edge_connections(self) -> int:
         """nginx's worker_connections in front of this door (tts_launcher/edge.py): each proxied
@@ -114,7 +131,7 @@ class FrontSettings:
     def __post_init__(self) -> None:
         if self.max_request_bytes < 1024:
             raise ValueError(
-                f"max_request_bytes must be at least 1024, not {self.max_request_bytes}"
+                f"max_request_mib must be at least 1 KiB (0.001), not {self.max_request_mib:g}"
             )
         if not 0 < self.deadline_s <= 3600:
             raise ValueError(f"deadline_s must be in (0, 3600], not {self.deadline_s}")
@@ -143,123 +160,33 @@ class FrontSettings:
         )
         if self.body_timeout_s <= 0 or self.max_buffered_bytes < self.max_request_bytes:
             raise ValueError(
-                "body_timeout_s must be positive and max_buffered_bytes at least max_request_bytes"
+                "body_timeout_s must be positive and max_buffered_mib at least max_request_mib"
             )
         if not 0 <= self.warmup_requests <= 256:
             raise ValueError(f"warmup_requests must be in [0, 256], not {self.warmup_requests}")
 
 
-def parser() -> argparse.ArgumentParser:
-    """The command line, every default the settings' own."""
-    d = FrontSettings()
-    p = argparse.ArgumentParser(
+ENV_PREFIX = "TTS_FRONT_"
+DESCRIPTION = (
+    "The front door: Triton's gRPC and HTTP APIs, with limits applied before Triton copies "
+    "anything (tts_front/__init__.py says which)."
+)
+
+
+def settings() -> list[Setting]:
+    """Every setting of the front door, as its flags and variables name them."""
+    return settings_of(FrontSettings, ENV_PREFIX)
+
+
+def parse_args(
+    argv: list[str] | None = None, environ: Mapping[str, str] | None = None
+) -> FrontSettings:
+    """Settings from flags, then ``TTS_FRONT_*`` variables, then the defaults."""
+    return parse(
+        FrontSettings,
+        argv,
+        os.environ if environ is None else environ,
         prog="python -m tts_front",
-        description="The front door: Triton's gRPC and HTTP APIs, with limits applied before "
-        "Triton copies anything (tts_front/__init__.py says which).",
+        description=DESCRIPTION,
+        env_prefix=ENV_PREFIX,
     )
-    p.add_argument("--triton-grpc", default=d.triton_grpc, help="tritonserver's gRPC host:port")
-    p.add_argument("--triton-http", default=d.triton_http, help="tritonserver's HTTP host:port")
-    p.add_argument("--shm-prefix", default="", help="tritonserver's shm-region-prefix-name")
-    p.add_argument("--notify-parent", action="store_true", help="SIGUSR1 the launcher (drained)")
-    p.add_argument("--bind", default=d.bind)
-    p.add_argument("--grpc-port", type=int, default=8001, help="0: no gRPC front")
-    p.add_argument("--http-port", type=int, default=8000, help="0: no HTTP front")
-    p.add_argument("--max-request-mib", type=float, default=d.max_request_bytes / MIB)
-    p.add_argument(
-        "--deadline-s",
-        type=float,
-        default=d.deadline_s,
-        help="the deadline of requests whose client set none",
-    )
-    p.add_argument(
-        "--public-models",
-        default=",".join(d.public_models),
-        help="models served on the public ports ('*': all); the others need the admin key",
-    )
-    p.add_argument("--max-connections", type=int, default=d.max_connections)
-    p.add_argument("--max-connections-per-client", type=int, default=d.max_connections_per_client)
-    p.add_argument("--header-timeout-s", type=float, default=d.header_timeout_s)
-    p.add_argument("--idle-timeout-s", type=float, default=d.idle_timeout_s)
-    p.add_argument("--body-timeout-s", type=float, default=d.body_timeout_s)
-    p.add_argument("--max-streams-per-client", type=int, default=d.max_streams_per_client)
-    p.add_argument(
-        "--server-streams",
-        type=int,
-        default=d.server_streams,
-        help="tts_stream's max_streams (the launcher passes its config's)",
-    )
-    p.add_argument(
-        "--interactive-work-per-client",
-        type=float,
-        default=d.interactive_work_per_client,
-        help="cost per client in flight at priority 1 (the rest goes at 2, bulk)",
-    )
-    p.add_argument("--max-grpc-streams-per-client", type=int, default=d.max_grpc_streams_per_client)
-    p.add_argument("--max-streams-per-connection", type=int, default=d.max_streams_per_connection)
-    p.add_argument("--edge-send-buffer-kib", type=int, default=d.edge_send_buffer_kib)
-    p.add_argument("--max-buffered-mib", type=float, default=d.max_buffered_bytes / MIB)
-    p.add_argument(
-        "--slots", type=int, default=d.slots, help="requests passed on to Triton at once"
-    )
-    p.add_argument(
-        "--express-interactive",
-        action="store_true",
-        help="interactive requests go to Triton at once, beside the slots (stages that run "
-        "bulk work only on time interactive work leaves: scheduling levels)",
-    )
-    p.add_argument("--max-waiting", type=int, default=d.max_waiting)
-    p.add_argument("--max-waiting-per-client", type=int, default=d.max_waiting_per_client)
-    p.add_argument(
-        "--warmup-requests",
-        type=int,
-        default=d.warmup_requests,
-        help="sentences sent to tts at start to measure the throughput (0: none)",
-    )
-    p.add_argument("--drain-s", type=float, default=d.drain_s)
-    p.add_argument(
-        "--window-s",
-        type=float,
-        default=d.window_s,
-        help="seconds over which admission measures the rate it refuses by",
-    )
-    return p
-
-
-def parse_args(argv: list[str] | None = None) -> FrontSettings:
-    p = parser()
-    a = p.parse_args(argv)
-    try:
-        settings = FrontSettings(
-            triton_grpc=a.triton_grpc,
-            triton_http=a.triton_http,
-            bind=a.bind,
-            grpc_port=a.grpc_port,
-            http_port=a.http_port,
-            max_request_bytes=int(a.max_request_mib * MIB),
-            deadline_s=a.deadline_s,
-            public_models=tuple(m for m in a.public_models.split(",") if m),
-            max_connections=a.max_connections,
-            max_connections_per_client=a.max_connections_per_client,
-            header_timeout_s=a.header_timeout_s,
-            idle_timeout_s=a.idle_timeout_s,
-            body_timeout_s=a.body_timeout_s,
-            max_buffered_bytes=int(a.max_buffered_mib * MIB),
-            max_streams_per_connection=a.max_streams_per_connection,
-            edge_send_buffer_kib=a.edge_send_buffer_kib,
-            max_streams_per_client=a.max_streams_per_client,
-            server_streams=a.server_streams,
-            interactive_work_per_client=a.interactive_work_per_client,
-            max_grpc_streams_per_client=a.max_grpc_streams_per_client,
-            slots=a.slots,
-            express_interactive=a.express_interactive,
-            max_waiting=a.max_waiting,
-            max_waiting_per_client=a.max_waiting_per_client,
-            warmup_requests=a.warmup_requests,
-            window_s=a.window_s,
-            drain_s=a.drain_s,
-            shm_prefix=a.shm_prefix,
-            notify_parent=a.notify_parent,
-        )
-    except ValueError as e:
-        p.error(str(e))
-    return settings

@@ -28,7 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tts_wire import MAX_SPEED, MIN_SPEED, edge_client
+from tts_wire import MAX_SPEED, MIN_SPEED, __version__, edge_client
 
 from . import sessions
 from .drain import CUT, cut_message
@@ -163,7 +163,7 @@ def create_app(
     app = FastAPI(
         title="TTS gateway",
         description="OpenAI-compatible speech API in front of Triton Inference Server",
-        version="0.9.10",
+        version=__version__,
         lifespan=lifespan,
         # FastAPI's /docs and /redoc load their scripts from a CDN: blank offline. /docs points
         # to the schema instead.

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tts_wire import SynthesisOptions
+from tts_wire.settings import Setting, add_settings, build, settings_of
 
 # OpenAI's model names, all served by the same Triton pipeline (there is one engine).
 MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
@@ -153,9 +154,12 @@ def repository_voices(entries: list[str]) -> tuple[Voice, ...]:
 
 @dataclass(frozen=True)
 class GatewaySettings:
-    triton_url: str = "grpc://127.0.0.1:8001"
-    host: str = "127.0.0.1"
-    port: int = 8080
+    """The gateway's settings; each field is a flag and a ``TTS_GATEWAY_*`` variable
+    (tts_wire.settings), the comment above it its help."""
+
+    triton_url: str = "grpc://127.0.0.1:8001"  # the front door's (or Triton's) gRPC
+    host: str = "127.0.0.1"  # the address the HTTP API listens on
+    port: int = 8080  # the HTTP API's port
     # OpenAI's own limit; raise it (up to tts_stream's max_characters) for long documents.
     max_input_chars: int = 4096
     # Bodies are read up to this size before anything else happens; bigger ones get 413.
@@ -175,7 +179,7 @@ class GatewaySettings:
     # After SIGTERM, requests in flight get this long; a stream still running then ends with
     # an SSE error event (audio streams are cut), and the gateway exits.
     drain_s: float = 30.0
-    retry_after_s: int = 1
+    retry_after_s: int = 1  # the Retry-After of a 429 or 503
     # A JSON list of voices (see Voice); empty: the Triton voices below, else the bundled voice,
     # with OpenAI's names as aliases of the first.
     voices_file: str = ""
@@ -198,7 +202,7 @@ class GatewaySettings:
     # text, a connection's length, and how long a session may stay silent with nothing to say.
     # Per caller address too, so one address cannot hold every session.
     max_sessions: int = 256
-    max_sessions_per_client: int = 64
+    max_sessions_per_client: int = 64  # per caller address
     # Addresses of proxies whose X-Forwarded-For names the caller (comma-separated, or "*");
     # empty: none, the caller is the address that connected.
     forwarded_allow_ips: str = ""
@@ -206,10 +210,10 @@ class GatewaySettings:
     # its caller's address in x-real-ip (tts_wire.edge_client); without it, the address that
     # connected is the caller.
     edge_key: str = ""
-    session_max_message_chars: int = 65_536
-    session_max_chars: int = 100_000
-    session_max_s: float = 3600.0
-    session_idle_s: float = 30.0
+    session_max_message_chars: int = 65_536  # a session's message (max_sessions: more)
+    session_max_chars: int = 100_000  # a session's text in all
+    session_max_s: float = 3600.0  # a session connection's length
+    session_idle_s: float = 30.0  # silent this long with nothing to say: closed
     # Home Assistant's Wyoming protocol (docs/wyoming.md) on this port (0: off), on
     # wyoming_host (empty: the gateway's host); connections in all and per address, and how
     # long one may stay silent before it is closed (at the cap in all, a newcomer from an
@@ -217,10 +221,10 @@ class GatewaySettings:
     # Per address: a Home Assistant host speaks for all its satellites from one. Wyoming has no
     # authentication: keep it on loopback or a trusted network.
     wyoming_port: int = 0
-    wyoming_host: str = ""
-    wyoming_max_connections: int = 64
-    wyoming_max_connections_per_client: int = 48
-    wyoming_idle_s: float = 300.0
+    wyoming_host: str = ""  # empty: the gateway's host
+    wyoming_max_connections: int = 64  # Wyoming connections at once, in all
+    wyoming_max_connections_per_client: int = 48  # and per address
+    wyoming_idle_s: float = 300.0  # a connection silent this long is closed
     wyoming_write_timeout_s: float = 10.0  # a client that reads nothing this long is dropped
     # The kernel's send buffer of each client connection (HTTP, WebSocket, Wyoming), in bytes
     # (the kernel doubles it): audio waiting for a client that stops reading stays within it
@@ -294,23 +298,17 @@ class GatewaySettings:
         return names
 
 
-_SCALARS = [f for f in dataclasses.fields(GatewaySettings) if f.name != "voices"]
+ENV_PREFIX = "TTS_GATEWAY_"
+
+
+def settings() -> list[Setting]:
+    """Every setting of the gateway, as its flags and variables name them (the voice table
+    comes from voices_file or triton_voices)."""
+    return settings_of(GatewaySettings, ENV_PREFIX, exclude=("voices",))
 
 
 def env_name(name: str) -> str:
-    return "TTS_GATEWAY_" + name.upper()
-
-
-def _flag(value) -> bool:
-    """A bool setting from a flag or variable: true/1/yes or false/0/no."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {value!r}")
+    return ENV_PREFIX + name.upper()
 
 
 def parse_args(argv: list[str] | None = None, environ: Mapping[str, str] | None = None):
@@ -320,19 +318,8 @@ def parse_args(argv: list[str] | None = None, environ: Mapping[str, str] | None 
         prog="python -m tts_gateway",
         description="OpenAI-compatible speech API in front of Triton (see README).",
     )
-    for f in _SCALARS:
-        kind = _flag if isinstance(f.default, bool) else type(f.default)
-        default = kind(environ.get(env_name(f.name), f.default))
-        parser.add_argument(
-            "--" + f.name.replace("_", "-"),
-            type=kind,
-            default=default,
-            help=f"default {f.default} (or ${env_name(f.name)})",
-        )
+    scalars = settings()
+    add_settings(parser, scalars, environ)
     parser.add_argument("--log-level", default=environ.get("TTS_GATEWAY_LOG_LEVEL", "info"))
     args = parser.parse_args(argv)
-    values = {f.name: getattr(args, f.name) for f in _SCALARS}
-    try:
-        return GatewaySettings(**values), args.log_level
-    except ValueError as e:
-        parser.error(str(e))
+    return build(GatewaySettings, args, scalars, parser), args.log_level

@@ -45,6 +45,7 @@ from zeroconf import Error as ZeroconfError
 from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
 from tts_client.session import FIRST_PIECE_WORDS, BufferRule, TextBuffer
+from tts_wire import __version__
 from tts_wire.caps import PerClient
 from tts_wire.refusals import Refusals
 
@@ -56,7 +57,7 @@ from .settings import GatewaySettings, Voice
 log = logging.getLogger("tts_gateway.wyoming")
 REFUSALS = Refusals(log)  # one line a kind a minute: a client cannot fill the disk
 
-VERSION = "0.9.10"
+VERSION = __version__
 # What a client may send: a header line, its JSON data, a binary payload (a TTS client sends
 # none; an ASR client's audio is not for this server).
 MAX_LINE = 64 * 1024

@@ -5,9 +5,9 @@ client over it sees. docs/admission.md holds the table as printed here:
     python -m tts_launcher.limits            # print it
     python -m tts_launcher.limits --check    # fail when docs/admission.md's copy is stale
 
-The front door's settings go through the launcher's ``--front-args`` ($FRONT_ARGS), the
-gateway's through ``TTS_GATEWAY_*`` variables (or its own flags when run alone); the models'
-through their config.pbtxt.
+The front door's settings are ``TTS_FRONT_*`` variables, the gateway's ``TTS_GATEWAY_*`` ones
+(or their own flags when run alone), both inherited through the launcher; the models' are in
+their config.pbtxt.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from tts_wire import ITEMS_PER_REQUEST
 
 from . import liveness
 from .edge import grpc_calls_per_client
-from .profiles import front_slots
 from .restarts import RestartPolicy
+from .served import front_slots
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "admission.md"
@@ -57,7 +57,7 @@ def _gateway(name: str) -> Callable[[], str]:
 
 
 def _front_flag(name: str) -> str:
-    return f"front door `--{name.replace('_', '-')}`"
+    return f"`TTS_FRONT_{name.upper()}`"
 
 
 def _gateway_var(name: str) -> str:
@@ -151,7 +151,7 @@ LIMITS: tuple[Limit, ...] = (
           "its own queue, Triton's is empty there)", "tts_serving/triton/adapter.py",
           _queue_size, "`max_queue_size` parameter", "UNAVAILABLE at once (retry later)"),
     Limit("requests queued at a stage of a profile that schedules in batches (`gpu`, "
-          "`torch-cpu`, `cpu-batch`, `cpu-interactive`)", "model_repository/*/configs/*.pbtxt",
+          "`torch-cpu`, `cpu-interactive`)", "model_repository/*/configs/*.pbtxt",
           _queue_size,
           "`max_queue_size` parameter (Triton's `default_queue_policy`)",
           "UNAVAILABLE (the front door keeps far fewer in)"),

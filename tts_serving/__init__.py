@@ -4,4 +4,6 @@ Each ``model.py`` is a thin adapter over this package, so the batching, validati
 inference logic is written once and unit-tested without a running server.
 """
 
-__version__ = "0.9.10"
+from tts_wire import __version__
+
+__all__ = ["__version__"]

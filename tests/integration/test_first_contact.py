@@ -37,7 +37,7 @@ def served(exported_repository, tmp_path_factory):
     the one that then serves (busy before it started: nothing measured then may refuse the
     load that follows), and given all of them once ready."""
     log = tmp_path_factory.mktemp("first-contact") / "launcher.log"
-    launcher = Launcher(exported_repository, log, [f"--front-args=--window-s {WINDOW_S}"])
+    launcher = Launcher(exported_repository, log, env={"TTS_FRONT_WINDOW_S": str(WINDOW_S)})
     cores = os.sched_getaffinity(0)
     half = half_of(cores)
     pin([launcher.process.pid], half)  # its children inherit it

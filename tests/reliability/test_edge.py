@@ -28,11 +28,15 @@ from tts_front.sample_texts import PARAGRAPH, SENTENCES
 HEADER_TIMEOUT_S = 2
 PER_ADDRESS = 32  # HTTP requests in progress per address (the 48 below: 24 of them)
 MAX_CONNECTIONS = 128  # per port: nginx's worker_connections 2 x 128 + 64 (small to fill)
-FRONT_ARGS = (
-    f"--warmup-requests {LIGHT_WARMUP} --header-timeout-s {HEADER_TIMEOUT_S} "
-    f"--body-timeout-s 3 --max-connections-per-client {PER_ADDRESS} --max-request-mib 4 "
-    f"--max-connections {MAX_CONNECTIONS} --max-streams-per-client 1"
-)
+FRONT_ENV = {
+    "TTS_FRONT_WARMUP_REQUESTS": str(LIGHT_WARMUP),
+    "TTS_FRONT_HEADER_TIMEOUT_S": str(HEADER_TIMEOUT_S),
+    "TTS_FRONT_BODY_TIMEOUT_S": "3",
+    "TTS_FRONT_MAX_CONNECTIONS_PER_CLIENT": str(PER_ADDRESS),
+    "TTS_FRONT_MAX_REQUEST_MIB": "4",
+    "TTS_FRONT_MAX_CONNECTIONS": str(MAX_CONNECTIONS),
+    "TTS_FRONT_MAX_STREAMS_PER_CLIENT": "1",
+}
 BOUND_S = 30  # far over every timeout above
 HEAD = b"POST /v2/models/tts/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
 BODY = json.dumps(
@@ -45,7 +49,7 @@ def served(exported_repository, tmp_path_factory):
     log = tmp_path_factory.mktemp("edge") / "launcher.log"
     # One long-text request at a time per caller (--max-streams-per-client 1): the caller's
     # address becomes visible.
-    with serving(Launcher(exported_repository, log, [f"--front-args={FRONT_ARGS}"])) as launcher:
+    with serving(Launcher(exported_repository, log, env=FRONT_ENV)) as launcher:
         yield launcher
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -32,14 +33,16 @@ class Launcher:
         extra_args: list[str] | None = None,
         ports: tuple[int, int, int, int, int] | None = None,
         warmup_requests: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         """``ports``: (http, grpc, metrics, gateway, supervisor metrics), e.g. another
         launcher's ``ports`` to start again where it ran; default: free ones.
-        ``warmup_requests``: the front door's ``--warmup-requests`` (default: its own, 16)."""
+        ``warmup_requests``: the front door's ``--warmup-requests`` (default: its own, 16).
+        ``env``: variables added to this process's (``TTS_FRONT_*``, ``TTS_GATEWAY_*``...),
+        as a user sets them before ``make serve``."""
+        env = {**os.environ, **(env or {})}
         if warmup_requests is not None:
-            # One --front-args reaches the front door (argparse keeps the last).
-            assert not any(a.startswith("--front-args") for a in extra_args or []), extra_args
-            extra_args = [*(extra_args or []), f"--front-args=--warmup-requests {warmup_requests}"]
+            env["TTS_FRONT_WARMUP_REQUESTS"] = str(warmup_requests)
         # Distinct (one at a time, the kernel can hand out the same port twice); Wyoming's is
         # not in ``ports``: a restart there takes a fresh one.
         fresh = free_ports(6, avoid=ports or ())
@@ -61,7 +64,7 @@ class Launcher:
                 f"--supervisor-metrics-port={self.supervisor_metrics}",
                 *(extra_args or []),
             ],
-            stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
+            stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
         )  # fmt: skip
 
     @property

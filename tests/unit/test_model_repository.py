@@ -138,12 +138,12 @@ def test_the_front_door_passes_on_two_full_batches_of_the_profiles_batched_stage
     next forms, and the rate admission refuses by is measured from one batch in flight. A
     GPU profile's batches are larger: the launcher gives the front door its own."""
     from tts_front.settings import FrontSettings
-    from tts_launcher.profiles import BATCHED, front_slots
+    from tts_launcher.served import BATCHED, front_slots
 
     batch = max(load(name).max_batch_size for name in BATCHED)
     assert front_slots(None) == 2 * batch
     assert FrontSettings.slots == front_slots(None)  # the front door run alone: the default's
-    for profile in ("cpu-int8", "cpu-padded", "torch-cpu", "gpu", "gpu-dlpack"):
+    for profile in ("cpu-int8", "cpu-interactive", "torch-cpu", "gpu", "gpu-dlpack"):
         has = [n for n in BATCHED if (REPO / n / "configs" / f"{profile}.pbtxt").exists()]
         profiled = max(load(n, profile if n in has else None).max_batch_size for n in BATCHED)
         assert front_slots(profile) == 2 * profiled, profile
@@ -153,7 +153,7 @@ def test_the_front_door_passes_on_two_full_batches_of_the_profiles_batched_stage
 def test_the_front_doors_slots_follow_the_served_repositorys_batches(tmp_path):
     """A repository whose batched stages batch 4 gets 8 slots: read from the configs Triton
     loads, not a constant."""
-    from tts_launcher.profiles import BATCHED, front_slots
+    from tts_launcher.served import BATCHED, front_slots
 
     for name in BATCHED:
         (tmp_path / name / "configs").mkdir(parents=True)
@@ -279,23 +279,29 @@ def test_model_adapters_import_the_wire_contract_not_the_client():
 
 
 def test_one_version_everywhere_and_in_the_changelog():
+    """Written once, in tts_wire: both distributions read it (setuptools' attr), the server,
+    the gateway and Wyoming report it, and the changelog's newest entry names it."""
     import re
 
     import tomllib
 
     import tts_serving
+    import tts_wire
+    from tts_gateway import wyoming
     from tts_gateway.app import create_app
     from tts_gateway.settings import GatewaySettings
 
-    versions = {
-        path: tomllib.loads((ROOT / path).read_text())["project"]["version"]
-        for path in ("pyproject.toml", "client/pyproject.toml")
-    }
-    versions["tts_serving"] = tts_serving.__version__
-    versions["gateway"] = create_app(GatewaySettings()).version
-    assert len(set(versions.values())) == 1, versions
+    for path, attr in (
+        ("pyproject.toml", "wire.tts_wire.__version__"),
+        ("client/pyproject.toml", "tts_wire.__version__"),
+    ):
+        project = tomllib.loads((ROOT / path).read_text())
+        assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
+        assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": attr}
+    reported = {tts_serving.__version__, create_app(GatewaySettings()).version, wyoming.VERSION}
+    assert reported == {tts_wire.__version__}
     latest = re.search(r"^## (\S+)", (ROOT / "CHANGELOG.md").read_text(), re.M).group(1)
-    assert latest == versions["pyproject.toml"]
+    assert latest == tts_wire.__version__
 
 
 def test_the_license_is_mit_and_notice_names_every_copyleft_dependency():

@@ -23,7 +23,7 @@ def test_a_stage_kept_for_the_admin_key_is_a_clear_error(monkeypatch, tmp_path):
         run.main(argv)
     message = str(exit_.value.code)
     assert "model 'phonemizer' is not served" in message
-    assert "--models tts tts_stream" in message and "--public-models" in message
+    assert "--models tts tts_stream" in message and "TTS_FRONT_PUBLIC_MODELS" in message
 
 
 def test_other_errors_are_not_rewritten(monkeypatch, tmp_path):

@@ -605,7 +605,7 @@ def test_model_name_of_a_malformed_message_is_none(raw):
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("max_request_bytes", 10),
+        ("max_request_mib", 0.0001),
         ("deadline_s", 0),
         ("deadline_s", 1e9),
         ("slots", 0),

@@ -57,7 +57,7 @@ def test_every_limit_comes_from_the_front_doors_settings(tmp_path):
         header_timeout_s=3,
         idle_timeout_s=20,
         body_timeout_s=4,
-        max_request_bytes=8 << 20,
+        max_request_mib=8,
         max_streams_per_connection=33,
     )
     configs = render(settings, PORTS, "k3y", tmp_path)

@@ -24,7 +24,7 @@ def test_each_deadline_leaves_the_one_above_time_to_finish(drain_s):
 
 def test_the_launcher_hands_its_one_setting_to_the_gateway_and_the_front_door(monkeypatch):
     monkeypatch.delenv("TTS_GATEWAY_DRAIN_S", raising=False)
-    monkeypatch.setenv("TTS_DRAIN_S", "45")
+    monkeypatch.setenv("TTS_LAUNCHER_DRAIN_S", "45")
     for name in (FRONT_TOKEN_ENV, GATEWAY_FRONT_TOKEN_ENV):  # front_door sets them: restored
         monkeypatch.setenv(name, "token")
     args, _ = parse_args(["--model-repository=model_repository"])
@@ -41,8 +41,10 @@ def test_a_drain_set_where_the_launcher_would_not_see_it_is_refused(monkeypatch,
         parse_args([])
     assert "under the launcher the drain is one setting, --drain-s" in capsys.readouterr().err
     monkeypatch.delenv("TTS_GATEWAY_DRAIN_S")
+    monkeypatch.setenv("TTS_FRONT_DRAIN_S", "60")
     with pytest.raises(SystemExit):
-        parse_args(["--front-args=--slots 8 --drain-s 60"])
-    assert "--front-args sets --drain-s" in capsys.readouterr().err
+        parse_args([])
+    assert "$TTS_FRONT_DRAIN_S is set" in capsys.readouterr().err
+    monkeypatch.delenv("TTS_FRONT_DRAIN_S")
     with pytest.raises(SystemExit):
         parse_args(["--drain-s=-1"])
