@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.baselines import repository_for
 from bench.machine import cpu_line
 from tests.support.processes import ServerProcess
 from tts_front.sample_texts import SENTENCES
@@ -289,7 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repository", type=Path, default=ROOT / "model_repository")
     parser.add_argument("--json", type=Path, help="also write all runs as JSON here")
     parser.add_argument(
-        "--profile", help="serve configs/<profile>.pbtxt (gpu, torch-cpu; tts_launcher.profiles)"
+        "--profile",
+        help="serve configs/<profile>.pbtxt (gpu, torch-cpu: tts_launcher.profiles; or a "
+        "baseline: bench.baselines)",
     )
     args = parser.parse_args(argv)
     print(f"machine: {cpu_line()}", flush=True)
@@ -297,8 +300,10 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = Path(tempfile.mkdtemp(prefix="bench-"))
 
     def serving(profile: str | None) -> ServerProcess:
+        # A baseline's configs live in a repository of their own (bench.baselines).
+        repository = repository_for(profile, log_dir / f"repository-{profile}", args.repository)
         return ServerProcess(
-            args.repository,
+            repository,
             log_dir / f"triton-{profile or 'default'}.log",
             cache_dir=ROOT / ".cache/triton",
             extra_args=[f"--model-config-name={profile}"] if profile else None,

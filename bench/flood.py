@@ -36,6 +36,7 @@ import httpx2 as httpx
 import numpy as np
 import tritonclient.grpc as grpcclient
 
+from bench.baselines import repository_for
 from bench.machine import cpu_line
 from tests.support.launcher import Launcher
 from tts_front.sample_texts import PARAGRAPH, SENTENCES
@@ -245,7 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     for profile in a.profiles:
         extra = [] if profile == "default" else [f"--model-config-name={profile}"]
         with tempfile.TemporaryDirectory() as tmp:
-            launcher = Launcher(a.repository, Path(tmp) / "launcher.log", extra)
+            # The cpu-batch baseline is in a repository of its own (bench.baselines).
+            repository = repository_for(profile, Path(tmp) / "repository", a.repository)
+            launcher = Launcher(repository, Path(tmp) / "launcher.log", extra)
             try:
                 launcher.wait_ready()
                 for through in a.through:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
-import shlex
 import shutil
 import socket
 import sys
@@ -36,16 +35,16 @@ from tts_front.security import (
     inner_headers,
     secret_setting,
 )
-from tts_front.settings import FRONT_LIVE_PATH, parse_args as front_settings
-from tts_gateway.settings import env_name as gateway_env
+from tts_front.settings import (
+    ENV_PREFIX as FRONT_PREFIX,
+    FRONT_LIVE_PATH,
+    parse_args as front_settings,
+)
 from tts_triton.probes import answers_ok
 
-from .admin_key import DEFAULT_BIND, RESTRICTED
 from .children import supervise
 from .commands import (
-    DRAIN_S,
     FRONTED_EXIT_TIMEOUT_S,
-    StopBudget,
     free_ports,
     front_command,
     gateway_command,
@@ -54,117 +53,14 @@ from .commands import (
 )
 from .edge import EdgePorts, edge_command, write_config
 from .environment import has_gpu, quiet_grpc, server_env
-from .liveness import LIVE_PATH, LOAD_BUDGET_S, Heartbeat, serve as serve_metrics
-from .profiles import BENCHMARK_PROFILES, front_slots, front_streams, levels_scheduled
+from .liveness import LIVE_PATH, Heartbeat, serve as serve_metrics
 from .repository import gateway_voices
+from .served import front_slots, front_streams, levels_scheduled, null_engine, profiles
+from .settings import LauncherSettings, parse_args
 from .stub_healing import (
     SupervisorMetrics,
     new_shm_prefix,
 )
-
-
-def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
-    """The launcher's options, and the rest (passed on to tritonserver)."""
-    parser = argparse.ArgumentParser(prog="python -m tts_launcher", description=__doc__)
-    parser.add_argument("--model-repository", type=Path, default=Path("model_repository"))
-    parser.add_argument("--http-port", type=int, default=int(os.environ.get("HTTP_PORT", 8000)))
-    parser.add_argument("--grpc-port", type=int, default=int(os.environ.get("GRPC_PORT", 8001)))
-    parser.add_argument(
-        "--metrics-port", type=int, default=int(os.environ.get("METRICS_PORT", 8002))
-    )
-    parser.add_argument("--cache-dir", type=Path, default=Path(".cache/triton"))
-    parser.add_argument(
-        "--bind",
-        default=os.environ.get("BIND", DEFAULT_BIND),
-        help="address for HTTP, gRPC and metrics (default 127.0.0.1; 0.0.0.0 opens them)",
-    )
-    parser.add_argument(
-        "--gateway-port",
-        type=int,
-        default=int(os.environ.get("GATEWAY_PORT", 8080)),
-        help="port of the OpenAI-compatible gateway, on --bind (0: no gateway)",
-    )
-    parser.add_argument(
-        "--wyoming-port",
-        type=int,
-        default=int(os.environ.get("WYOMING_PORT", 10200)),
-        help="port of Home Assistant's Wyoming protocol, served by the gateway on --bind "
-        "(0: none; docs/wyoming.md)",
-    )
-    parser.add_argument(
-        "--supervisor-metrics-port",
-        type=int,
-        default=int(os.environ.get("SUPERVISOR_METRICS_PORT", 8003)),
-        help="Prometheus metrics of the supervisor (outages, restarts) on --bind (0: none)",
-    )
-    parser.add_argument(
-        "--restricted-apis",
-        default=RESTRICTED,
-        help=f"APIs that need the admin key (default {RESTRICTED}; add statistics, "
-        "model-config to close those too)",
-    )
-    parser.add_argument(
-        "--no-front",
-        action="store_true",
-        help="serve tritonserver's HTTP and gRPC on the public ports directly, without the "
-        "front door's size limits, admission and stream watch (tts_front/)",
-    )
-    parser.add_argument(
-        "--no-edge",
-        action="store_true",
-        help="serve the front door and the gateway on the public ports themselves, without "
-        "the nginx edge in front (its connection limits are then the front door's own)",
-    )
-    parser.add_argument(
-        "--load-budget-s",
-        type=float,
-        default=LOAD_BUDGET_S,
-        help="start tritonserver again when it is not ready this long after its start (a "
-        f"model load that hung; default {LOAD_BUDGET_S:.0f}, half the liveness probe's budget)",
-    )
-    parser.add_argument(
-        "--front-args",
-        default=os.environ.get("FRONT_ARGS", ""),
-        help="extra flags of the front door, e.g. '--deadline-s 5 --max-request-mib 16'",
-    )
-    parser.add_argument(
-        "--drain-s",
-        type=float,
-        default=float(os.environ.get(DRAIN_ENV, DRAIN_S)),
-        help="after SIGTERM, requests and streams in flight get this long to finish (default "
-        f"{DRAIN_S:g}, or ${DRAIN_ENV}); the gateway's, the front door's and the launcher's "
-        "own deadlines all follow from it (tts_launcher/commands.py: StopBudget)",
-    )
-    args, extra = parser.parse_known_args(argv)
-    problem = _drain_set_elsewhere(args)
-    if problem:
-        parser.error(problem)
-    try:
-        args.stop_budget = StopBudget(args.drain_s)
-    except ValueError as e:
-        parser.error(str(e))
-    return args, extra
-
-
-DRAIN_ENV = "TTS_DRAIN_S"
-GATEWAY_DRAIN_ENV = gateway_env("drain_s")
-
-
-def _drain_set_elsewhere(args: argparse.Namespace) -> str | None:
-    """Why the drain is set where the launcher would not see it (None: it is not): the
-    gateway's variable or the front door's flag would leave the launcher's waits behind."""
-    if GATEWAY_DRAIN_ENV in os.environ:
-        return (
-            f"${GATEWAY_DRAIN_ENV} is set: under the launcher the drain is one setting, "
-            f"--drain-s (or ${DRAIN_ENV}), from which the gateway's, the front door's and the "
-            "launcher's own deadlines follow; unset it and set that instead"
-        )
-    if any(a == "--drain-s" or a.startswith("--drain-s=") for a in shlex.split(args.front_args)):
-        return (
-            "--front-args sets --drain-s: under the launcher the drain is one setting, the "
-            "launcher's --drain-s (or $TTS_DRAIN_S); set that instead"
-        )
-    return None
 
 
 def profile_name(extra: list[str]) -> str | None:
@@ -174,10 +70,24 @@ def profile_name(extra: list[str]) -> str | None:
     return flags.parse_known_args(extra)[0].model_config_name
 
 
-def benchmark_profile(extra: list[str]) -> str | None:
-    """The BENCHMARK_PROFILES name among tritonserver's flags, if one is asked for."""
-    name = profile_name(extra)
-    return name if name in BENCHMARK_PROFILES else None
+def profile_problem(profile: str | None, repository: Path) -> str | None:
+    """Why ``profile`` cannot be served from ``repository`` (None: it can). Triton itself
+    would load config.pbtxt in silence for a profile no model has."""
+    if profile is None:
+        return None
+    have = profiles(repository)
+    if profile not in have:
+        return (
+            f"no model in {repository} has the profile {profile!r} (configs/{profile}.pbtxt); "
+            f"it serves {', '.join(have) or 'none'} (a benchmark's baseline is served from the "
+            "repository python -m bench.baselines makes)"
+        )
+    if null_engine(profile, repository):
+        return (
+            f"profile {profile} runs the null engine, which serves silence; it is for "
+            "python -m perf_analyzer_configs.host_ceiling only"
+        )
+    return None
 
 
 def local_host(bind: str) -> str:
@@ -199,7 +109,7 @@ def front_live(bind: str, port: int) -> bool:
     return answers_ok(f"http://{local_host(bind)}:{port}{FRONT_LIVE_PATH}")
 
 
-def banner(args: argparse.Namespace, gpu: bool) -> str:
+def banner(args: LauncherSettings, gpu: bool) -> str:
     """What ``make serve`` prints once the service answers: where to reach each interface."""
     host = local_host(args.bind)
     lines = ["", "=" * 72, "ready:"]
@@ -227,7 +137,7 @@ def banner(args: argparse.Namespace, gpu: bool) -> str:
     return "\n".join(lines)
 
 
-def announce_when_ready(args: argparse.Namespace, gpu: bool, timeout_s: float = 600.0) -> None:
+def announce_when_ready(args: LauncherSettings, gpu: bool, timeout_s: float = 600.0) -> None:
     """Print the banner once, when the gateway (or, without one, the front door) answers
     ready; from a thread, so the launcher's own start is not held up."""
     host = local_host(args.bind)
@@ -247,16 +157,11 @@ def announce_when_ready(args: argparse.Namespace, gpu: bool, timeout_s: float = 
     threading.Thread(target=wait, name="banner", daemon=True).start()
 
 
-def refuse_to_start(args: argparse.Namespace, extra: list[str]) -> None:
-    """Exit 2 with the reason for a benchmark-only profile or a port already taken."""
-    profile = benchmark_profile(extra)
-    if profile:
-        print(
-            f"launcher: profile {profile} runs the null engine, which serves silence; it is for "
-            "python -m perf_analyzer_configs.host_ceiling only",
-            file=sys.stderr,
-            flush=True,
-        )
+def refuse_to_start(args: LauncherSettings, extra: list[str]) -> None:
+    """Exit 2 with the reason for a profile it cannot serve or a port already taken."""
+    problem = profile_problem(profile_name(extra), args.model_repository)
+    if problem:
+        print(f"launcher: {problem}", file=sys.stderr, flush=True)
         sys.exit(2)
     taken = taken_ports(
         args.bind,
@@ -276,7 +181,7 @@ def refuse_to_start(args: argparse.Namespace, extra: list[str]) -> None:
         sys.exit(2)
 
 
-def front_listens(args: argparse.Namespace, edge: EdgePorts | None) -> tuple[str, int, int]:
+def front_listens(args: LauncherSettings, edge: EdgePorts | None) -> tuple[str, int, int]:
     """Where the front door listens, (host, gRPC port, HTTP port): behind the edge its
     loopback ports, else the public ones."""
     if edge:
@@ -285,7 +190,7 @@ def front_listens(args: argparse.Namespace, edge: EdgePorts | None) -> tuple[str
 
 
 def front_door(
-    args: argparse.Namespace,
+    args: LauncherSettings,
     triton_grpc: int,
     triton_http: int,
     shm_prefix: str,
@@ -293,7 +198,8 @@ def front_door(
     profile: str | None = None,
 ) -> list[str]:
     """The front door's command line (and the token the gateway shows it, in the environment):
-    its slots the profile's (FRONT_ARGS may set them still)."""
+    its slots and streams the profile's, unless $TTS_FRONT_SLOTS or $TTS_FRONT_SERVER_STREAMS
+    sets them; its other settings it reads from the environment it inherits."""
     # The gateway shows the front door this token (the children inherit it; a process's
     # environment is readable by its own user only): its callers are capped per address
     # by the gateway, not lumped together as one client of the front door. A token given
@@ -302,7 +208,17 @@ def front_door(
     given = secret_setting(FRONT_TOKEN_ENV, FRONT_TOKEN_FILE_ENV, "the front door's token")
     token = given or secrets.token_urlsafe(32)
     os.environ[FRONT_TOKEN_ENV] = os.environ[GATEWAY_FRONT_TOKEN_ENV] = token
-    express = ["--express-interactive"] if levels_scheduled(profile, args.model_repository) else []
+    repository = args.model_repository
+    derived = {
+        "slots": front_slots(profile, repository),
+        "server_streams": front_streams(profile, repository),
+        "express_interactive": str(levels_scheduled(profile, repository)).lower(),
+    }
+    flags = [
+        f"--{name.replace('_', '-')}={value}"
+        for name, value in derived.items()
+        if FRONT_PREFIX + name.upper() not in os.environ
+    ]
     return front_command(
         triton_grpc,
         triton_http,
@@ -310,16 +226,13 @@ def front_door(
         shm_prefix,
         [
             "--notify-parent",
-            f"--slots={front_slots(profile, args.model_repository)}",
-            f"--server-streams={front_streams(profile, args.model_repository)}",
+            *flags,
             f"--drain-s={args.stop_budget.drain_s:g}",
-            *express,
-            *shlex.split(args.front_args),
         ],
     )
 
 
-def gateway_child(args: argparse.Namespace, edge: EdgePorts | None) -> list[str]:
+def gateway_child(args: LauncherSettings, edge: EdgePorts | None) -> list[str]:
     """The gateway's command line (behind the edge: on a loopback port, straight to the
     front door's; its Wyoming port is still its own, on --bind)."""
     host, grpc_port, _ = front_listens(args, edge)
@@ -344,7 +257,7 @@ def gateway_child(args: argparse.Namespace, edge: EdgePorts | None) -> list[str]
     return command
 
 
-def inner_ports(args: argparse.Namespace) -> list[int]:
+def inner_ports(args: LauncherSettings) -> list[int]:
     """The loopback ports behind the public ones, distinct from each other and from every
     port the command line names: tritonserver's HTTP and gRPC, then the front door's and the
     gateway's behind the edge."""
@@ -353,7 +266,7 @@ def inner_ports(args: argparse.Namespace) -> list[int]:
     return free_ports(5, avoid=public)
 
 
-def edge_ports(args: argparse.Namespace, inner: list[int]) -> EdgePorts | None:
+def edge_ports(args: LauncherSettings, inner: list[int]) -> EdgePorts | None:
     """Where the edge listens and where it sends each port (None: no edge)."""
     if args.no_front or args.no_edge:
         return None
@@ -368,26 +281,26 @@ def edge_ports(args: argparse.Namespace, inner: list[int]) -> EdgePorts | None:
     )
 
 
-def edge_children(args: argparse.Namespace, ports: EdgePorts, folder: Path) -> dict[str, list[str]]:
+def edge_children(args: LauncherSettings, ports: EdgePorts, folder: Path) -> dict[str, list[str]]:
     """nginx's command lines, one per public port by its name, on this launch's
-    configuration rendered from the front door's settings (FRONT_ARGS); the key it shows
+    configuration rendered from the front door's settings ($TTS_FRONT_*); the key it shows
     the front door and the gateway, in the environment the children inherit."""
     key = secrets.token_urlsafe(32)
     os.environ[EDGE_KEY_ENV] = os.environ[GATEWAY_EDGE_KEY_ENV] = key
-    settings = front_settings([*shlex.split(args.front_args), f"--drain-s={args.drain_s:g}"])
+    settings = front_settings([f"--drain-s={args.drain_s:g}"])
     configs = write_config(settings, ports, key, folder)
     print(
         f"edge: nginx on {args.bind}:{ports.http} (HTTP), :{ports.grpc} (gRPC)"
         + (f", :{ports.gateway} (gateway)" if ports.gateway else "")
         + f"; {settings.max_connections} connections per port, "
         f"{settings.max_connections_per_client} per address, "
-        f"{settings.header_timeout_s:g} s for a request head (FRONT_ARGS sets them)",
+        f"{settings.header_timeout_s:g} s for a request head ($TTS_FRONT_* sets them)",
         flush=True,
     )
     return {name: edge_command(config) for name, config in configs.items()}
 
 
-def supervisor_metrics(args: argparse.Namespace) -> tuple[SupervisorMetrics, Heartbeat]:
+def supervisor_metrics(args: LauncherSettings) -> tuple[SupervisorMetrics, Heartbeat]:
     """The launcher's outage metrics and liveness, served when a port is given."""
     metrics = SupervisorMetrics()
     heartbeat = Heartbeat()
@@ -402,7 +315,7 @@ def supervisor_metrics(args: argparse.Namespace) -> tuple[SupervisorMetrics, Hea
 
 
 def triton_command(
-    args: argparse.Namespace, extra: list[str], shm_prefix: str, inner: list[int]
+    args: LauncherSettings, extra: list[str], shm_prefix: str, inner: list[int]
 ) -> tuple[list[str], int, int]:
     """tritonserver's command line and its HTTP and gRPC ports (behind the front door: the
     first two of ``inner``)."""
@@ -438,7 +351,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(run(args, extra))
 
 
-def run(args: argparse.Namespace, extra: list[str]) -> int:
+def run(args: LauncherSettings, extra: list[str]) -> int:
     refuse_to_start(args, extra)
     shm_prefix = new_shm_prefix()
     key, configured = admin_key()

@@ -101,7 +101,7 @@ WORKAROUNDS: tuple[Workaround, ...] = (
             "model_repository/acoustic/config.pbtxt",
             "model_repository/vocoder/config.pbtxt",
             "tts_serving.settings:EngineSettings",
-            "tts_launcher.profiles:batch_queue",
+            "tts_launcher.rendering:batch_queue",
             "tts_serving.triton.adapter:prefetch_blockers",
         ),
         "a request never waits for a wake-up the batcher missed (WaitForPayloadSlotAvailable "

@@ -150,7 +150,7 @@ def test_a_batch_takes_first_pieces_before_anyones_later_ones():
     assert adapter.flag(request, "later") and not adapter.is_bulk(request)
 
 
-def test_a_levels_stage_names_what_in_its_config_turns_tritons_prefetching_off():
+def test_a_levels_stage_names_what_in_its_config_turns_tritons_prefetching_off(tmp_path):
     """The committed stages carry nothing that turns prefetching off; a batch profile's config
     (priority levels and a queue policy) would, and a levels stage says so in its log."""
     from google.protobuf.json_format import MessageToDict
@@ -162,7 +162,12 @@ def test_a_levels_stage_names_what_in_its_config_turns_tritons_prefetching_off()
 
     for name in ("phonemizer", "acoustic", "vocoder"):
         assert adapter.prefetch_blockers(as_triton_json(REPO / name / "config.pbtxt")) == []
-    batch = as_triton_json(REPO / "vocoder" / "configs" / "cpu-batch.pbtxt")
+    from bench.baselines import configs
+
+    batch_path = tmp_path / "vocoder" / "configs" / "cpu-batch.pbtxt"  # scheduling batch
+    batch_path.parent.mkdir(parents=True)
+    batch_path.write_text(configs(tmp_path)[batch_path])
+    batch = as_triton_json(batch_path)
     assert adapter.prefetch_blockers(batch) == [
         "priority_levels",
         "default_queue_policy.max_queue_size",

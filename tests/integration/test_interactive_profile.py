@@ -10,7 +10,7 @@ from tests.support.metrics import settled
 from tests.support.processes import profile_server
 from tts_client import TTSClient
 from tts_front.sample_texts import SENTENCES
-from tts_launcher.profiles import front_slots
+from tts_launcher.served import front_slots
 from tts_triton.statistics import model_statistics
 
 EXACT = {"noise_scale": 0.0, "noise_w": 0.0}

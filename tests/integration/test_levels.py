@@ -14,6 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from bench.baselines import baseline_repository
 from tests.support.processes import profile_server
 from tts_front.sample_texts import SENTENCES
 from tts_wire import BULK_PARAMETER
@@ -33,7 +34,8 @@ def levels(exported_repository, tmp_path_factory):
 @pytest.fixture(scope="module")
 def batched(exported_repository, tmp_path_factory):
     logs = tmp_path_factory.mktemp("triton-batch")
-    with profile_server(exported_repository, logs, "cpu-batch") as srv:
+    repository = baseline_repository(logs / "repository", exported_repository)
+    with profile_server(repository, logs, "cpu-batch") as srv:
         yield srv
 
 

@@ -4,8 +4,8 @@ It stands in for ONNX Runtime or torch when ``perf_analyzer_configs.host_ceiling
 Triton, the Python stubs, the ensemble and the phonemizer can carry at all: the
 acoustic half gives each item ``FRAMES_PER_ID`` latent frames per phoneme id (scaled by the
 item's length scale, as the real duration predictor is), the vocoder ``hop_length`` samples per
-frame. The latents and the audio are zeros: what it serves is silence, so only the profiles named
-in ``tts_launcher.profiles.BENCHMARK_PROFILES`` may select it and the launcher refuses those.
+frame. The latents and the audio are zeros: what it serves is silence, so only the baselines of
+``bench.baselines`` (in a repository of their own) select it, and the launcher refuses them.
 """
 
 from __future__ import annotations

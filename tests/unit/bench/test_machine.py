@@ -33,7 +33,7 @@ def test_every_benchmark_prints_the_machine_with_its_figures():
     for path in sorted((ROOT / "bench").glob("*.py")):
         tree = ast.parse(path.read_text())
         main = [f for f in tree.body if getattr(f, "name", None) == "main"]
-        if path.stem in ("__init__", "machine") or not main:
+        if path.stem in ("__init__", "machine", "baselines") or not main:  # no figures
             continue
         calls = {
             node.func.id

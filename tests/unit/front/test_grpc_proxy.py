@@ -355,13 +355,18 @@ def test_past_its_share_a_light_listener_waits_for_a_slot_and_goes_in_later_not_
     asyncio.run(main())
 
 
-def test_the_launcher_sends_interactive_work_at_once_only_to_stages_that_run_levels():
-    from tts_launcher.profiles import levels_scheduled
+def test_the_launcher_sends_interactive_work_at_once_only_to_stages_that_run_levels(tmp_path):
+    from bench.baselines import baseline_repository
+    from tts_launcher.served import levels_scheduled
 
     assert levels_scheduled(None)  # the default: scheduling auto, ORT on the CPU
-    assert levels_scheduled("cpu-int8") and levels_scheduled("cpu-padded")
-    for profile in ("cpu-batch", "cpu-interactive", "torch-cpu", "gpu", "host-ceiling"):
+    assert levels_scheduled("cpu-int8")
+    for profile in ("cpu-interactive", "torch-cpu", "gpu"):
         assert not levels_scheduled(profile), profile
+    baselines = baseline_repository(tmp_path / "baselines")
+    assert levels_scheduled("cpu-padded", baselines)
+    for profile in ("cpu-batch", "host-ceiling"):
+        assert not levels_scheduled(profile, baselines), profile
 
 
 def _core_record(message: str) -> logging.LogRecord:

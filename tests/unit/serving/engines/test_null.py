@@ -7,6 +7,7 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from bench import baselines
 from tts_launcher import profiles, server
 from tts_serving.engines.null import (
     FRAMES_PER_ID,
@@ -48,13 +49,16 @@ def test_it_is_never_a_default_and_only_benchmark_profiles_select_it():
         AcousticSettings(engine="null", dtype="float16")
     with pytest.raises(ValueError, match="cuda_graph_"):
         AcousticSettings(engine="null", cuda_graph_batches="1", cuda_graph_frames="8")
-    for path, text in profiles.expected().items():
+    ceilings = ("host-ceiling", "gpu-host-ceiling")
+    served = profiles.expected().items()
+    for path, text in [*served, *baselines.configs(profiles.REPOSITORY / "b").items()]:
         config = model_config_pb2.ModelConfig()
         text_format.Parse(text, config)
         engine = config.parameters["engine"].string_value if "engine" in config.parameters else ""
         null = engine == "null"
         voice = path.parts[-3] in ("acoustic", "vocoder")  # the models that run the voice
-        assert null == (voice and path.stem in profiles.BENCHMARK_PROFILES), path
+        baseline = path.is_relative_to(profiles.REPOSITORY / "b")
+        assert null == (voice and baseline and path.stem in ceilings), path
     for path in profiles.REPOSITORY.glob("*/config.pbtxt"):
         assert pbtxt_parameters(path).get("engine") != "null", path
     bad = {"gpu": {"vocoder": profiles.Override(parameters={"engine": "null"})}}
@@ -66,9 +70,17 @@ def test_it_is_never_a_default_and_only_benchmark_profiles_select_it():
     "flags",
     [["--model-config-name=host-ceiling"], ["--model-config-name", "gpu-host-ceiling"]],
 )
-def test_the_launcher_refuses_to_serve_a_benchmark_profile(flags, capsys):
+def test_the_launcher_refuses_to_serve_a_benchmark_profile(flags, capsys, tmp_path):
+    repository = baselines.baseline_repository(tmp_path / "baselines")
+    with pytest.raises(SystemExit) as stop:
+        server.main(["--gateway-port", "0", f"--model-repository={repository}", *flags])
+    assert stop.value.code == 2
+    assert "serves silence" in capsys.readouterr().err
+    assert server.profile_problem("gpu", repository) is None
+    # From the served repository, which has no such profile: refused, not config.pbtxt served.
     with pytest.raises(SystemExit) as stop:
         server.main(["--gateway-port", "0", *flags])
     assert stop.value.code == 2
-    assert "serves silence" in capsys.readouterr().err
-    assert server.benchmark_profile(["--model-config-name=gpu"]) is None
+    assert "no model in" in capsys.readouterr().err and "bench.baselines" in server.profile_problem(
+        "host-ceiling", profiles.REPOSITORY
+    )
