@@ -38,12 +38,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import simpy
+import tomllib
 
 from bench.machine import cpu_line
 
 TICK_S = 15.0  # the HPA's sync period
 WINDOW_S = 120.0  # the metric's window (the adapter rule's [2m])
 WARM_S = 120.0  # the rule ignores a pod's queue time this long after it began serving
+
+
+# The deployment's own figures (its HPA targets), kept with the manifests.
+SIZING = tomllib.loads(
+    (Path(__file__).resolve().parent.parent / "deploy" / "sizing.toml").read_text()
+)
 
 
 @dataclass(frozen=True)
@@ -75,7 +82,7 @@ class ServiceCurve:
     stages: tuple[Stage, ...]
     pools: tuple[tuple[str, float], ...]
     startup_s: float  # from pod start to ready (image start, model load)
-    target_queue_s: float  # the HPA's target (deploy/: 125k us CPU, 33k us GPU)
+    target_queue_s: float  # the HPA's target (deploy/sizing.toml)
     # The model's own value of the metric at the load where the target was taken (80% of the
     # capacity at the p99 goal); the simulated HPA scales on it, so the simulated replicas run
     # at the load the real ones would. None: the target itself (the model is the only figure).
@@ -116,7 +123,7 @@ CPU = ServiceCurve(
     ),
     (("cpu", 2.0),),
     45.0,
-    0.125,
+    SIZING["autoscaler"]["cpu_target_queue_s"],
     0.065,
 )
 # H100, the gpu profile with 2 instances of acoustic and vocoder (docs/gpu.md): fitted to the
@@ -132,7 +139,7 @@ H100 = ServiceCurve(
     ),
     (("cpu", 16.0), ("gpu", 1.0)),
     90.0,
-    0.033,
+    SIZING["autoscaler"]["gpu_target_queue_s"],
 )
 CURVES = {"cpu": CPU, "h100": H100}
 

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import httpx2 as httpx
+import tomllib
 
 from bench.machine import cpu_line
 from tests.support.processes import server_and_gateway
@@ -33,11 +34,9 @@ from tts_front.sample_texts import SENTENCES
 from tts_launcher.stub_healing import cpu_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
-# What deploy/overlays/gpu/gateway.yaml is sized for (docs/scaling.md, "The gateway"): one H100
-# replica's end-to-end rate (docs/gpu.md) and MP3's cost as this benchmark measured it on the
-# 2-core machine (2026-11-25: 5.0 ms of gateway CPU per audio second; PCM at 24 kHz 2.1, Opus
-# 4.6, WAV 0.8). tests/deployment/test_deploy.py checks the gateway's HPA ceiling against them.
-SIZED = {"audio_rate": 1844.0, "mp3_cpu_s_per_audio_s": 0.0050}
+# What deploy/overlays/gpu/gateway.yaml is sized for (deploy/sizing.toml, docs/scaling.md "The
+# gateway"), which this benchmark measures again.
+SIZED = tomllib.loads((ROOT / "deploy" / "sizing.toml").read_text())["gateway"]
 TEXTS = SENTENCES[3:15]  # normal sentences, 3 to 5 s of speech each (as bench.queue_signal)
 PCM_RATE = 24_000  # the gateway's pcm: 16-bit mono at OpenAI's 24 kHz
 
@@ -99,15 +98,24 @@ def main(argv: list[str] | None = None) -> int:
         f"gateway cores for {a.audio_rate:g} audio s/s | pods of {a.pod_cpu:g} CPU at "
         f"{a.utilization:.0%} |\n|---|---|---|---|---|---|---|"
     )
-    for fmt, n, audio, wall, used in rows:
-        per_audio = used / audio
-        cores = a.audio_rate * per_audio
-        pods = math.ceil(cores / (a.pod_cpu * a.utilization))
-        print(
-            f"| {fmt} | {audio / wall:.1f} | {used / wall:.2f} cores | {per_audio * 1000:.1f} | "
-            f"{used / n * 1000:.1f} | {cores:.1f} | {pods} |"
-        )
+    for row in rows:
+        print(sizing_row(*row, a.audio_rate, a.pod_cpu, a.utilization))
     return 0
+
+
+def sizing_row(
+    fmt: str, n: int, audio: float, wall: float, used: float, rate: float, pod: float, use: float
+) -> str:
+    """One format's row: ``n`` requests of ``audio`` seconds in all took ``wall`` seconds and
+    ``used`` CPU-seconds of the gateway; the cores and pods (of ``pod`` CPUs at ``use``) that
+    ``rate`` audio seconds per second need."""
+    per_audio = used / audio
+    cores = rate * per_audio
+    pods = math.ceil(cores / (pod * use))
+    return (
+        f"| {fmt} | {audio / wall:.1f} | {used / wall:.2f} cores | {per_audio * 1000:.1f} | "
+        f"{used / n * 1000:.1f} | {cores:.1f} | {pods} |"
+    )
 
 
 if __name__ == "__main__":

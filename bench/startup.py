@@ -57,8 +57,13 @@ def time_to_ready(timeout_s: float = 600) -> tuple[float, str]:
             process.terminate()
             process.wait(120)
         log.seek(0)
-        found = re.search(r"front: warm-up: [^\n]*? in ([\d.]+) s", log.read())
-    return took, f"warm-up {found.group(1)} s" if found else "warm-up not logged"
+        return took, warmup(log.read())
+
+
+def warmup(log: str) -> str:
+    """How long the front door's admission warm-up took, from the launcher's log."""
+    found = re.search(r"front: warm-up: [^\n]*? in ([\d.]+) s", log)
+    return f"warm-up {found.group(1)} s" if found else "warm-up not logged"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,8 +14,9 @@ since the stages take turns more than they overlap):
   least one each;
 - the phonemizer (1 to 2 ms a sentence, single-threaded) gets one instance per 8 cores.
 
-Measured on this machine (``python -m bench.cpu_cores``, docs/performance.md: the default
-config pinned with ``taskset`` to one core, then two; the mean of four closed-loop runs each):
+Measured on this machine (``bench.cpu_cores``, retired since:
+docs/history/2026-12-04-one-off-benchmarks.md): the default config pinned with ``taskset``
+to one core, then two; the mean of four closed-loop runs each):
 1 core 6.3 requests/s at c=16, 2 cores 11.0. Beyond 2 the figures are a **prediction**: each
 doubling of the cores keeps the 87% of linear that 1 -> 2 kept. Memory bandwidth, Triton's
 per-model scheduling and NUMA are not modelled.

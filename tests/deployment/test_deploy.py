@@ -80,11 +80,12 @@ def test_the_manifests_pass_the_policy_scan(rendered):
 
 
 def test_the_manifests_do_what_the_issue_asks(rendered):
-    from bench.autoscale import CPU, H100
+    import tomllib
 
+    targets = tomllib.loads((ROOT / "deploy" / "sizing.toml").read_text())["autoscaler"]
     rule = yaml.safe_load((ROOT / "deploy/monitoring/prometheus-adapter-rules.yaml").read_text())
     metric = rule["rules"]["custom"][0]["name"]["as"]
-    for overlay, curve in (("cpu", CPU), ("gpu", H100)):
+    for overlay in ("cpu", "gpu"):
         docs = documents(rendered[overlay])
         pod = docs["Deployment/tts"]["spec"]["template"]["spec"]
         (container,) = pod["containers"]
@@ -110,7 +111,7 @@ def test_the_manifests_do_what_the_issue_asks(rendered):
         (scale_on,) = hpa["metrics"]
         assert scale_on["pods"]["metric"]["name"] == metric
         target = scale_on["pods"]["target"]["averageValue"]
-        assert int(target.rstrip("k")) * 1000 == round(curve.target_queue_s * 1e6)
+        assert int(target.rstrip("k")) * 1000 == round(targets[f"{overlay}_target_queue_s"] * 1e6)
         pdb = docs["PodDisruptionBudget/tts"]["spec"]
         assert len({"minAvailable", "maxUnavailable"} & pdb.keys()) == 1
         # Only the gateway is open; Triton's APIs, Wyoming (no authentication) and the metrics
@@ -149,7 +150,9 @@ def admitted(policy: dict, labels: dict, namespace: str, namespace_labels: dict)
 
 def check_the_gateway_pods(docs: dict, server: dict, gateway: dict) -> None:
     """The gpu overlay's gateway Deployment, sized from the measured cost."""
-    from bench.gateway_cost import SIZED
+    import tomllib
+
+    sized = tomllib.loads((ROOT / "deploy" / "sizing.toml").read_text())["gateway"]
 
     assert "--gateway-port=0" in server["args"]  # none in the GPU pods
     assert "--gateway-url" not in " ".join(server["readinessProbe"]["exec"]["command"])
@@ -187,7 +190,7 @@ def check_the_gateway_pods(docs: dict, server: dict, gateway: dict) -> None:
         metric["resource"]["target"]["averageUtilization"] / 100
     )
     gpu_replicas = docs["HorizontalPodAutoscaler/tts"]["spec"]["maxReplicas"]
-    needed = gpu_replicas * SIZED["audio_rate"] * SIZED["mp3_cpu_s_per_audio_s"]
+    needed = gpu_replicas * sized["audio_rate"] * sized["mp3_cpu_s_per_audio_s"]
     assert hpa["maxReplicas"] * usable >= needed, (hpa["maxReplicas"], needed / usable)
     # A stop covers the preStop and the gateway's drain.
     sleep = int(container["lifecycle"]["preStop"]["exec"]["command"][1])

@@ -193,7 +193,8 @@ def test_split_handles_empty():
 @pytest.mark.parametrize("name, text", list(hostile_texts(100_000).items()))
 def test_normalization_is_linear_on_hostile_shapes(name, text):
     # Linear shapes take under 1.5 s here; the quadratic ones this replaced took 30 to 78 s.
-    # The bound is generous so a busy machine cannot fail it (python -m bench.text_cost).
+    # The bound is generous so a busy machine cannot fail it (bench.text_cost measured it once:
+    # docs/history/2026-12-04-one-off-benchmarks.md).
     start = time.perf_counter()
     spoken = normalize(text)
     assert time.perf_counter() - start < 20, name
