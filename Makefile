@@ -18,7 +18,7 @@ EDGE ?= 1
 BIND ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: help setup serve-setup check-system-deps client-venv system-deps test-system-deps \
+.PHONY: help setup serve-setup check-system-deps check-setup kubectl client-venv system-deps test-system-deps \
   apt-install export serve check test test-setup test-reliability unit lint format clean perf perf-smoke bench \
   soak flops profiles gpu-bundle deploy-venv lock image-cpu image-gpu simulate
 
@@ -141,9 +141,10 @@ unit: $(VENV)/.installed
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
 # The edit loop: lint, then the tiers that start no server (unit, model.py adapters with a
-# fake pb_utils, the deployment files), on both cores. `make test` runs everything.
-# The fast tier, under 3 minutes: the tests marked slow run in `make test` only.
-check: $(VENV)/.installed export lint
+# fake pb_utils, the deployment files), on both cores; the tests marked slow run in
+# `make test` only. It sets up what those tiers use (docs/testing.md gives its time).
+# `make test` runs everything.
+check: check-setup export lint
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" tests/unit \
 	  tests/adapter tests/deployment $(PYTEST_ARGS)
 
@@ -155,6 +156,14 @@ PYTEST_WORKERS ?= 2
 test: test-setup export lint
 	$(PY) -m pytest -rfEs --durations=15 -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
 	  $(PYTEST_ARGS)
+
+# What `make check`'s tiers need: the system packages (nginx renders the edge), kubectl (its
+# kustomize renders deploy/), the development venv and the deployment tools' venv.
+check-setup: system-deps kubectl
+	@$(MAKE) --no-print-directory -j2 $(VENV)/.installed deploy-venv
+kubectl:
+	@command -v kubectl >/dev/null || $(MAKE) --no-print-directory apt-install \
+	  PACKAGES=kubernetes-client
 
 # The three venvs install side by side (one after another they took 2 minutes of a fresh
 # clone's run; most of it unpacking, which overlaps); the system packages before them, once
