@@ -249,7 +249,7 @@ def convolutions_as_2d(model: onnx.ModelProto) -> int:
     1-D ones through im2col and a GEMM; the same arithmetic in another order (the vocoder's
     audio within 2e-6, the acoustic half's latents within 1e-3). Measured on one thread on an
     Intel Xeon with AVX-512: the vocoder 1.14-1.28x as fast, the acoustic half 1.02-1.16x
-    (``python -m bench.conv_layout``; docs/performance.md, "The same model, faster kernels").
+    (``python -m bench.conv_layout``; docs/history (notebook), "The same model, faster kernels").
     A weight another kind of node also reads is left alone, with its Conv."""
     graph = model.graph
     weights = {w.name: w for w in graph.initializer}
@@ -429,7 +429,7 @@ def blocked_stages(model: onnx.ModelProto) -> int:
     - each tensor of a stage is declared [batch, C, 1, one length per stage], so the pass can
       prove a residual Add's inputs the same shape and fuse it into the convolution before it.
     Measured on one thread (Intel Xeon, AVX-512): the vocoder 1.10x as fast, outputs within
-    1e-7 (docs/performance.md, "Blocked stages")."""
+    1e-7 (docs/history (notebook), "Blocked stages")."""
     graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
     if opset < 13:

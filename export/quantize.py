@@ -6,7 +6,7 @@ Weights per output channel (int8); activations (uint8) calibrated on latents of
 served, cut into chunks of 128 frames, each range the 99.9th percentile of the activations'
 magnitudes: clipping the rare peaks keeps resolution for the rest (wideband PESQ against
 float32 4.3 median, 4.2 worst, where the min/max ranges gave 3.9 and 3.5). What stays float32,
-and why (docs/performance.md, "Cheaper arithmetic"):
+and why (docs/history (notebook), "Cheaper arithmetic"):
 
 - the first and last convolution (the latent's input, the audio's output);
 - the residual blocks of the last upsampling stage (``/dec/resblocks.6-8/``): their output is at

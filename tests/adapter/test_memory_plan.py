@@ -1,6 +1,6 @@
 """The acoustic half's ONNX Runtime sessions skip the memory-reuse plan on the CPU: on its
 graph the plan took most of each session's creation, seconds of every start
-(docs/performance.md, "Startup"). The vocoder's keep it; the latents are the same either way."""
+(docs/history (notebook), "Startup"). The vocoder's keep it; the latents are the same either way."""
 
 from __future__ import annotations
 

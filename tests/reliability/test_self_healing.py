@@ -1,5 +1,6 @@
-"""kill -9 of any model's stub: the supervisor brings the model back within 30 s, no manual
-step, and clients meanwhile get errors, never hangs or empty audio."""
+"""kill -9 of any model's stub: the supervisor brings the model back within 60 s
+(docs/operations.md: 2.6-4.2 s quiet, 34 s once beside two CPU hogs), no manual step, and
+clients meanwhile get errors, never hangs or empty audio."""
 
 from __future__ import annotations
 
@@ -67,8 +68,8 @@ def test_a_killed_stub_comes_back_on_its_own(supervised, model):
         os.kill(pid, signal.SIGKILL)
         back, errors = until_back(client, model, 60)
     print(f"\n{model}: back after {back:.1f} s; {len(errors)} errors meanwhile {errors[:1]}")
-    # Quiet, within 30 s (a reload loads the stage's sessions again); beside two CPU hogs the
-    # acoustic stage took 34 s: the bound is the loop's own limit, so a busy machine passes.
+    # The bound docs/operations.md gives: a few seconds quiet (a reload loads the stage's
+    # sessions again), 34 s once for the acoustic stage beside two CPU hogs.
     assert back < 60, errors[-3:]
     assert f"supervisor: {model} is back" in supervised.log_tail(400)
     assert metrics.value("tts_supervisor_outages_total", model=model, cause="died") == before + 1

@@ -4,7 +4,7 @@ Linux shares a busy CPU among runnable threads, not processes: beside other work
 that runs one thread per core gets a smaller share than one with a thread per request
 (Piper's HTTP server) though it needs fewer cycles per second of audio. A stage that knows
 others are busy can run a batch on more single-thread sessions and keep its share; on a quiet
-machine those extra threads would only wait on each other (docs/performance.md, "A busy
+machine those extra threads would only wait on each other (docs/history (notebook), "A busy
 machine").
 
 Others' CPU is the machine's busy time less this service's (its processes' user + system

@@ -140,7 +140,7 @@ def sessions(
     whose sessions it calls, each call through ``gate``), cost no memory and none of the
     seconds an acoustic session takes to load. The bulk copy runs on the quiet lanes only:
     every interactive arrival stops all its running calls, and each stopped call's work is
-    lost, so more of them lose more (docs/performance.md, "Bulk work on the quiet lanes").
+    lost, so more of them lose more (docs/history (notebook), "Bulk work on the quiet lanes").
     ``alone``: whether a lone item is the only request in the server's stages; with
     ``spin_when_alone`` it then runs on a spinning twin of the multi-thread session unless
     other processes keep the CPU busy (:class:`SpinWhenAlone`; bulk work never does)."""
@@ -406,7 +406,7 @@ class VocoderModel:
 # Frames of context beyond the network's measured reach (its last frames' influence is tiny).
 CONTEXT_MARGIN = 2
 # A span keeps at least this many contexts of frames: shorter ones cost more in context than
-# a second lane saves (docs/performance.md, "Equal stretches per session").
+# a second lane saves (docs/history (notebook), "Equal stretches per session").
 MIN_SPAN_CONTEXTS = 3
 # The widest reach an item is split at (frames each side; Piper's vocoders reach about 10).
 MAX_REACH = 48

@@ -61,7 +61,7 @@ def create_session(
     plan of which intermediate tensor reuses which buffer, on the CPU: on the acoustic graph
     (2,905 nodes, most of them shape arithmetic on ragged lengths) it took 2.3 of the 2.9 s
     a session took to create, and the calls ran no faster and peaked no lower without it
-    (docs/performance.md, "Startup"). ``shared_arena``: its CPU buffers come from one arena
+    (docs/history (notebook), "Startup"). ``shared_arena``: its CPU buffers come from one arena
     of the process's, shared with the other sessions created so, instead of an arena of its
     own that grows to its own peak (a spinning twin would double the memory of its half's
     calls, and its first calls would grow the process long after its warm-up)."""
@@ -95,7 +95,7 @@ class SpinWhenAlone:
     operators) while ``alone()`` and no other process keeps the CPU busy (``others_busy``),
     else on ``session``. Spinning is faster for a lone request's 2,900 small operators (no
     wake-up at each), but where another stage or process is busy it takes the cores that one
-    needs (docs/performance.md, "Spinning while alone")."""
+    needs (docs/history (notebook), "Spinning while alone")."""
 
     def __init__(
         self,

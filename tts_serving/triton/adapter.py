@@ -393,7 +393,7 @@ def prefetch_blockers(config: dict) -> list[str]:
 LEVEL_NAMES = {False: "interactive", True: "bulk"}
 # Later pieces per interactive batch, per lane (intra_op_threads): a batch runs no longer than
 # about two items a lane, so a first piece never waits behind a whole batch of 16 rests
-# (docs/performance.md, "Home Assistant": the p90 of 16 satellites' first audio).
+# (docs/history (notebook), "Home Assistant": the p90 of 16 satellites' first audio).
 LATER_PER_LANE = 2
 
 

@@ -81,3 +81,26 @@ def test_the_ensemble_steps_must_connect(monkeypatch):
     monkeypatch.setitem(MODEL_IO, "vocoder", vocoder)
     with pytest.raises(ValueError, match=r"inputs no step takes \['volume'\]"):
         check_ensemble("tts")
+
+
+def test_the_docs_tensor_table_of_tts_is_the_wire_contracts():
+    """docs/models.md's table names each tensor of `tts` once, with its declared type, dims
+    and whether it is optional (a row may name two tensors alike: "`noise_scale`, `noise_w`")."""
+    import re
+
+    from tests.support.paths import ROOT
+
+    text = (ROOT / "docs" / "models.md").read_text().split("## `tts`", 1)[1].split("\n\n", 2)[1]
+    rows = {}
+    for line in text.splitlines()[2:]:
+        names, dtype, dims = [c.strip() for c in line.strip("|").split("|")][:3]
+        dtype, dims = dtype.strip("`"), dims.strip("`")
+        for name in re.findall(r"`(\w+)`", names):
+            rows[name] = (dtype, dims, "optional" in names, "output" in names)
+    io = MODEL_IO["tts"]
+    declared = {
+        t.name: (f"TYPE_{t.dtype}", "[" + ", ".join(map(str, t.dims)) + "]", t.optional, out)
+        for out, tensors in ((False, io.inputs), (True, io.outputs))
+        for t in tensors
+    }
+    assert rows == declared
