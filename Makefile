@@ -18,7 +18,7 @@ EDGE ?= 1
 BIND ?= 127.0.0.1
 PYTEST_ARGS ?=
 
-.PHONY: help setup serve-setup check-system-deps check-setup kubectl client-venv system-deps test-system-deps \
+.PHONY: help setup serve-setup check-system-deps check-setup kubectl client-venv agents-venv system-deps test-system-deps \
   apt-install export serve check test test-setup test-reliability unit lint format clean perf perf-smoke bench \
   soak flops profiles gpu-bundle deploy-venv lock image-cpu image-gpu simulate
 
@@ -165,11 +165,11 @@ kubectl:
 	@command -v kubectl >/dev/null || $(MAKE) --no-print-directory apt-install \
 	  PACKAGES=kubernetes-client
 
-# The three venvs install side by side (one after another they took 2 minutes of a fresh
+# The four venvs install side by side (one after another they took 2 minutes of a fresh
 # clone's run; most of it unpacking, which overlaps); the system packages before them, once
 # (two apt-get at a time would fight over dpkg's lock).
 test-setup: system-deps test-system-deps
-	@$(MAKE) --no-print-directory -j3 $(VENV)/.installed client-venv deploy-venv
+	@$(MAKE) --no-print-directory -j4 $(VENV)/.installed client-venv deploy-venv agents-venv
 
 # A user's environment: the README's `pip install` lines and nothing else (./client, which
 # carries ./wire's tts_wire and resolves the newest tritonclient in its range; openai at the
@@ -192,6 +192,16 @@ $(DEPLOY_VENV)/.installed: requirements/deploy.txt
 	rm -rf $(DEPLOY_VENV)
 	$(PYTHON) -m venv $(DEPLOY_VENV)
 	$(DEPLOY_VENV)/bin/pip install -q --disable-pip-version-check -r requirements/deploy.txt
+	touch $@
+
+# The voice-agent frameworks the tests drive the gateway with (Pipecat), in a venv of their own:
+# their pins would clash with the project's. tests/integration/test_piper_api.py uses it.
+AGENTS_VENV ?= .venv-agents
+agents-venv: $(AGENTS_VENV)/.installed
+$(AGENTS_VENV)/.installed: requirements/agents.txt
+	rm -rf $(AGENTS_VENV)
+	$(PYTHON) -m venv $(AGENTS_VENV)
+	$(AGENTS_VENV)/bin/pip install -q --disable-pip-version-check -r requirements/agents.txt
 	touch $@
 
 # The image's hashed locks, for its Python (3.12) and platform, from requirements/image*.in

@@ -9,6 +9,7 @@ ratios ours / Piper HTTP, and the average batch size the acoustic and vocoder mo
     python -m bench.compare --systems ours-grpc gateway-mp3 gateway-pcm --concurrency 1 16 64
     python -m bench.compare --systems ours-grpc ours-grpc@cpu-int8 piper-http
     python -m bench.compare --systems ours-grpc piper-http piper-ceiling --concurrency 1 16
+    python -m bench.compare --systems gateway-piper gateway-wav piper-http --concurrency 16
 
 ``ours-grpc@PROFILE`` serves ``configs/PROFILE.pbtxt`` on a second tritonserver beside the
 default one (each idles while the others are measured).
@@ -224,7 +225,8 @@ class OursGRPC:
 
 
 class OursGateway:
-    """OpenAI's /v1/audio/speech through tts_gateway, as Kokoro-FastAPI users call it."""
+    """OpenAI's /v1/audio/speech through tts_gateway, as Kokoro-FastAPI users call it; or, as
+    ``gateway-piper``, Piper's own API there (POST /synthesize, a WAV), as Piper's clients do."""
 
     def __init__(self, gateway, fmt: str) -> None:
         import httpx2 as httpx
@@ -232,22 +234,34 @@ class OursGateway:
         from tts_gateway.encoding import FORMATS
 
         self.name = f"gateway-{fmt}"
-        self.format = FORMATS[fmt]
-        self.url = f"{gateway.url}/v1/audio/speech"
+        self.format = FORMATS["wav" if fmt == "piper" else fmt]
+        self.piper = fmt == "piper"
+        path = "/synthesize" if self.piper else "/v1/audio/speech"
+        self.url = f"{gateway.url}{path}"
         self.client = httpx.Client(timeout=300, limits=httpx.Limits(max_connections=256))
         self("Ready.")
 
     def __call__(self, text: str) -> float:
-        body = {"model": "tts-1", "voice": "alloy", "input": text}
-        response = self.client.post(self.url, json={**body, "response_format": self.format.name})
+        if self.piper:
+            response = self.client.post(self.url, json={"text": text})
+        else:
+            body = {"model": "tts-1", "voice": "alloy", "input": text}
+            body["response_format"] = self.format.name
+            response = self.client.post(self.url, json=body)
         response.raise_for_status()
-        if self.format.name == "pcm":
-            return len(response.content) / 2 / int(response.headers["x-sample-rate"])
-        # Constant bit rate: the length from the size, without decoding on the client's cores.
-        return len(response.content) * 8 / self.format.bit_rate
+        return audio_seconds(response.content, self.format, response.headers)
 
     def close(self) -> None:
         self.client.close()
+
+
+def audio_seconds(content: bytes, fmt, headers) -> float:
+    """Seconds of audio in a response, without decoding on the client's cores."""
+    if fmt.name == "pcm":
+        return len(content) / 2 / int(headers["x-sample-rate"])
+    if fmt.name == "wav":  # 16-bit mono after the 44-byte header
+        return (len(content) - 44) / 2 / int.from_bytes(content[24:28], "little")
+    return len(content) * 8 / fmt.bit_rate  # constant bit rate
 
 
 def encoding_costs(server: ServerProcess, repeats: int = 10) -> None:
@@ -284,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         default=["ours-grpc", "piper-http", "piper-inprocess"],
         help="of ours-grpc, ours-grpc@<profile>, gateway-mp3, gateway-pcm (and any "
-        "gateway-<format>), piper-http, piper-inprocess, piper-ceiling (Piper's model in one "
-        "1-thread session per core)",
+        "gateway-<format>), gateway-piper (Piper's API on the gateway), piper-http, "
+        "piper-inprocess, piper-ceiling (Piper's model in one 1-thread session per core)",
     )
     parser.add_argument("--repository", type=Path, default=ROOT / "model_repository")
     parser.add_argument("--json", type=Path, help="also write all runs as JSON here")
@@ -410,7 +424,13 @@ def report(runs: list[Run], concurrencies: list[int], names: list[str]) -> None:
             lambda g, o: f"{g['tput'] / o['tput']:.3f} | {g['p50'] - o['p50']:+.0f} "
             f"| {g['p99'] - o['p99']:+.0f}",
         )  # fmt: skip
-    ours = [n for n in names if n.startswith("ours-grpc")]
+    if "gateway-piper" in names and "gateway-wav" in names:
+        against(
+            table, concurrencies, "gateway-wav", ["gateway-piper"],
+            "| system | throughput / gateway-wav | p99 / gateway-wav |",
+            lambda g, o: f"{g['tput'] / o['tput']:.2f} | {g['p99'] / o['p99']:.2f}",
+        )  # fmt: skip
+    ours = [n for n in names if n.startswith(("ours-grpc", "gateway-"))]
     if ours and "piper-http" in names:
         against(
             table, concurrencies, "piper-http", ours,
@@ -419,6 +439,7 @@ def report(runs: list[Run], concurrencies: list[int], names: list[str]) -> None:
             lambda o, p: f"{o['tput'] / p['tput']:.2f} | {o['p50'] / p['p50']:.2f} "
             f"| {o['p99'] / p['p99']:.2f}",
         )  # fmt: skip
+    ours = [n for n in ours if n.startswith("ours-grpc")]
     if ours and "piper-ceiling" in names:
         against(
             table, concurrencies, "piper-ceiling", ours,

@@ -36,6 +36,7 @@ from .encoding import FORMATS, served_formats
 from .errors import APIError, bad_request
 from .metrics import Metrics
 from .middleware import Access, BodyLimit, error_response
+from .piper_api import piper_routes
 from .service import SpeechBackend, SpeechJob, SpeechService, default_backend
 from .settings import MODELS, GatewaySettings, Voice, known_model
 
@@ -330,6 +331,8 @@ def _speech_route(app: FastAPI, settings: GatewaySettings, service: SpeechServic
             return speech_job(request, word_timestamps, client, settings, voice_names, formats)
         except APIError as e:
             raise service.refused(e, formats[request.response_format].name) from None
+
+    piper_routes(app, settings, service, formats, caller)
 
     @app.post(
         "/v1/audio/speech",

@@ -65,7 +65,11 @@ FORMATS: dict[str, AudioFormat] = {
             codec_options=(("aac_coder", "fast"),),
         ),
         AudioFormat("flac", "flac", "flac", "audio/flac"),
-        AudioFormat("wav", "wav", "pcm_s16le", "audio/wav"),
+        # bitexact: the canonical 44-byte header, no LIST chunk naming the encoder (clients that
+        # stream a WAV, Pipecat's, skip 44 bytes and read the rest as samples).
+        AudioFormat(
+            "wav", "wav", "pcm_s16le", "audio/wav", muxer_options=(("fflags", "+bitexact"),)
+        ),
         # Raw 16-bit little-endian mono at 24 kHz, as OpenAI's (clients assume that rate; at
         # the voice's 22.05 kHz audio played 8.8 % fast). The gateway's --pcm-sample-rate 0
         # keeps the voice's rate.

@@ -63,12 +63,17 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+# Piper's HTTP API's paths (tts_gateway/piper_api.py; its POST / too).
+PIPER_PATHS = ("/synthesize", "/voices", "/info", "/all-voices", "/download")
+
+
 class Access:
-    """On /v1/: the API key when one is configured (``Authorization: Bearer``, compared in
-    constant time; 401), and JSON for a POST body (415 naming the header, instead of a
-    validation error about a missing dict). A WebSocket also takes the key as ``?api_key=``
-    (a browser cannot set the header), and must come from this page's origin or a CORS one
-    (browsers let any page open a WebSocket anywhere): else an error frame and close 1008."""
+    """On /v1/ and /dev/ (and Piper's API): the API key when one is configured
+    (``Authorization: Bearer``, compared in constant time; 401), and JSON for a POST body
+    (415 naming the header, instead of a validation error about a missing dict). A WebSocket
+    also takes the key as ``?api_key=`` (a browser cannot set the header), and must come from
+    this page's origin or a CORS one (browsers let any page open a WebSocket anywhere): else
+    an error frame and close 1008."""
 
     def __init__(self, app, api_key: str, origins: tuple[str, ...] = ()) -> None:
         self.app = app
@@ -104,7 +109,13 @@ class Access:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "websocket" and scope["path"].startswith("/v1/"):
             return await self._websocket(scope, receive, send)
-        if scope["type"] != "http" or not scope["path"].startswith(("/v1/", "/dev/")):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope["path"]
+        # Piper's API (piper_api.py) takes the key too, and its bodies whatever their type, as
+        # Piper's server does.
+        piper = path in PIPER_PATHS or (path == "/" and scope["method"] == "POST")
+        if not piper and not path.startswith(("/v1/", "/dev/")):
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or ())
         if not self._key_ok(headers):
@@ -115,7 +126,7 @@ class Access:
             )
             return await error_response(error)(scope, receive, send)
         content_type = headers.get(b"content-type")
-        if scope["method"] == "POST" and content_type is not None:
+        if scope["method"] == "POST" and content_type is not None and not piper:
             media = content_type.split(b";")[0].strip().lower()
             if media != b"application/json" and not media.endswith(b"+json"):
                 error = APIError(

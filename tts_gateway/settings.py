@@ -187,8 +187,12 @@ class GatewaySettings:
     # `name=language` (the launcher passes them from the repository); each is offered under
     # its own name.
     triton_voices: str = ""
-    # Required as `Authorization: Bearer <key>` on /v1/ when set (OpenAI clients send one);
-    # give it as $TTS_GATEWAY_API_KEY rather than a flag (flags are visible in ps).
+    # The repository's phonemizer version folder (<repository>/phonemizer/1; the launcher passes
+    # it): Piper's API (GET /voices) answers each voice's Piper config from it; empty: what the
+    # voice table knows.
+    voice_configs: str = ""
+    # Required as `Authorization: Bearer <key>` on /v1/, /dev/ and Piper's API when set (OpenAI
+    # clients send one); give it as $TTS_GATEWAY_API_KEY, not a flag (flags are visible in ps).
     api_key: str = ""
     # Comma-separated origins a browser app may call from (CORS); empty: none.
     cors_origins: str = ""

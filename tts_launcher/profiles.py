@@ -30,6 +30,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from tts_serving.settings import AcousticSettings
+
 from .rendering import Override, expected as rendered, with_parameters
 from .served import REPOSITORY
 
@@ -52,9 +54,9 @@ PROFILES: dict[str, dict[str, Override]] = {
                 **_GPU_ENGINE,
                 "cuda_graph_batches": "1,2,4,8,16,32,64",
                 "cuda_graph_frames": "128,256,512,1024,2048",
-                # Up to max_phoneme_ids (400); eager, their launches took 20 of a lone
-                # request's 31 ms on an H100 (docs/gpu.md).
-                "cuda_graph_phonemes": "32,64,128,256,400",
+                # Up to max_phoneme_ids (config.pbtxt's); eager, their launches took 20 of a
+                # lone request's 31 ms on an H100 (docs/gpu.md).
+                "cuda_graph_phonemes": f"32,64,128,256,{AcousticSettings().max_phoneme_ids}",
                 "max_padded_length": "25600",
             },
             why="the flow in float16 CUDA graphs; encoder and durations in float32 CUDA graphs",

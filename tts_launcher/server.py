@@ -245,6 +245,7 @@ def gateway_child(args: LauncherSettings, edge: EdgePorts | None) -> list[str]:
         edge.gateway_inner if edge else args.gateway_port,
         [
             f"--triton-voices={gateway_voices(args.model_repository)}",
+            f"--voice-configs={(args.model_repository / 'phonemizer' / '1').resolve()}",
             f"--wyoming-port={args.wyoming_port}",
             f"--wyoming-host={args.bind}",
             f"--drain-s={args.stop_budget.drain_s:g}",

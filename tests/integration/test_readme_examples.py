@@ -124,3 +124,15 @@ def test_the_python_examples_of_use_it_run_as_written(server, tmp_path):
         result = run_python(code, tmp_path)
         assert result.returncode == 0 and "ran" in result.stdout, result.stderr[-2000:]
     assert (tmp_path / "hello.wav").read_bytes()[:4] == b"RIFF"
+
+
+def test_the_from_pipers_server_example_runs_as_written(gateway, tmp_path):
+    text = (ROOT / "docs" / "http-api.md").read_text().split("## From Piper's server\n", 1)[1]
+    (script,) = re.findall(r"```bash\n(.*?)```", text, re.S)
+    port = gateway.url.rsplit(":", 1)[1]
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script.replace("localhost:8080", f"localhost:{port}")],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "test.wav").read_bytes()[:4] == b"RIFF"

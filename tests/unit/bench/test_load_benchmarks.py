@@ -86,3 +86,12 @@ def test_startup_reads_the_warm_up_from_the_launchers_log():
     log = "x\nfront: warm-up: 48 sentences, 16 at a time, in 6.3 s (8.1 requests/s now)\n"
     assert startup.warmup(log) == "warm-up 6.3 s"
     assert startup.warmup("front: warm-up: off") == "warm-up not logged"
+
+
+def test_compare_reads_a_responses_audio_seconds_without_decoding_it():
+    from tts_gateway.encoding import FORMATS, encode_all
+
+    wav = encode_all(np.zeros(22050, np.float32), FORMATS["wav"], 22050, whole=True)
+    assert compare.audio_seconds(wav, FORMATS["wav"], {}) == 1.0
+    pcm = b"\0" * 48000
+    assert compare.audio_seconds(pcm, FORMATS["pcm"], {"x-sample-rate": "24000"}) == 1.0

@@ -77,3 +77,31 @@ def test_the_edge_is_rendered_from_the_front_doors_variables(monkeypatch, tmp_pa
     assert "100 connections per port, 7 per address" in capsys.readouterr().out
     configs = " ".join(p.read_text() for p in tmp_path.glob("*/nginx.conf"))
     assert "worker_connections 264;" in configs  # 2 x 100 + 64: FrontSettings.edge_connections
+
+
+@pytest.mark.parametrize("drain_s", [12.0, 45.0])
+def test_the_one_drain_setting_moves_every_deadline_of_a_stop(drain_s, monkeypatch, tmp_path):
+    """--drain-s is read once; the gateway's and the front door's drains, uvicorn's backstop,
+    the edge's shutdown timeout and the launcher's own waits all follow from it."""
+    from tts_front.settings import parse_args as front
+    from tts_gateway.__main__ import uvicorn_config
+    from tts_gateway.settings import parse_args as gateway
+    from tts_launcher.commands import StopBudget
+    from tts_launcher.edge import EdgePorts
+    from tts_launcher.server import gateway_child
+
+    monkeypatch.setenv("TTS_LAUNCHER_DRAIN_S", str(drain_s))
+    settings, _ = parse_args([])
+    budget = settings.stop_budget
+    assert budget == StopBudget(drain_s)
+    front_cmd = front_door(settings, 1, 2, "prefix", None)
+    assert front(front_cmd[3:], environ={}).drain_s == drain_s
+    gateway_cmd = gateway_child(settings, None)
+    gateway_settings, _ = gateway(gateway_cmd[3:], environ={})
+    assert gateway_settings.drain_s == drain_s
+    backstop = uvicorn_config(object(), gateway_settings).timeout_graceful_shutdown
+    assert drain_s < backstop < budget.gateway_wait_s
+    edge_children(settings, EdgePorts("127.0.0.1", 1, 2, 3, 4, 5, 6), tmp_path)
+    for config in tmp_path.glob("*/nginx.conf"):
+        assert f"worker_shutdown_timeout {int(budget.edge_s)}s;" in config.read_text()
+    assert budget.total_s > budget.edge_s > budget.gateway_wait_s + budget.front_wait_s
