@@ -164,6 +164,8 @@ def job_for(data: dict, voices: PiperVoices, settings: GatewaySettings, formats,
     speaker = data.get("speaker_id", data.get("speaker"))
     if speaker is not None and (isinstance(speaker, bool) or not isinstance(speaker, str | int)):
         raise bad_request(f"speaker_id must be a number or a name, got {speaker!r}", "speaker_id")
+    if speaker == 0 and voices.config(voice).get("num_speakers") == 1:
+        speaker = None  # the one speaker a single-speaker voice has (Piper's clients send it)
     try:
         options = voice.options(speed, caller=client or None)
         noise = {

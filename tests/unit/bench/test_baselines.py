@@ -31,3 +31,13 @@ def test_a_baseline_repository_links_the_served_models_and_adds_the_baselines(tm
 
 def test_nothing_is_written_into_the_served_repository(tmp_path):
     assert all(path.is_relative_to(tmp_path) for path in configs(tmp_path))
+
+
+def test_the_gpu_docs_table_lists_every_served_profile():
+    import re
+
+    from tests.support.paths import ROOT
+
+    section = (ROOT / "docs" / "gpu.md").read_text().split("## Profiles", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `([\w-]+)` \|", section, re.M)
+    assert sorted(rows) == sorted(profiles(REPOSITORY))

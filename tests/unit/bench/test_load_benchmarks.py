@@ -95,3 +95,15 @@ def test_compare_reads_a_responses_audio_seconds_without_decoding_it():
     assert compare.audio_seconds(wav, FORMATS["wav"], {}) == 1.0
     pcm = b"\0" * 48000
     assert compare.audio_seconds(pcm, FORMATS["pcm"], {"x-sample-rate": "24000"}) == 1.0
+
+
+def test_routes_alternate_and_their_percentiles_are_set_side_by_side():
+    from bench import routes
+
+    assert routes.request_for("piper", "Hi.") == ("/synthesize", {"text": "Hi."})
+    path, body = routes.request_for("openai-wav", "Hi.")
+    assert path == "/v1/audio/speech" and body["response_format"] == "wav"
+    with pytest.raises(ValueError, match="unknown route"):
+        routes.request_for("grpc", "Hi.")
+    text = routes.summary({"openai-wav": [1.0] * 10, "piper": [0.5] * 10})
+    assert "piper   10 requests: p50 500, p90 500, p99 500 ms  0.50x 0.50x 0.50x" in text
