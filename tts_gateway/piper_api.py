@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -33,6 +34,8 @@ from tts_wire import MAX_SPEED, MIN_SPEED
 from .errors import APIError, bad_request
 from .service import SpeechJob, SpeechService
 from .settings import GatewaySettings, Voice
+
+log = logging.getLogger("tts_gateway")
 
 FIELDS = ("text", "voice", "speaker", "speaker_id", "length_scale", "noise_scale", "noise_w_scale")
 # Piper's docstring names the width noise so; its code reads noise_w_scale. Either is taken.
@@ -72,7 +75,11 @@ class PiperVoices:
         self.default = settings.voices[0]
         self.configs: dict[str, dict] = {}
         if settings.voice_configs:
-            self.configs = voice_configs(settings.voice_configs)
+            try:
+                self.configs = voice_configs(settings.voice_configs)
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                # Speech does not need them: /voices then lists what the voice table knows.
+                log.warning("Piper's API: no voice configs from %s (%s)", settings.voice_configs, e)
         # A Piper model id names the first repository voice made from that file (the others
         # made from it are variants with defaults of their own: joe_slow of joe).
         self.aliases: dict[str, str] = {}

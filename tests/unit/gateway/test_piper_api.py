@@ -140,3 +140,10 @@ def test_pipers_model_id_is_its_files_name():
         pytest.skip("the voice is not exported")
     (config,) = voice_configs(VOICES).values()
     assert model_id(config) == "en_US-joe-medium"
+
+
+def test_a_repository_without_voice_configs_still_serves_speech(tmp_path):
+    backend = FakeBackend()
+    with client_for(backend, voice_configs=str(tmp_path / "missing")) as c:
+        assert c.post("/synthesize", json={"text": "Hi."}).status_code == 200
+        assert list(c.get("/voices").json()) == ["joe"]
