@@ -98,16 +98,22 @@ def test_a_crasher_in_a_window_is_refused_and_the_rest_served(raw_pool):
     local = Phonemizer(load_voice_config(VOICES["joe"]), 400)
     texts = ["Hello world.", RAW_CRASHER, "Sentence number 2, spoken in turn.", "Ca va?"]
     answers = raw_pool.phonemize_many([("joe", t, None) for t in texts])
-    crashed = raw_pool.deaths > 0
+    # Three outcomes, all right: it crashed on the crasher (refused as one, the death it
+    # caused in the window and the one alone that proved it); it did not crash; or the heap it
+    # corrupted killed the worker on a later text of the window (seen beside two CPU hogs,
+    # 2026-12-04), whose texts were then answered by a fresh worker, nobody blamed.
+    crashed = isinstance(answers[1], PhonemizerCrashError)
     if crashed:
-        assert isinstance(answers[1], PhonemizerCrashError) and raw_pool.deaths == 2
+        assert raw_pool.deaths == 2
     else:
         assert isinstance(answers[1], InvalidInputError) and "too long" in str(answers[1])
+        assert raw_pool.deaths <= 1
     for n in (0, 2, 3):
         assert answers[n]["ids"] == local.ids(texts[n]), n
+    deaths = raw_pool.deaths
     again = raw_pool.phonemize_many([("joe", t, None) for t in texts[1:3]])
     if crashed:  # remembered: refused without another death
-        assert isinstance(again[0], PhonemizerCrashError) and raw_pool.deaths == 2
+        assert isinstance(again[0], PhonemizerCrashError) and raw_pool.deaths == deaths
     assert again[1]["ids"] == answers[2]["ids"]
 
 
