@@ -125,6 +125,10 @@ class TritonPythonModel:
 """
 
 
+# Short, so the test is quick; an ordinary load took 10-20 s here beside other test files.
+LOAD_BUDGET_S = 30
+
+
 def test_a_tritonserver_whose_load_hangs_is_started_again(exported_repository, tmp_path):
     """A model load that never ends (once, on a busy machine, the vocoder's stub had finished
     its initialize and Triton never marked it loaded) leaves `make serve` not ready for good:
@@ -139,15 +143,21 @@ def test_a_tritonserver_whose_load_hangs_is_started_again(exported_repository, t
     launcher = Launcher(
         repository,
         tmp_path / "launcher.log",
-        ["--load-budget-s=20"],
+        [f"--load-budget-s={LOAD_BUDGET_S}"],
         warmup_requests=LIGHT_WARMUP,
     )
     try:
         launcher.wait_ready()
         log = launcher.log()
-        assert "tritonserver is not ready 20 s after its start" in log, log[-3000:]
+        kills = log.count(f"tritonserver is not ready {LOAD_BUDGET_S} s after its start")
+        assert kills >= 1, log[-3000:]
         assert "tritonserver exited (-9); starting it again" in log, log[-3000:]
-        assert launcher.supervisor_metric("tts_supervisor_server_restarts_total") == 1
+        # Every kill is a restart the metric counts. The stuck load is the first; a CI machine
+        # that ran two test files beside it once took longer than the budget for the second,
+        # ordinary load too, and that load was killed and started again as well: the launcher
+        # doing its job with a short budget, so the count follows the log.
+        restarts = launcher.supervisor_metric("tts_supervisor_server_restarts_total")
+        assert restarts == kills, (restarts, kills, log[-3000:])
         body = {
             "model": "tts-1",
             "voice": "alloy",
