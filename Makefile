@@ -40,7 +40,7 @@ help:  # the default goal: what each target does
 	@echo "  (test, perf, bench... install the full development set: about 2.2 GB;"
 	@echo "   perf-smoke only what make serve does)"
 	@echo "make gpu-bundle      an offline folder for a GPU machine (docs/gpu.md)"
-	@echo "make image-cpu|gpu   the container image (docker/Dockerfile; needs a Docker engine)"
+	@echo "make image-cpu|gpu   the container image (docker/Dockerfile; docker or podman)"
 	@echo "make lock            regenerate the image's hashed locks (requirements/image-*.lock)"
 	@echo "make simulate        the autoscaler simulation and its plots (docs/scaling.md)"
 	@echo "make clean           remove the exported voice and caches"
@@ -52,7 +52,9 @@ help:  # the default goal: what each target does
 # tests also drive the gateway's web page in Debian's headless Chromium; pesq (bench.cpu_variants)
 # builds against python3-dev.
 SYSTEM_PACKAGES := libb64-0d gcc libc6-dev nginx
-TEST_SYSTEM_PACKAGES := chromium chromium-driver curl python3-dev
+# podman (with runc), debootstrap and podman-compose build and run the CPU image in the tests
+# (tests/container).
+TEST_SYSTEM_PACKAGES := chromium chromium-driver curl python3-dev podman runc debootstrap podman-compose
 system-deps:
 	@$(MAKE) --no-print-directory apt-install PACKAGES="$(SYSTEM_PACKAGES)"
 # kubectl renders deploy/ (its built-in kustomize): a machine without one gets Debian's
@@ -204,17 +206,27 @@ $(AGENTS_VENV)/.installed: requirements/agents.txt
 	$(AGENTS_VENV)/bin/pip install -q --disable-pip-version-check -r requirements/agents.txt
 	touch $@
 
-# The image's hashed locks, for its Python (3.12) and platform, from requirements/image*.in
-# with the versions of requirements/serve.txt and torch.txt (one pin each).
-LOCK_TARGET := --python-version 3.12 --python-platform x86_64-manylinux_2_28 --generate-hashes \
-  --no-header --quiet -c requirements/serve.txt -c requirements/torch.txt
+# The image's hashed locks, for the NGC image's Python (3.12) and platform, from
+# requirements/image*.in with the versions of requirements/serve.txt and torch.txt (one pin
+# each); every wheel of each version is hashed, so Debian's Python 3.11 installs them too.
+# image-triton.lock: Triton's wheel alone (manylinux_2_35), installed without its dependencies.
+LOCK_OPTIONS := --generate-hashes --no-header --quiet -c requirements/serve.txt -c requirements/torch.txt
+LOCK_TARGET := --python-version 3.12 --python-platform x86_64-manylinux_2_28 $(LOCK_OPTIONS)
 lock: $(VENV)/.installed
 	$(VENV)/bin/uv pip compile requirements/image.in $(LOCK_TARGET) -o requirements/image-cpu.lock
 	$(VENV)/bin/uv pip compile requirements/image-gpu.in $(LOCK_TARGET) -o requirements/image-gpu.lock
+	$(VENV)/bin/uv pip compile requirements/image-triton.in --no-deps --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_35 $(LOCK_OPTIONS) -o requirements/image-triton.lock
 
-# Where a Docker engine is (not on this project's machines: docs/deployment.md).
-image-cpu image-gpu: image-%:
-	docker build -f docker/Dockerfile --target $* -t tts-triton:$* .
+# The image, with docker or podman (CONTAINER_ENGINE), from the wheels filled first into
+# docker/wheels (an offline build: docs/deployment.md). podman keeps the HEALTHCHECK only in the
+# docker format. The cpu image's Debian base comes from a registry, or on a host without one from
+# docker/base-image.sh (debootstrap, as root).
+CONTAINER_ENGINE ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo podman)
+image-cpu image-gpu: image-%: $(VENV)/.installed-serve
+	$(PY) -m tts_tools.image wheels --profile $*
+	$(CONTAINER_ENGINE) build $(if $(findstring podman,$(CONTAINER_ENGINE)),--format docker) \
+	  -f docker/Dockerfile --target $* -t tts-triton:$* .
 
 simulate: $(VENV)/.installed
 	$(PY) -m bench.autoscale --device cpu --out docs/scaling

@@ -5,15 +5,18 @@
 # on its path, and the voice exported into the model repository.
 #
 #   docker/install.sh [--profile cpu|gpu|gpu-host-torch] [--venv DIR] [--python PY]
-#                     [--wheels DIR] [--no-export]
+#                     [--wheels DIR] [--triton] [--no-export]
 #
 # cpu: requirements/image-cpu.lock (ONNX Runtime); gpu: image-gpu.lock (the same plus torch,
 # the one pin of requirements/torch.txt); gpu-host-torch: the cpu lock, torch being the
-# machine's own. --wheels: install offline from that folder. The locks are for Python 3.12 on
-# x86-64 glibc (the NGC Triton image's); `make lock` writes them.
+# machine's own. --wheels: install offline from that folder. --triton: Triton itself too, from
+# nvidia-pytriton (requirements/image-triton.lock), for a base that has none (the CPU image on
+# Debian). The locks are made for Python 3.12 on x86-64 glibc (the NGC Triton image's) and hold
+# every wheel's hash of each pinned version, so Debian 12's Python 3.11 installs them as well
+# (tests/deployment/test_image.py resolves them for both); `make lock` writes them.
 set -euo pipefail
 project="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-profile=cpu venv=/opt/tts/venv python=python3 wheels="" export_voice=1
+profile=cpu venv=/opt/tts/venv python=python3 wheels="" export_voice=1 triton=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --profile) profile="$2"; shift 2 ;;
@@ -21,6 +24,7 @@ while [ $# -gt 0 ]; do
     --python) python="$2"; shift 2 ;;
     --wheels) wheels="$2"; shift 2 ;;
     --no-export) export_voice=0; shift ;;
+    --triton) triton=1; shift ;;
     *) echo "install.sh: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
 done
@@ -46,6 +50,8 @@ install=("${pip[@]}" install --no-cache-dir --disable-pip-version-check --requir
          --only-binary=:all: --no-deps)
 if [ -n "$wheels" ]; then install+=(--no-index --find-links "$wheels"); fi
 "${install[@]}" -r "$lock"
+# Triton's server alone: its Python API's dependencies are not needed to run the binary.
+if [ "$triton" = 1 ]; then "${install[@]}" -r "$project/requirements/image-triton.lock"; fi
 
 # The project runs from its folder (no build step, so offline works too): its three import
 # roots go on the venv's path.

@@ -79,6 +79,9 @@ def prepare_backends(cache_dir: Path) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not current():
             staging = Path(tempfile.mkdtemp(prefix=f".{backends.name}-", dir=backends.parent))
+            # mkdtemp's 0700 would keep it to its maker: an image lays it out as root for
+            # the user it runs as.
+            staging.chmod(0o755)
             try:
                 shutil.copytree(src / "backends" / "python", staging / "python")
                 shutil.copy2(stub, staging / "python" / "triton_python_backend_stub")

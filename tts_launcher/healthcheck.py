@@ -1,14 +1,17 @@
 """Ready when every model is: Triton's per-model readiness, for a container's health check.
 
     python -m tts_launcher.healthcheck [--url http://127.0.0.1:8000] [--repository DIR]
-                                       [--gateway-url http://127.0.0.1:8080]
+                                       [--gateway | --gateway-url http://127.0.0.1:8080]
 
 Asks ``GET /v2/models/<name>/ready`` for each model of the repository (every folder with a
 config.pbtxt), not only the server's ``/v2/health/ready``: a server is up while one model
 failed to load or its stub died. With ``--gateway-url``, the gateway's ``/ready`` too. Exit
 status 0 when all answer 200; 1 otherwise, naming each model that is not ready. Standard
 library only, so it runs wherever the server's Python does (docker/Dockerfile HEALTHCHECK,
-the Kubernetes readiness probe in deploy/).
+the Kubernetes readiness probe in deploy/). Its defaults are the launcher's own variables where
+they are set (``TTS_LAUNCHER_HTTP_PORT``, ``TTS_LAUNCHER_GATEWAY_PORT``,
+``TTS_LAUNCHER_MODEL_REPOSITORY``: the image configures the launcher by them), so a container
+started on other ports checks those.
 """
 
 from __future__ import annotations
@@ -20,7 +23,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-DEFAULT_REPOSITORY = os.environ.get("TTS_MODEL_REPOSITORY", "model_repository")
+# The launcher's variables (tts_launcher.settings, ENV_PREFIX; not imported: this module
+# stays standard library only), with the launcher's defaults.
+ENV_PREFIX = "TTS_LAUNCHER_"
+
+
+def launcher_env(name: str, default: str, environ: dict[str, str] | None = None) -> str:
+    """The launcher's setting ``name`` as its variable gives it, or the launcher's default."""
+    return (os.environ if environ is None else environ).get(ENV_PREFIX + name.upper(), default)
 
 
 def models(repository: Path) -> list[str]:
@@ -48,9 +58,19 @@ def not_ready(url: str, names: list[str], timeout: float) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tts_launcher.healthcheck", description=__doc__)
-    parser.add_argument("--url", default="http://127.0.0.1:8000", help="Triton's HTTP endpoint")
-    parser.add_argument("--repository", type=Path, default=Path(DEFAULT_REPOSITORY))
+    http = launcher_env("http_port", "8000")
+    parser.add_argument("--url", default=f"http://127.0.0.1:{http}", help="Triton's HTTP endpoint")
+    repository = launcher_env("model_repository", "model_repository")
+    parser.add_argument("--repository", type=Path, default=Path(repository))
     parser.add_argument("--gateway-url", default=None, help="also the gateway's /ready")
+    gateway = launcher_env("gateway_port", "8080")
+    parser.add_argument(
+        "--gateway",
+        action="store_const",
+        dest="gateway_url",
+        const=f"http://127.0.0.1:{gateway}",
+        help="also the gateway's /ready on the launcher's gateway port",
+    )
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds per request")
     args = parser.parse_args(argv)
     problems = not_ready(args.url.rstrip("/"), models(args.repository), args.timeout)

@@ -46,7 +46,7 @@ def test_the_dockerfile_passes_hadolint():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_image_is_built_on_a_patched_triton_as_a_non_root_user():
+def test_the_images_are_built_on_patched_bases_as_a_non_root_user():
     steps = instructions()
     base = next(a for i, a in steps if i == "ARG" and a.startswith("TRITON_IMAGE="))
     release = re.fullmatch(r"TRITON_IMAGE=nvcr\.io/nvidia/tritonserver:(\d\d)\.(\d\d)-py3", base)
@@ -54,11 +54,17 @@ def test_the_image_is_built_on_a_patched_triton_as_a_non_root_user():
     # authentication bypasses CVE-2026-24206/24207, path traversals -24208/24209); 25.08 before
     # it had those of August 2025 (CVE-2025-23316) and not these.
     assert release and (int(release[1]), int(release[2])) >= (26, 4), base
-    stages = [a.split(" AS ")[-1] for i, a in steps if i == "FROM" and " AS " in a]
-    assert {"build-cpu", "build-gpu", "runtime", "cpu", "gpu"} <= set(stages)
-    assert ("USER", "10001:10001") in steps
-    (healthcheck,) = [a for i, a in steps if i == "HEALTHCHECK"]
-    assert '"tts_launcher.healthcheck"' in healthcheck  # per model, not /v2/health/ready
+    # The cpu image: Debian 12 (its Python 3.11, which the pytriton wheel has a stub for).
+    debian = next(a for i, a in steps if i == "ARG" and a.startswith("DEBIAN_IMAGE="))
+    assert debian == "DEBIAN_IMAGE=docker.io/library/debian:bookworm-slim"
+    froms = dict(reversed(a.split(" AS ")) for i, a in steps if i == "FROM" and " AS " in a)
+    assert froms == {"project": "scratch", "build-cpu": "${DEBIAN_IMAGE}",
+                     "cpu": "${DEBIAN_IMAGE}", "build-gpu": "${TRITON_IMAGE}",
+                     "gpu": "${TRITON_IMAGE}"}  # fmt: skip
+    assert steps.count(("USER", "10001:10001")) == 2  # both images
+    healthchecks = [a for i, a in steps if i == "HEALTHCHECK"]
+    assert len(healthchecks) == 2  # per model, not /v2/health/ready; the launcher's ports
+    assert all('"tts_launcher.healthcheck", "--gateway"' in a for a in healthchecks)
     copied = [
         source
         for instruction, args in steps
@@ -71,24 +77,33 @@ def test_the_image_is_built_on_a_patched_triton_as_a_non_root_user():
     assert not {"tts_tools", "bench", "tests"} & {Path(s).parts[0] for s in copied}, copied
     installs = [a for i, a in steps if i == "RUN" and "docker/install.sh" in a]
     assert len(installs) == 2 and all("--venv /opt/tts/venv" in a for a in installs)
+    # Triton from the wheel on Debian only (NGC's image has its own); the wheels folder gone.
+    assert ["--triton" in a for a in installs] == [True, False]
+    assert all("rm -rf docker/wheels" in a for a in installs)
 
 
-def test_the_entrypoint_is_the_launcher_with_flags_it_takes():
-    from tts_launcher.server import parse_args
+def test_the_entrypoint_is_the_launcher_configured_by_its_variables():
+    from tts_launcher.settings import parse_args, settings
 
     steps = instructions()
-    (entrypoint,) = [json.loads(a) for i, a in steps if i == "ENTRYPOINT"]
-    # NGC's entrypoint (CUDA forward compatibility on older data-center drivers) runs it.
-    nvidia, *entrypoint = entrypoint
-    assert nvidia == "/opt/nvidia/nvidia_entrypoint.sh"
-    assert entrypoint[:3] == ["python", "-m", "tts_launcher"]
+    entrypoints = [json.loads(a) for i, a in steps if i == "ENTRYPOINT"]
+    # NGC's entrypoint (CUDA forward compatibility on older data-center drivers) runs the gpu one.
+    launcher = ["python", "-m", "tts_launcher"]
+    assert entrypoints == [launcher, ["/opt/nvidia/nvidia_entrypoint.sh", *launcher]]
     commands = [json.loads(a) for i, a in steps if i == "CMD"]
     assert commands == [[], ["--model-config-name=gpu"]]  # the cpu and gpu stages, in order
-    for command in commands:
-        args, extra = parse_args(entrypoint[3:] + command)
-        assert extra == command  # passed on to tritonserver
-        assert args.bind == "0.0.0.0" and args.gateway_port == 8080
-        assert str(args.model_repository) == "/opt/tts/app/model_repository"
+    known = {s.env for s in settings()}
+    for env in [a for i, a in steps if i == "ENV"]:
+        values = dict(re.findall(r"(\w+)=(\S+)", env))
+        launcher = {k: v for k, v in values.items() if k.startswith("TTS_LAUNCHER_")}
+        assert launcher.keys() <= known, launcher.keys() - known
+        assert launcher["TTS_LAUNCHER_BIND"] == "0.0.0.0"
+        assert launcher["TTS_LAUNCHER_MODEL_REPOSITORY"] == "/opt/tts/app/model_repository"
+        for command in commands:
+            args, extra = parse_args(command, launcher)
+            assert extra == command  # passed on to tritonserver
+            assert args.bind == "0.0.0.0" and args.gateway_port == 8080
+            assert str(args.model_repository) == "/opt/tts/app/model_repository"
     assert sorted(p.parts[-3] for p in ROOT.glob("model_repository/*/configs/gpu.pbtxt"))
 
 
@@ -177,15 +192,31 @@ def test_the_locks_pin_the_projects_versions_and_one_torch():
     assert others <= {"requirements/torch.txt", "CHANGELOG.md"}, others
 
 
+def test_install_sh_installs_triton_from_its_own_lock_without_dependencies(
+    recording_python, tmp_path
+):
+    fake, log, _ = recording_python
+    script = ["bash", str(ROOT / "docker/install.sh"), "--venv", str(tmp_path / "v"),
+              "--python", str(fake), "--triton", "--no-export"]  # fmt: skip
+    subprocess.run(script, check=True, capture_output=True)
+    installs = [c for c in log.read_text().splitlines() if " install " in c]
+    assert [c.rsplit("/", 1)[-1] for c in installs] == ["image-cpu.lock", "image-triton.lock"]
+    assert all("--no-deps" in c and "--require-hashes" in c for c in installs)
+    triton = lock_pins(ROOT / "requirements/image-triton.lock")
+    assert triton == {"nvidia-pytriton": ALL["nvidia-pytriton"]}  # make serve's Triton
+
+
+# The images' Pythons: Debian 12's for the cpu image, NGC's for the gpu image (and the bundle).
 @pytest.mark.slow
-@pytest.mark.parametrize("profile", sorted(LOCKS))
-def test_the_lock_resolves_for_the_images_python_and_platform(profile, tmp_path):
-    """pip resolves the whole lock for CPython 3.12 on x86-64 glibc, wheels only, every hash
-    and every dependency in the lock (it downloads metadata, not the wheels)."""
+@pytest.mark.parametrize(("profile", "python"), [("image-cpu", "3.11"), ("image-cpu", "3.12"),
+                                                 ("image-gpu", "3.12")])  # fmt: skip
+def test_the_lock_resolves_for_the_images_python_and_platform(profile, python, tmp_path):
+    """pip resolves the whole lock for the image's CPython on x86-64 glibc, wheels only, every
+    hash and every dependency in the lock (it downloads metadata, not the wheels)."""
     from tts_tools.gpu_bundle import PLATFORMS  # the bundle downloads for the same ones
 
     command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
-               "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
+               "--only-binary=:all:", "--python-version", python, "--implementation", "cp",
                "--target", str(tmp_path / "t"), "--require-hashes", "-r", str(LOCKS[profile]),
                "--quiet", "--report", str(tmp_path / "report.json")]  # fmt: skip
     for platform in PLATFORMS:

@@ -70,3 +70,23 @@ def test_a_server_that_is_not_there_is_not_ready(repository, capsys):
     url = f"http://127.0.0.1:{free_port()}"
     assert main(["--url", url, "--repository", str(repository), "--timeout", "1"]) == 1
     assert capsys.readouterr().err.count("not ready") == 3
+
+
+def test_its_defaults_are_the_launchers_variables(triton, repository, monkeypatch):
+    """The image configures the launcher by its variables; a container started on other ports
+    (TTS_LAUNCHER_HTTP_PORT=...) is checked on those, the gateway too (--gateway)."""
+    from tts_launcher.settings import ENV_PREFIX, settings
+
+    url, ready = triton
+    port = url.rsplit(":", 1)[1]
+    names = {s.env for s in settings()}
+    for field in ("http_port", "gateway_port", "model_repository"):
+        assert ENV_PREFIX + field.upper() in names  # the launcher reads the same names
+    monkeypatch.setenv("TTS_LAUNCHER_HTTP_PORT", port)
+    monkeypatch.setenv("TTS_LAUNCHER_GATEWAY_PORT", port)
+    monkeypatch.setenv("TTS_LAUNCHER_MODEL_REPOSITORY", str(repository))
+    ready |= {"acoustic", "tts", "vocoder"}
+    assert main([]) == 0
+    assert main(["--gateway"]) == 1
+    ready.add("gateway")
+    assert main(["--gateway"]) == 0

@@ -339,3 +339,10 @@ def test_on_a_gpu_machine_triton_gets_a_cuda_pool_per_gpu_that_extra_arguments_o
     monkeypatch.setattr(commands, "has_gpu", lambda: False)
     command = commands.server_command(tmp_path, 1, 2, 3, tmp_path)
     assert not any(a.startswith("--cuda-memory-pool") for a in command)
+
+
+def test_the_backend_folder_can_be_read_by_other_users(tmp_path):
+    """An image lays the backend out as root at build time and runs as its own user: the
+    folder is not mkdtemp's 0700 (the image's first start failed on it)."""
+    backends = environment.prepare_backends(tmp_path / "cache")
+    assert backends.stat().st_mode & 0o755 == 0o755
