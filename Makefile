@@ -27,6 +27,7 @@ help:  # the default goal: what each target does
 	@echo "make serve           set up the lean venv, export the voice, serve on CPU (ports: README)"
 	@echo "                     PROFILE=gpu|torch-cpu(-dlpack) adds torch; VOICES=voices.json more voices"
 	@echo "make test            set up everything (system packages too) and run every test"
+	@echo "make test-system-deps  the tests' own system packages (chromium, podman, debootstrap...)"
 	@echo "make check           the edit loop: lint, unit, adapter and deployment tests (no server)"
 	@echo "make unit | lint     the fast unit tests | ruff and the import layers"
 	@echo "make test-reliability  the reliability tier with its long tests (--long)"
