@@ -28,6 +28,7 @@ import yaml
 
 from tests.support import container
 from tests.support.container import IMAGE, engine, podman, ulimit_flags, wait_healthy
+from tests.support.launcher import LIGHT_WARMUP
 from tests.support.paths import ROOT
 from tts_launcher.commands import StopBudget, free_ports
 
@@ -37,6 +38,9 @@ pytestmark = [
 ]
 
 SPEECH = {"model": "tts-1", "voice": "alloy", "response_format": "wav"}
+# The front door's warm-up as the launcher tests have it (tests/support/launcher.py): the
+# containers this file runs itself start lighter; compose's and the pod's run as written.
+LIGHT = f"--env=TTS_FRONT_WARMUP_REQUESTS={LIGHT_WARMUP}"
 # The launcher's stop at its default drain, and the 10 s compose gives on top (stop_grace_period).
 GRACE_S = StopBudget(30).total_s + 10
 
@@ -83,7 +87,7 @@ def served(image):
     flags = [f"--env={k}={v}" for k, v in env.items()]
     try:
         podman("run", "-d", "--name", name, "--network", "host", *ulimit_flags(), "--read-only",
-               "--tmpfs", "/tmp", "--tmpfs", "/home/tts", "--shm-size", "1g", *flags,
+               "--tmpfs", "/tmp", "--tmpfs", "/home/tts", "--shm-size", "1g", *flags, LIGHT,
                "--env", f"TTS_ADMIN_KEY={secrets.token_hex(32)}", image)  # fmt: skip
         took = wait_healthy(name)
         print(f"\nhealthy {took:.0f} s after its start")
@@ -184,7 +188,8 @@ def test_a_second_start_serves_with_no_network_at_all(image):
     name = f"tts-test-{secrets.token_hex(4)}"
     try:
         podman("run", "-d", "--name", name, "--network", "none", *ulimit_flags(), "--read-only",
-               "--tmpfs", "/tmp", "--tmpfs", "/home/tts", "--shm-size", "1g", image)  # fmt: skip
+               "--tmpfs", "/tmp", "--tmpfs", "/home/tts", "--shm-size", "1g", LIGHT,
+               image)  # fmt: skip
         wait_healthy(name)
         probe = (
             "import json, urllib.request; r = urllib.request.urlopen(urllib.request.Request("

@@ -207,9 +207,10 @@ def test_install_sh_installs_triton_from_its_own_lock_without_dependencies(
 
 
 # The images' Pythons: Debian 12's for the cpu image, NGC's for the gpu image (and the bundle).
+# The gpu lock is the cpu lock and torch (test_the_locks_pin_the_projects_versions_and_one_torch):
+# resolved for 3.12, it resolves every pin of the cpu lock for 3.12 too.
 @pytest.mark.slow
-@pytest.mark.parametrize(("profile", "python"), [("image-cpu", "3.11"), ("image-cpu", "3.12"),
-                                                 ("image-gpu", "3.12")])  # fmt: skip
+@pytest.mark.parametrize(("profile", "python"), [("image-cpu", "3.11"), ("image-gpu", "3.12")])
 def test_the_lock_resolves_for_the_images_python_and_platform(profile, python, tmp_path):
     """pip resolves the whole lock for the image's CPython on x86-64 glibc, wheels only, every
     hash and every dependency in the lock (it downloads metadata, not the wheels)."""
