@@ -28,9 +28,9 @@ from pathlib import Path
 ENV_PREFIX = "TTS_LAUNCHER_"
 
 
-def launcher_env(name: str, default: str, environ: dict[str, str] | None = None) -> str:
+def launcher_env(name: str, default: str) -> str:
     """The launcher's setting ``name`` as its variable gives it, or the launcher's default."""
-    return (os.environ if environ is None else environ).get(ENV_PREFIX + name.upper(), default)
+    return os.environ.get(ENV_PREFIX + name.upper(), default)
 
 
 def models(repository: Path) -> list[str]:

@@ -28,7 +28,9 @@ PROFILES = {
 
 
 def download_command(lock: Path, out: Path, python: str) -> list[str]:
-    """pip's download of one hashed lock's wheels for ``python`` on x86-64 glibc."""
+    """pip's download of one hashed lock's wheels for ``python`` on x86-64 glibc. (gpu_bundle
+    writes its own: its ``install`` runs standalone on the GPU machine, so it imports nothing
+    of the project at its top, and this module imports it.)"""
     command = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
                "-d", str(out), "--only-binary=:all:", "--python-version", python,
                "--implementation", "cp", "--require-hashes", "--no-deps",

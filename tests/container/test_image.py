@@ -77,10 +77,9 @@ def served(image):
     """The image run as `docker run` would, on this host's loopback: host network (the
     launcher's ports set by its own variables, which the health check reads too), a read-only
     root file system, its /dev/shm, the admin key from a mounted file."""
-    ports = dict(zip(("http", "grpc", "metrics", "supervisor", "gateway", "wyoming"),
-                     free_ports(6), strict=True))  # fmt: skip
+    names = ("http", "grpc", "metrics", "supervisor_metrics", "gateway", "wyoming")
+    ports = dict(zip(names, free_ports(len(names)), strict=True))
     env = {f"TTS_LAUNCHER_{k.upper()}_PORT": str(v) for k, v in ports.items()}
-    env["TTS_LAUNCHER_SUPERVISOR_METRICS_PORT"] = env.pop("TTS_LAUNCHER_SUPERVISOR_PORT")
     env["TTS_LAUNCHER_BIND"] = "127.0.0.1"
     name = f"tts-test-{secrets.token_hex(4)}"
     flags = [f"--env={k}={v}" for k, v in env.items()]
