@@ -138,9 +138,13 @@ def test_a_batch_takes_first_pieces_before_anyones_later_ones():
     assert [e[0] for e in adapter.take(waiting, 16, later_most=2)] == ["i"]
     assert [e[0] for e in adapter.take(waiting, 16, later_most=2)] == ["f", "g"]
     assert [e[0] for e in adapter.take(waiting, 16, later_most=2)] == ["h"]
-    # A stream's first chunk goes in the next batch, before a flood of `tts` that came first.
+    # A stream's first chunks go in the next batch, before a flood of `tts` that came first,
+    # and alone: a batch lasts as long as its longest item.
     waiting = [(f"t{i}", i, first) for i in range(20)] + [("s", 0, ahead), ("l", 0, later)]
-    assert [e[0] for e in adapter.take(waiting, 3)] == ["s", "t0", "t1"]
+    waiting.insert(5, ("r", 0, ahead))
+    assert [e[0] for e in adapter.take(waiting, 3)] == ["r", "s"]
+    assert [e[0] for e in adapter.take(waiting, 3)] == ["t0", "t1", "t2"]
+    assert adapter.take([], 3) == []
     assert adapter.rank(True, False) == ahead and adapter.rank(True, True) == later
     assert adapter.rank(False, False) == first
 

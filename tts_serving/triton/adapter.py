@@ -358,13 +358,17 @@ def rank(stream_first: bool, later: bool) -> int:
 
 
 def take(waiting: list, most: int, later_most: int | None = None) -> list:
-    """Up to ``most`` of ``waiting``'s (sender, item, rank) entries, removed from it: those
-    not ranked LATER while there are any, streams' first chunks (AHEAD) before the rest, each
-    rank in its order (a batch of first pieces finishes sooner than one with someone's rest in
-    it), else up to ``later_most`` later ones (a first piece that comes meanwhile waits for
-    that batch only)."""
-    first = sorted((entry for entry in waiting if entry[2] != LATER), key=lambda e: e[2])
-    taken = first[:most] or waiting[: min(most, later_most or most)]
+    """Up to ``most`` of ``waiting``'s (sender, item, rank) entries of its lowest rank, in
+    their order, removed from it: streams' first chunks (AHEAD) while any wait, else first
+    pieces, else up to ``later_most`` later ones. A batch holds one rank because it lasts as
+    long as its longest item: a stream's first chunk batched with 15 of a flood's sentences
+    took as long as the flood's own batch (a first piece that comes meanwhile waits for that
+    batch only)."""
+    if not waiting:
+        return []
+    lowest = min(entry[2] for entry in waiting)
+    limit = min(most, later_most or most) if lowest == LATER else most
+    taken = [entry for entry in waiting if entry[2] == lowest][:limit]
     ids = {id(entry) for entry in taken}
     waiting[:] = [entry for entry in waiting if id(entry) not in ids]
     return taken
