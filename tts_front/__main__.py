@@ -16,7 +16,17 @@ from .settings import MIB, FrontSettings, parse_args
 async def serve(settings: FrontSettings) -> None:
     front = Front(settings)
     print(f"front: {await front.warm_up()}", flush=True)
-    await front.start()
+    try:
+        await front.start()
+    except (OSError, RuntimeError) as e:  # a port taken: one line that names it (gRPC's
+        # bind failure is a RuntimeError), not a traceback
+        if isinstance(e, RuntimeError) and "bind" not in str(e):
+            raise
+        await front.stop()
+        raise SystemExit(
+            f"front: cannot listen on {settings.bind} (gRPC port {settings.grpc_port}, HTTP "
+            f"port {settings.http_port}): {getattr(e, 'strerror', None) or e}"
+        ) from None
     print(
         f"front: {', '.join(f'{k} on {settings.bind}:{v}' for k, v in front.ports.items())} -> "
         f"tritonserver (requests over {settings.max_request_bytes / MIB:g} MiB refused; "

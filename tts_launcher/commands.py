@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import sys
 from collections.abc import Iterable
@@ -145,18 +146,61 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def free_ports(n: int, avoid: Iterable[int] = ()) -> list[int]:
-    """``n`` distinct free loopback ports, none of ``avoid``: held open together while they
-    are chosen (one at a time the kernel handed the same port out twice: the gateway's inner
-    port was the front door's, and a port given for Wyoming went to the front door)."""
-    avoid, held, ports = set(avoid), [], []
+# Where the kernel takes the local ports of outgoing connections (Linux's default when its
+# setting cannot be read).
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+DEFAULT_EPHEMERAL = (32768, 60999)
+# The lowest port chosen for an inner hop: above the public ones the launcher listens on by
+# default (8000-8003, 8080, 10200) and the well-known services.
+LOWEST_CHOSEN_PORT = 20000
+
+
+def ephemeral_range(path: Path = EPHEMERAL_RANGE_FILE) -> tuple[int, int]:
+    """The kernel's range of ports for outgoing connections (and for a bind to port 0)."""
     try:
-        while len(ports) < n:
+        low, high = (int(v) for v in path.read_text().split())
+    except (OSError, ValueError):
+        return DEFAULT_EPHEMERAL
+    return low, high
+
+
+def port_pool(ephemeral: tuple[int, int]) -> range:
+    """The ports free_ports chooses from: the larger stretch outside ``ephemeral`` (from
+    LOWEST_CHOSEN_PORT up), or the whole range above it where neither stretch is left."""
+    low, high = ephemeral
+    below, above = range(LOWEST_CHOSEN_PORT, low), range(high + 1, 65536)
+    pool = max(below, above, key=len)
+    return pool if len(pool) >= 1000 else range(LOWEST_CHOSEN_PORT, 65536)
+
+
+def free_ports(n: int, avoid: Iterable[int] = (), rng: random.Random | None = None) -> list[int]:
+    """``n`` distinct free loopback ports, none of ``avoid``, outside the kernel's range for
+    outgoing connections: a port chosen is bound only seconds later (the front door's, once
+    Triton is ready), and one from that range was taken meanwhile as an outgoing connection's
+    local port on a busy machine (the front door then failed to start: address in use). Held
+    open together while they are chosen (one at a time the same port came out twice)."""
+    avoid, held, ports = set(avoid), [], []
+    pool = port_pool(ephemeral_range())
+    rng = rng or random.SystemRandom()
+    try:
+        for port in rng.sample(pool, min(len(pool), 50 * n + 100)):
+            if len(ports) == n:
+                break
+            if port in avoid:
+                continue
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
+            held.append(s)
+            ports.append(port)
+        while len(ports) < n:  # the pool is taken: what the kernel gives
             s = socket.socket()
             held.append(s)
             s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-            if port not in avoid:
+            if (port := s.getsockname()[1]) not in avoid:
                 ports.append(port)
     finally:
         for s in held:

@@ -58,9 +58,10 @@ def test_the_images_are_built_on_patched_bases_as_a_non_root_user():
     debian = next(a for i, a in steps if i == "ARG" and a.startswith("DEBIAN_IMAGE="))
     assert debian == "DEBIAN_IMAGE=docker.io/library/debian:bookworm-slim"
     froms = dict(reversed(a.split(" AS ")) for i, a in steps if i == "FROM" and " AS " in a)
-    assert froms == {"project": "scratch", "build-cpu": "${DEBIAN_IMAGE}",
-                     "cpu": "${DEBIAN_IMAGE}", "build-gpu": "${TRITON_IMAGE}",
-                     "gpu": "${TRITON_IMAGE}"}  # fmt: skip
+    assert froms == {"dependencies": "scratch", "project": "scratch",
+                     "dependencies-cpu": "${DEBIAN_IMAGE}", "build-cpu": "dependencies-cpu",
+                     "cpu": "${DEBIAN_IMAGE}", "dependencies-gpu": "${TRITON_IMAGE}",
+                     "build-gpu": "dependencies-gpu", "gpu": "${TRITON_IMAGE}"}  # fmt: skip
     assert steps.count(("USER", "10001:10001")) == 2  # both images
     healthchecks = [a for i, a in steps if i == "HEALTHCHECK"]
     assert len(healthchecks) == 2  # per model, not /v2/health/ready; the launcher's ports
@@ -76,10 +77,21 @@ def test_the_images_are_built_on_patched_bases_as_a_non_root_user():
     # Developer tools, benchmarks and tests stay out of the image; the server needs none.
     assert not {"tts_tools", "bench", "tests"} & {Path(s).parts[0] for s in copied}, copied
     installs = [a for i, a in steps if i == "RUN" and "docker/install.sh" in a]
-    assert len(installs) == 2 and all("--venv /opt/tts/venv" in a for a in installs)
+    assert len(installs) == 4 and all("--venv /opt/tts/venv" in a for a in installs)
+    # Per image: the dependencies, then the project on them (its own layer: an edit of the
+    # project installs nothing again), the venv copied into the last stage before the project.
+    assert [re.search(r"--only (\w+)", a)[1] for a in installs] == ["dependencies", "project"] * 2
     # Triton from the wheel on Debian only (NGC's image has its own); the wheels folder gone.
-    assert ["--triton" in a for a in installs] == [True, False]
-    assert all("rm -rf docker/wheels" in a for a in installs)
+    assert ["--triton" in a for a in installs] == [True, False, False, False]
+    assert ["rm -rf docker/wheels" in a for a in installs] == [True, False, True, False]
+    for kind in ("cpu", "gpu"):
+        copies = [a for i, a in steps if i == "COPY" and f"--from=build-{kind}" in a]
+        venv = steps.index(("COPY", f"--from=dependencies-{kind} /opt/tts/venv /opt/tts/venv"))
+        assert all(steps.index(("COPY", a)) > venv for a in copies), kind
+    # The wheels come in with the dependencies only.
+    assert [a for i, a in steps if i == "COPY" and a.startswith("docker ")] == [
+        "docker /opt/tts/app/docker"
+    ]
 
 
 def test_the_entrypoint_is_the_launcher_configured_by_its_variables():
@@ -161,6 +173,28 @@ def test_install_sh_offline_and_refusals(recording_python, tmp_path):
     assert not any("export" in c for c in calls)
     bad = subprocess.run([*script, "--profile", "tpu"], capture_output=True, text=True)
     assert bad.returncode == 2 and "cpu, gpu or gpu-host-torch" in bad.stderr
+    bad = subprocess.run([*script, "--only", "voice"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "dependencies or project" in bad.stderr
+
+
+def test_install_sh_in_two_steps_as_the_image_layers_it(recording_python, tmp_path):
+    """--only dependencies: the venv, the lock and the project's path, no export; --only
+    project: the path and the export on that venv, nothing installed."""
+    fake, log, site = recording_python
+    script = ["bash", str(ROOT / "docker/install.sh"), "--venv", str(tmp_path / "v"),
+              "--python", str(fake), "--only"]  # fmt: skip
+    subprocess.run([*script, "dependencies"], check=True, capture_output=True)
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith("python3 -m venv") and any(" install " in c for c in calls)
+    assert not any("export" in c for c in calls)
+    assert (site / "tts_project.pth").read_text().split()[0] == str(ROOT)
+    log.unlink()
+    (site / "tts_project.pth").unlink()
+    subprocess.run([*script, "project"], check=True, capture_output=True)
+    calls = log.read_text().splitlines()
+    assert not any(" venv " in c or " install " in c for c in calls), calls
+    assert calls[-1] == "python -m export --repository model_repository"
+    assert (site / "tts_project.pth").read_text().split()[0] == str(ROOT)
 
 
 def lock_pins(path: Path) -> dict[str, str]:

@@ -222,3 +222,28 @@ def test_a_malformed_tensor_header_is_a_400_naming_what_to_fix(tensor, refused):
     header = {"inputs": [{"name": "text", "datatype": "BYTES", **tensor}]}
     found = _malformed_tensors(header)
     assert (found is None) if refused is None else (refused in found and "'text'" in found)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_port_taken_ends_the_door_with_one_line_that_names_it(protocol):
+    """A port another process holds: exit 1 with the port in one line, not a traceback (the
+    launcher's log showed a traceback when an inner port had been taken)."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        other = "grpc" if protocol == "http" else "http"
+        result = subprocess.run(
+            [sys.executable, "-m", "tts_front", "--warmup-requests=0",
+             f"--{protocol}-port={port}", f"--{other}-port=0",
+             "--triton-http=127.0.0.1:1", "--triton-grpc=127.0.0.1:2"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("front: cannot listen on 127.0.0.1") and str(port) in line, line

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import socket
@@ -313,6 +314,36 @@ def test_free_ports_are_distinct_and_avoid_the_ports_named():
     assert len(set(first)) == 8
     again = commands.free_ports(8, avoid=first)
     assert len(set(again)) == 8 and not set(again) & set(first)
+    # Outside the range outgoing connections take their local ports from (one took the front
+    # door's port between its choice and its bind).
+    low, high = commands.ephemeral_range()
+    assert not any(low <= p <= high for p in first + again), (first, again, low, high)
+
+
+def test_the_port_pool_is_the_larger_stretch_outside_the_ephemeral_range(tmp_path):
+    setting = tmp_path / "ip_local_port_range"
+    setting.write_text("32768\t60999\n")
+    assert commands.ephemeral_range(setting) == (32768, 60999)
+    assert commands.port_pool((32768, 60999)) == range(20000, 32768)
+    assert commands.port_pool((20500, 50000)) == range(50001, 65536)
+    assert commands.port_pool((20000, 65000)) == range(20000, 65536)  # none left: anywhere
+    assert commands.ephemeral_range(tmp_path / "absent") == commands.DEFAULT_EPHEMERAL
+    # A port in use is passed over.
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        taken = held.getsockname()[1]
+        assert taken not in commands.free_ports(3, rng=TakenFirst(taken))
+
+
+class TakenFirst(random.Random):
+    """Offers ``taken`` before the pool's own ports."""
+
+    def __init__(self, taken: int) -> None:
+        super().__init__(0)
+        self.taken = taken
+
+    def sample(self, population, k, **_):
+        return [self.taken, *[p for p in population if p != self.taken][: k - 1]]
 
 
 def test_on_a_gpu_machine_triton_gets_a_cuda_pool_per_gpu_that_extra_arguments_override(
