@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 import urllib.request
 
-import jiwer
 import numpy as np
 import pytest
 
 from tests.support.paths import ROOT
 from tests.support.processes import ServerProcess, profile_server
-from tests.support.speech import transcribe, words
 from tts_client import TTSClient
 from tts_front.sample_texts import SENTENCES
 from tts_triton.statistics import model_statistics
@@ -44,6 +42,9 @@ def test_the_profile_serves_the_torch_engine(torch_server, grpc_client):
 
 
 def test_batched_equals_alone_and_equals_onnxruntime(torch_server, grpc_client):
+    """Within 1e-3 of ONNX Runtime's audio for every sentence, batched and alone: as
+    intelligible as it, whose WER tests/integration/test_intelligibility.py measures (a Whisper
+    pass over this profile's audio too heard the same words, and took 32 s of the suite)."""
     texts = [SENTENCES[i % 8] for i in range(16)]
     address = f"localhost:{torch_server.grpc_port}"
     before = model_statistics(address, ["acoustic"], torch_server.admin_headers)["acoustic"]
@@ -59,24 +60,6 @@ def test_batched_equals_alone_and_equals_onnxruntime(torch_server, grpc_client):
         assert np.max(np.abs(audio.samples - alone[text].samples)) < 1e-3, text
         assert audio.samples.shape == onnxruntime[text].samples.shape, text
         assert np.max(np.abs(audio.samples - onnxruntime[text].samples)) < 1e-3, text
-
-
-@pytest.mark.slow
-def test_torch_speech_is_as_intelligible_as_onnxruntime(
-    torch_server, grpc_client, whisper, tmp_path
-):
-    texts = list(SENTENCES[3:11])
-    references = [words(t) for t in texts]
-    wer = {}
-    with TTSClient(torch_server.grpc_url) as torch_client:
-        for name, client in (("torch", torch_client), ("onnxruntime", grpc_client)):
-            audios = client.synthesize_many(texts, **EXACT)
-            heard = [
-                words(transcribe(whisper, a, tmp_path, f"{name}{i}")) for i, a in enumerate(audios)
-            ]
-            wer[name] = jiwer.wer(references, heard)
-    print(f"\nWER torch {wer['torch']:.3f}, ONNX Runtime {wer['onnxruntime']:.3f}")
-    assert wer["torch"] <= wer["onnxruntime"] + 0.02 and wer["torch"] <= 0.10
 
 
 def test_latents_handed_over_by_dlpack_sound_the_same(exported_repository, torch_server, tmp_path):
