@@ -141,9 +141,8 @@ def log_tail(path: Path, lines: int = 60) -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """One free loopback port, chosen as :func:`free_ports` chooses them."""
+    return free_ports(1)[0]
 
 
 # Where the kernel takes the local ports of outgoing connections (Linux's default when its
