@@ -261,5 +261,5 @@ flops: setup export
 clean:
 	rm -rf .cache model_repository/*/1/*.onnx model_repository/*/1/voice.json \
 	  model_repository/*/1/voices.json model_repository/*/1/voices \
-	  model_repository/*/1/loudness.json \
+	  model_repository/*/1/loudness.json model_repository/*/1/vocoder_reach.json \
 	  model_repository/.export-manifest.json

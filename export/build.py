@@ -20,12 +20,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from export.torch_weights import convert
 from tts_serving.engines import INT8_FILE, WEIGHTS_FILE
 from tts_serving.engines.loudness import LOUDNESS_FILE, VoiceLoudness
 from tts_serving.settings import load_settings
+from tts_serving.stream.windows import REACH_FILE, write_reach
 from tts_serving.voices import FOLDER, INDEX, check_name, load_voice_config
 
 from .graph import (
@@ -42,7 +44,7 @@ from .verify import torch_installed, verify
 
 log = logging.getLogger("export")
 
-EXPORT_FORMAT = 10  # bump when the graph surgery or the layout changes, so old exports are redone
+EXPORT_FORMAT = 11  # bump when the graph surgery or the layout changes, so old exports are redone
 MANIFEST = ".export-manifest.json"
 VOICE_JSON_MODELS = ("phonemizer", "acoustic", "vocoder", "tts_stream")
 
@@ -132,6 +134,7 @@ def _outputs(repo: Path, specs: list[VoiceSpec]) -> list[Path]:
         if _own_graph(specs, spec):
             acoustic, vocoder = (_folder(repo, m, specs, spec) for m in ("acoustic", "vocoder"))
             files += [acoustic / "model.onnx", vocoder / "model.onnx", vocoder / LOUDNESS_FILE]
+            files += [vocoder / REACH_FILE, _folder(repo, "tts_stream", specs, spec) / REACH_FILE]
             if not _multi_speaker(spec):  # the torch engine's and cpu-int8's files
                 files += [acoustic / WEIGHTS_FILE, vocoder / WEIGHTS_FILE, vocoder / INT8_FILE]
         files += [_folder(repo, m, specs, spec) / "voice.json" for m in VOICE_JSON_MODELS]
@@ -173,9 +176,31 @@ def check_config_parameters(repo: Path, sample_rate: int, hop_length: int) -> No
             )
 
 
+def vocoder_reach(path: Path, hop_length: int) -> int:
+    """The frames each side one latent frame changes the vocoder's audio at, measured on the
+    network in ``path`` (tts_stream decodes windows with this much context)."""
+    import onnxruntime as ort
+
+    from tts_serving.engines.models import receptive_field
+    from tts_serving.engines.onnx import OrtVocoderNet
+
+    net = OrtVocoderNet(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]))
+
+    def call(items):
+        latent = np.stack([latent for latent, _ in items])
+        speakers = np.array([s for _, s in items]) if net.takes_speakers else None
+        return list(net(latent, speakers))
+
+    reach = receptive_field(call, hop_length)
+    if reach is None:
+        raise SystemExit(f"{path}: the vocoder's reach is too wide to decode it in windows")
+    return reach
+
+
 def export_graphs(source: Path, config: Path, acoustic_dir: Path, vocoder_dir: Path) -> None:
-    """Split ``source``, prove the halves equal it, write them and the voice's loudness (and,
-    for a single-speaker voice, the torch engine's weights and the int8 vocoder)."""
+    """Split ``source``, prove the halves equal it, write them, the voice's loudness and the
+    vocoder's reach (and, for a single-speaker voice, the torch engine's weights and the int8
+    vocoder)."""
     voice = load_voice_config(config)
     t0 = time.perf_counter()
     log.info("loading %s (%.0f MB)", source, source.stat().st_size / 1e6)
@@ -231,6 +256,9 @@ def export_graphs(source: Path, config: Path, acoustic_dir: Path, vocoder_dir: P
         vocoder_dir.mkdir(parents=True, exist_ok=True)
         acoustic_dir.mkdir(parents=True, exist_ok=True)
         loudness.write(vocoder_dir / LOUDNESS_FILE)
+        reach = vocoder_reach(v_path, voice.hop_length)
+        log.info("the vocoder reaches %d frames each side (tts_stream's windows' context)", reach)
+        write_reach(vocoder_dir / REACH_FILE, reach)
         if not multi_speaker:
             t1 = time.perf_counter()
             export_int8_vocoder(a_path, one_d_vocoder, voice, v_path.with_name(INT8_FILE))
@@ -298,6 +326,9 @@ def export(
             folder = _folder(repo, model, specs, spec)
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "voice.json").write_text(json.dumps(spec.voice_json(), indent=2) + "\n")
+        if _own_graph(specs, spec):  # tts_stream's windows need it; voices sharing a net share it
+            reach = _folder(repo, "vocoder", specs, spec) / REACH_FILE
+            shutil.copy(reach, _folder(repo, "tts_stream", specs, spec) / REACH_FILE)
     for model in VOICE_JSON_MODELS:
         index = {"voices": [s.name for s in specs]}
         (repo / model / "1" / INDEX).write_text(json.dumps(index) + "\n")

@@ -408,7 +408,19 @@ class StreamSettings(TextSettings):
         default=200, metadata=doc("pack short sentences into a chunk up to this many ids")
     )
     first_chunk_ids: int = field(
-        default=120, metadata=doc("cap on the first chunk, so the first audio comes fast")
+        default=120,
+        metadata=doc(
+            "short sentences packed into the first chunk up to this many ids (a sentence is "
+            "never cut for it: first_window_frames makes its first audio early)"
+        ),
+    )
+    first_window_frames: int = field(
+        default=32,
+        metadata=doc(
+            "the vocoder decodes a stream's first chunk in windows: this many latent frames "
+            "first, then twice as many each time, with the context the voice's vocoder reaches "
+            "(0: the whole chunk at once)"
+        ),
     )
     sentence_silence_ms: float = field(default=200.0, metadata=doc("pause after each sentence"))
     fade_ms: float = field(default=3.0, metadata=doc("raised-cosine fade at chunk edges"))
@@ -426,6 +438,8 @@ class StreamSettings(TextSettings):
             raise ValueError("chunk_target_ids must be <= max_phoneme_ids")
         if self.sentence_silence_ms < 0 or self.fade_ms < 0:
             raise ValueError("sentence_silence_ms and fade_ms must be >= 0")
+        if self.first_window_frames < 0:
+            raise ValueError("first_window_frames must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -60,9 +60,24 @@ def raw_stream(server, text: str, **scalars: float) -> list[tuple[np.ndarray, st
         client.close()
 
 
+def whole_chunks(responses: list[tuple[np.ndarray, str]]) -> list[tuple[np.ndarray, str]]:
+    """The responses joined into the chunks they are parts of: a chunk's first part carries
+    its caption, its later parts (the vocoder's windows) audio only."""
+    chunks: list[tuple[list, str]] = []
+    for audio, text in responses:
+        if text:
+            chunks.append(([audio], text))
+        else:
+            assert chunks, "a part without a caption before it"
+            chunks[-1][0].append(audio)
+    return [(np.concatenate(parts), text) for parts, text in chunks]
+
+
 def test_chunks_are_complete_in_order_and_equal_plain_synthesis(server, grpc_client):
-    chunks = raw_stream(server, PARAGRAPH, noise_scale=0.0, noise_w=0.0)
-    assert len(chunks) > 5
+    """Each chunk, its windows joined, equals its text synthesized whole (noise fixed)."""
+    responses = raw_stream(server, PARAGRAPH, noise_scale=0.0, noise_w=0.0)
+    chunks = whole_chunks(responses)
+    assert len(chunks) > 5 and len(responses) > len(chunks)  # the first chunk in windows
     texts = [t for _, t in chunks]
     assert " ".join(texts).split() == normalize(PARAGRAPH).split()  # nothing lost or reordered
     settings = stream_settings()
@@ -161,7 +176,7 @@ def test_cancel_mid_stream_frees_the_server(server, grpc_client):
 
 
 def test_stream_loudness_is_consistent_across_chunks(paragraph_stream):
-    chunks = paragraph_stream
+    chunks = whole_chunks(paragraph_stream)
     whole = active_level_dbfs(np.concatenate([a for a, _ in chunks]))
     levels = [active_level_dbfs(a) for a, _ in chunks]
     print(
@@ -171,18 +186,23 @@ def test_stream_loudness_is_consistent_across_chunks(paragraph_stream):
     assert all(abs(level - whole) <= 3.0 for level in levels), (whole, levels)
 
 
-def test_a_long_tts_request_sounds_like_the_same_text_streamed(server, grpc_client):
+def test_a_sentence_streamed_is_the_sentence_synthesized_whole(server, grpc_client):
+    """Early audio without a cut: the sentence's first window leaves first, and the windows
+    joined are the whole sentence's audio (noise fixed), faded at its ends only."""
     sentence = "The keeper, a quiet man named Thomas, climbed the narrow stairs each evening."
-    chunks = raw_stream(server, sentence, noise_scale=0.0, noise_w=0.0)
-    streamed = np.concatenate([a for a, _ in chunks])  # cut at a clause: the first is capped
+    responses = raw_stream(server, sentence, noise_scale=0.0, noise_w=0.0)
+    streamed = np.concatenate([a for a, _ in responses])
     alone = grpc_client.synthesize(sentence, noise_scale=0.0, noise_w=0.0).samples
-    assert len(chunks) > 1
-    assert abs(active_level_dbfs(streamed) - active_level_dbfs(alone)) < 1.0
+    assert [t for _, t in responses] == [sentence] + [""] * (len(responses) - 1)
+    assert len(responses) > 2
+    expected = finish_chunk(alone, 22050, stream_settings(), pause_after=False)
+    assert streamed.shape == expected.shape
+    assert np.abs(streamed - expected).max() <= 1e-3
 
 
 def test_normalization_is_a_per_request_option(grpc_client):
-    spoken = [c.text for c in grpc_client.stream("It costs $5.", normalize=True)]
-    verbatim = [c.text for c in grpc_client.stream("It costs $5.", normalize=False)]
+    spoken = [c.text for c in grpc_client.stream("It costs $5.", normalize=True) if c.text]
+    verbatim = [c.text for c in grpc_client.stream("It costs $5.", normalize=False) if c.text]
     assert spoken == ["It costs five dollars."] and verbatim == ["It costs $5."]
     text, quiet = "It costs $5.50.", {"noise_scale": 0.0, "noise_w": 0.0}
     default = grpc_client.synthesize(text, **quiet).samples
@@ -202,7 +222,8 @@ def test_async_client_streams_with_captions_and_joins_long_text(server):
             return chunks, joined
 
     chunks, joined = asyncio.run(go())
-    assert len(chunks) > 1 and all(c.text for c in chunks)
+    assert len(chunks) > 1 and chunks[0].text  # captions with each chunk's first part
+    assert " ".join(c.text for c in chunks if c.text).split() == normalize(PARAGRAPH[:600]).split()
     assert joined.duration == pytest.approx(sum(c.duration for c in chunks), rel=0.15)
 
 

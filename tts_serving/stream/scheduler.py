@@ -7,7 +7,9 @@ Guarantees: responses leave in plan order whatever order the syntheses finish in
 ``max_in_flight`` chunks of one stream are being synthesized at once (the first chunk alone,
 so it is not batched behind the chunks after it); a cancelled request stops issuing work and
 ends with a CANCELLED error; an error in chunk k sends the chunks before it, then the error,
-never a later chunk; and every stream ends with exactly one final response.
+never a later chunk; and every stream ends with exactly one final response. A chunk's audio
+may come in :class:`Parts` (the vocoder's windows): each part is sent as soon as it and the
+parts before it are done.
 """
 
 from __future__ import annotations
@@ -48,12 +50,28 @@ class StageError(Exception):
 
 
 @dataclass(frozen=True)
+class Parts:
+    """What ``synthesize`` returns for a chunk whose audio comes in parts: their tasks, in
+    order (each part's audio once done)."""
+
+    tasks: list[asyncio.Future]
+
+    def cancel(self) -> list[asyncio.Future]:
+        for task in self.tasks:
+            task.cancel()
+            task.add_done_callback(_retrieve)
+        return self.tasks
+
+
+@dataclass(frozen=True)
 class StreamResponse(Generic[C, A]):
-    """One thing to send: a chunk's audio, an error, or the final flag."""
+    """One thing to send: a chunk's audio (or one part of it), an error, or the final flag."""
 
     chunk: C | None = None
     audio: A | None = None
-    last: bool = False  # this chunk is the last of the text
+    last: bool = False  # this is the text's last chunk (and of it, the last part)
+    part: int = 0  # which part of the chunk's audio (0: its first, or all of it)
+    parts: int = 1  # how many parts the chunk's audio comes in
     error_code: str | None = None
     error_message: str | None = None
     final: bool = False
@@ -119,16 +137,26 @@ class _Window(Generic[C, A]):
                 return
             chunk, task = self.pending[0]
             audio = await self.wait(task)
+            parts = audio.tasks if isinstance(audio, Parts) else None
+            for k in range(len(parts) - 1 if parts else 0):  # all but the last part
+                part = await self.wait(parts[k])
+                send(StreamResponse(chunk=chunk, audio=part, part=k, parts=len(parts)))
+            if parts:
+                audio = await self.wait(parts[-1])
             self.pending.popleft()
             if not self.pending and not self.exhausted:
                 self.issue_next()  # look one chunk ahead: is this one the last?
             last = self.exhausted and not self.pending and self.plan_error is None
-            send(StreamResponse(chunk=chunk, audio=audio, last=last))
+            count = len(parts) if parts else 1
+            send(StreamResponse(chunk=chunk, audio=audio, last=last, part=count - 1, parts=count))
             self.sent += 1
 
     async def cancel_pending(self) -> None:
         tasks = [t for _, t in self.pending]
-        for task in tasks:
+        for task in list(tasks):
+            if task.done() and not task.cancelled() and task.exception() is None:
+                if isinstance(task.result(), Parts):  # its parts' work is still queued
+                    tasks += task.result().cancel()
             task.cancel()
             task.add_done_callback(_retrieve)  # no "exception was never retrieved" warnings
         if tasks:

@@ -2,8 +2,10 @@
 
 The text is planned into chunks lazily (normalized and phonemized here, once); each chunk's
 ids go to ``acoustic`` and its latent to ``vocoder`` with async BLS calls, so the dynamic
-batchers batch them with every other user's requests. ``tts_serving.stream.scheduler`` keeps
-the order, the in-flight window, cancellation and errors; this module wires it to pb_utils.
+batchers batch them with every other user's requests. The stream's first chunk is decoded in
+windows (``tts_serving.stream.windows``): its first audio leaves after a short window, the
+sentence whole. ``tts_serving.stream.scheduler`` keeps the order, the in-flight window,
+cancellation and errors; this module wires it to pb_utils.
 """
 
 from __future__ import annotations
@@ -44,9 +46,10 @@ from ..errors import InvalidInputError, ModelConfigError
 from ..inputs import CleanText, sent_rows, validate_rate
 from ..settings import StreamSettings
 from ..stream.plan import PlannedChunk, finish_chunk, plan_chunks, plan_document
-from ..stream.scheduler import InFlight, StageError, StreamResponse, run_stream
+from ..stream.scheduler import InFlight, Parts, StageError, StreamResponse, run_stream
+from ..stream.windows import REACH_FILE, REACH_MARGIN, kept, read_reach, rows_in, windows
 from ..text.front_end import TextFrontEnd
-from .adapter import ModelContext, one_value, request_options
+from .adapter import ModelContext, latent_check, one_value, request_options
 
 SHUTTING_DOWN = "Server not ready"  # Triton's answer to a request during shutdown
 
@@ -144,6 +147,12 @@ class TtsStream:
         if len(rates) != 1:
             raise ModelConfigError(f"every voice must share one sample rate, got {sorted(rates)}")
         self.sample_rate = rates.pop()
+        # Each voice's vocoder: samples per latent frame, and the context its windows need.
+        self.hop_length = {name: p.config.hop_length for name, p in self.voices}
+        self.context = {}
+        for voice in self.ctx.voices():
+            reach = read_reach(voice.file(REACH_FILE))
+            self.context[voice.name] = reach + REACH_MARGIN
         self.in_flight = InFlight()
         # pb_utils.TritonError exists only once the stub is up, not at import.
         self.codes = {
@@ -216,7 +225,6 @@ class TtsStream:
         bulk = chunk.index > 0
         found = await self.bls(ACOUSTIC, [*inputs, *stream.inputs(chunk, ACOUSTIC)], outputs, bulk)
         latent = [found.pop(0), found.pop(0)]  # the latent and its check, as tts sends them
-        (audio,) = await self.bls(VOCODER, [*latent, *stream.inputs(chunk, VOCODER)], [AUDIO], bulk)
         marks = found.pop().as_numpy().reshape(-1, 2).copy() if chunk.marks is not None else None
         times = found[0].as_numpy().reshape(-1, 4) if found else None
         if not stream.options.word_timestamps:
@@ -225,7 +233,43 @@ class TtsStream:
             # (times, times, characters of the clean text) -> characters of the text as sent
             spans = sent_rows(times.tolist(), chunk.source or stream.clean)
             times = np.asarray(spans, dtype=times.dtype).reshape(-1, 4)
+        vocoder = stream.inputs(chunk, VOCODER)
+        voice = chunk.voice or stream.voice
+        first = self.settings.first_window_frames if chunk.index == 0 else 0
+        if first and latent[0].is_cpu():  # (a latent on a GPU goes whole, as it came)
+            frames = latent[0].as_numpy()
+            parts = windows(frames.shape[-1], first, self.context[voice])
+            if len(parts) > 1:
+                tasks = []
+                for k, part in enumerate(parts):
+                    last, later = k == len(parts) - 1, bulk or k > 0
+                    window = self.window(frames, part, last, vocoder, voice, (times, marks), later)
+                    tasks.append(asyncio.ensure_future(window))
+                return Parts(tasks)
+        (audio,) = await self.bls(VOCODER, [*latent, *vocoder], [AUDIO], bulk)
         return ChunkAudio(audio.as_numpy().reshape(-1), times, marks)
+
+    async def window(
+        self, latent: np.ndarray, part, last: bool, vocoder: list, voice: str, rows, bulk: bool
+    ) -> ChunkAudio:
+        """The audio of one window of a chunk's latent (``part``, a FrameSpan: its own frames
+        and the context it is computed with), and the chunk's word and mark rows that start
+        in it (the last window: all from its start on), timed from the chunk's start."""
+        piece = np.ascontiguousarray(latent[..., part.lo : part.hi])
+        tensors = [
+            pb_utils.Tensor(LATENT, piece),
+            pb_utils.Tensor(LATENT_CHECK, latent_check(piece)[None]),
+        ]
+        (audio,) = await self.bls(VOCODER, [*tensors, *vocoder], [AUDIO], bulk)
+        hop = self.hop_length[voice]
+        samples = kept(audio.as_numpy().reshape(-1), part, hop)
+        seconds = hop / self.sample_rate
+        times, marks = rows
+        return ChunkAudio(
+            samples,
+            rows_in(times, part, last, seconds, span_columns=slice(2, 4)),
+            rows_in(marks, part, last, seconds),
+        )
 
     def sender(self, request, speed: float):
         """(send, is_closed) of ``request``'s stream; ``speed`` scales the pauses it adds."""
@@ -233,6 +277,7 @@ class TtsStream:
         rate = self.sample_rate
         closed = False
         sent_samples = 0  # words are timed from the stream's start
+        chunk_start = 0.0  # seconds: where the chunk being sent (in parts, maybe) began
 
         def is_closed() -> bool:
             return closed
@@ -243,7 +288,7 @@ class TtsStream:
             # tritonclients refuse to send). An error is followed by a flag-only final: an
             # error response sent with the final flag crashed Triton 2.51 (segfault in
             # TRITONBACKEND_ResponseFactoryIsCancelled); a client sees the stream end instead.
-            nonlocal closed, sent_samples
+            nonlocal closed, sent_samples, chunk_start
             if closed:
                 return
             if response.final:
@@ -255,22 +300,26 @@ class TtsStream:
                 response_sender.send(pb_utils.InferenceResponse(error=error))
             else:
                 chunk = response.chunk
+                head, tail = response.part == 0, response.part == response.parts - 1
                 pause = chunk.sentence_end and not response.last
                 audio = finish_chunk(
-                    response.audio.samples, rate, self.settings, pause, speed, chunk
+                    response.audio.samples, rate, self.settings, pause, speed, chunk, head, tail
                 )
-                caption = np.array([chunk.text.encode()], dtype=np.object_)
+                if head:
+                    chunk_start = sent_samples / rate + chunk.pause_before_s
+                # The caption with the chunk's first part; its later parts add audio only.
+                caption = np.array([(chunk.text if head else "").encode()], dtype=np.object_)
                 outputs = [pb_utils.Tensor(AUDIO, audio), pb_utils.Tensor(CHUNK_TEXT, caption)]
                 if response.audio.words is not None:
                     # Only when asked: a plain stream's responses stay as they were (each
                     # tensor more is more time in the stub's shared-memory locks, and a stub
                     # killed inside one aborts Triton 2.51: tests/reliability/test_front.py).
                     words = response.audio.words.copy()
-                    words[:, :2] += sent_samples / rate + chunk.pause_before_s
+                    words[:, :2] += chunk_start
                     outputs.append(pb_utils.Tensor(WORDS, words))
                 if response.audio.marks is not None:
-                    marks = response.audio.marks
-                    marks[:, 0] += sent_samples / rate + chunk.pause_before_s
+                    marks = response.audio.marks.copy()
+                    marks[:, 0] += chunk_start
                     outputs.append(pb_utils.Tensor(MARKS, marks))
                 sent_samples += audio.size
                 response_sender.send(

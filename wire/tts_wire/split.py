@@ -5,7 +5,9 @@ finds where buffered text may be spoken with the same sentence and clause marks)
 
 Every chunk measures at most ``max_len`` (in the units of ``measure``, e.g. phoneme ids);
 consecutive short sentences are packed together up to ``target_len`` so no chunk is needlessly
-tiny; the first chunk may be capped lower (``first_len``) so the first audio comes fast.
+tiny, the first chunk only up to ``first_len``. A sentence is cut only where it is longer than
+``max_len``: never for an early first audio (the server decodes a chunk's first audio early
+instead, tts_serving/stream/windows.py), since a sentence spoken in pieces is heard as two.
 """
 
 from __future__ import annotations
@@ -136,13 +138,6 @@ def split_text(
             chunks.append(Chunk(piece, sentence_end=i == len(pieces) - 1))
     if not chunks:
         return []
-    if first_len and measure(chunks[0].text) > first_len:
-        # The first audio waits for the first chunk: cut a long first sentence (clauses first).
-        head = _split_long(chunks[0].text, first_len, measure)
-        chunks[:1] = [
-            Chunk(t, chunks[0].sentence_end and k == len(head) - 1) for k, t in enumerate(head)
-        ]
-
     # Pack whole short sentences together up to target_len (the first chunk up to first_len).
     packed: list[Chunk] = [chunks[0]]
     for chunk in chunks[1:]:

@@ -152,12 +152,13 @@ MODEL_IO: dict[str, ModelIO] = {
         (
             AUDIO_OUT,
             CHUNK_TEXT_OUT.replace(
-                doc="The (normalized) text this chunk speaks: captions, and a check on the split."
+                doc="The (normalized) text this chunk speaks: captions, and a check on the split;\n"
+                "empty in a chunk's later parts (its first audio comes in windows)."
             ),
             WORDS_OUT.replace(doc=f"{WORD_ROWS}; sent only when asked."),
             MARKS_OUT.replace(
                 doc=MARKS_OUT.doc.replace("time s", "time s from the stream's start")
-                + "\nSent with the chunk that reaches them."
+                + "\nSent with the chunk (the part) that reaches them."
             ),
         ),
     ),

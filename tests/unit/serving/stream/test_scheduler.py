@@ -13,7 +13,7 @@ import pytest
 
 from tts_client.protocol import CANCELLED, INTERNAL, INVALID_ARGUMENT, UNAVAILABLE
 from tts_serving.errors import InvalidInputError
-from tts_serving.stream.scheduler import InFlight, StageError, run_stream
+from tts_serving.stream.scheduler import InFlight, Parts, StageError, run_stream
 
 
 class Fake:
@@ -128,6 +128,101 @@ def test_the_window_bounds_work_in_flight_and_the_first_chunk_goes_alone():
         await task
         assert fake.max_running == 2
         assert fake.chunks == list(range(8))
+
+    asyncio.run(go())
+
+
+class PartsFake(Fake):
+    """Chunk 0 comes in ``parts`` parts (the vocoder's windows), each released on its own;
+    ``fail_part``: the part that fails."""
+
+    def __init__(self, n: int, parts: int, fail_part: int | None = None) -> None:
+        super().__init__(n)
+        self.parts = {k: asyncio.Event() for k in range(parts)}
+        self.fail_part = fail_part
+        self.cancelled_parts: list[int] = []
+
+    async def part(self, k: int) -> str:
+        try:
+            await self.parts[k].wait()
+        except asyncio.CancelledError:
+            self.cancelled_parts.append(k)
+            raise
+        if k == self.fail_part:
+            raise RuntimeError("the vocoder failed")
+        return f"audio0.{k}"
+
+    async def synthesize(self, i: int):
+        audio = await super().synthesize(i)
+        if i:
+            return audio
+        return Parts([asyncio.ensure_future(self.part(k)) for k in range(len(self.parts))])
+
+
+def test_parts_are_sent_as_they_finish_in_order_and_the_last_part_ends_the_chunk():
+    async def go():
+        fake = PartsFake(2, parts=3)
+        task = start(fake, max_in_flight=2)
+        await settle()
+        fake.release[0].set()  # the acoustic half: the parts' work is issued
+        await settle()
+        assert fake.sent == []
+        fake.parts[1].set()  # a later part first: nothing may leave before part 0
+        await settle()
+        assert fake.sent == []
+        fake.parts[0].set()
+        await settle()
+        assert [(r.audio, r.part, r.parts) for r in fake.sent] == [
+            ("audio0.0", 0, 3),
+            ("audio0.1", 1, 3),
+        ]
+        assert fake.started == [0]  # the next chunk waits for the first one's last part
+        fake.parts[2].set()
+        await settle()
+        assert fake.started == [0, 1]
+        fake.release[1].set()
+        outcome = await task
+        chunks = [(r.chunk, r.audio, r.part, r.parts, r.last) for r in fake.sent if r.audio]
+        assert chunks == [
+            (0, "audio0.0", 0, 3, False), (0, "audio0.1", 1, 3, False),
+            (0, "audio0.2", 2, 3, False), (1, "audio1", 0, 1, True),
+        ]  # fmt: skip
+        assert outcome.sent == 2
+        assert_ends_with_one_final(fake)
+
+    asyncio.run(go())
+
+
+def test_a_failed_part_sends_the_parts_before_it_then_the_error_and_cancels_the_rest():
+    async def go():
+        fake = PartsFake(2, parts=3, fail_part=1)
+        task = start(fake, max_in_flight=2)
+        fake.release[0].set()
+        await settle()
+        fake.parts[0].set()
+        fake.parts[1].set()
+        outcome = await task
+        assert [r.audio for r in fake.sent if r.audio] == ["audio0.0"]
+        assert fake.errors and fake.errors[0][0] == INTERNAL
+        assert fake.cancelled_parts == [2] and outcome.error_code == INTERNAL
+        assert_ends_with_one_final(fake)
+
+    asyncio.run(go())
+
+
+def test_cancelling_between_parts_cancels_the_parts_not_yet_sent():
+    async def go():
+        fake = PartsFake(1, parts=3)
+        task = start(fake)
+        fake.release[0].set()
+        await settle()
+        fake.parts[0].set()
+        await settle()
+        fake.cancel = True
+        outcome = await task
+        assert [r.audio for r in fake.sent if r.audio] == ["audio0.0"]
+        assert sorted(fake.cancelled_parts) == [1, 2] and outcome.error_code == CANCELLED
+        assert_ends_with_one_final(fake)
 
     asyncio.run(go())
 
