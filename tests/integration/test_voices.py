@@ -326,7 +326,7 @@ def test_an_ssml_document_is_spoken_by_several_voices(two_voices):
         chunks = list(client.stream(doc, word_timestamps=True, **EXACT))
         with pytest.raises(InvalidInput, match="no voice 'amy' is loaded; voices: joe, joe_slow"):
             client.synthesize('<speak><voice name="amy">x</voice></speak>')
-    assert [c.text for c in chunks] == [text for text, _ in parts]
+    assert [c.text for c in chunks if c.text] == [text for text, _ in parts]  # and windows
     streamed = [w.text for c in chunks for w in c.words]
     assert streamed == " ".join(text for text, _ in parts).split()
 
