@@ -101,3 +101,68 @@ def test_a_stream_over_the_limit_is_refused_with_an_error_and_a_final():
     assert (f0, f1, final) == (0, FINAL, None)
     code, message = parse_stream_error(error.error().message())
     assert code == UNAVAILABLE and "1 streams are running; retry later" in message
+
+
+def test_a_chunk_in_parts_fades_and_pauses_at_its_ends_only_and_times_words_from_its_start():
+    """The vocoder's windows of one chunk: the caption with the first part, the fade in on
+    the first and the fade out and the sentence's pause on the last, each part's words timed
+    from the chunk's start (not from the part's)."""
+    model = stream_model(sentence_silence_ms=100.0, fade_ms=3.0)
+    request = pb.InferenceRequest()
+    send, closed = model.sender(request, speed=1.0)
+    rows = [np.array([[0.1, 0.3, 0, 3]], np.float32), np.array([[0.6, 0.8, 4, 7]], np.float32)]
+    send(StreamResponse(chunk(0, "One two."), audio(0.5, rows[0]), part=0, parts=2))
+    send(StreamResponse(chunk(0, "One two."), audio(0.5, rows[1]), part=1, parts=2))
+    send(StreamResponse(chunk(1, "Three."), audio(0.25), last=True))
+    assert closed()
+    sent = [outputs(response) for response, _ in request.sender.sent]
+    assert [s[CHUNK_TEXT].tolist() for s in sent] == [[b"One two."], [b""], [b"Three."]]
+    first, second = sent[0][AUDIO], sent[1][AUDIO]
+    assert first.size == int(RATE * 0.5)  # no pause inside the sentence
+    assert second.size == int(RATE * 0.5) + round(RATE * 0.1)  # its end: the pause
+    assert first[0] == 0 and first[-1] == pytest.approx(0.1)  # faded in, not out
+    assert second[0] == pytest.approx(0.1) and second[int(RATE * 0.5) - 1] == 0  # faded out
+    assert sent[0][WORDS][0, :2].tolist() == pytest.approx([0.1, 0.3])
+    assert sent[1][WORDS][0, :2].tolist() == pytest.approx([0.6, 0.8])  # from the chunk's start
+    assert WORDS not in sent[2]  # none sent for it
+
+
+def test_the_first_chunk_goes_in_windows_first_ahead_then_as_later_pieces(monkeypatch):
+    """synthesize: the acoustic call once for the chunk, then one vocoder call per window, the
+    first window ahead (STREAM_FIRST), the others as later pieces (LATER); a later chunk is
+    bulk and whole. Each window's audio is its own frames' samples."""
+    from tts_serving.triton import tts_stream
+    from tts_serving.triton.tts_stream import StreamRequest
+    from tts_wire import LATENT, LATENT_CHECK, SynthesisOptions
+
+    hop, frames = 4, 200
+    latent = np.random.default_rng(0).standard_normal((1, 192, frames)).astype(np.float32)
+    calls = []
+
+    async def bls(model_name, inputs, outputs, rank=tts_stream.AHEAD):
+        calls.append((model_name, rank))
+        if model_name == "acoustic":
+            return [pb.Tensor(LATENT, latent), pb.Tensor(LATENT_CHECK, np.zeros((1, 2)))]
+        (window,) = [t.as_numpy() for t in inputs if t.name() == LATENT]
+        # An audio sample per frame and hop: the frame's first channel, to follow each frame.
+        return [pb.Tensor(AUDIO, np.repeat(window[0, 0], hop)[None])]
+
+    model = stream_model(first_window_frames=32)
+    model.context, model.hop_length = {"joe": 13}, {"joe": hop}
+    monkeypatch.setattr(model, "bls", bls)
+    stream = StreamRequest(iter(()), SynthesisOptions(), "joe", {"acoustic": {}, "vocoder": {}},
+                           None)  # fmt: skip
+
+    async def go():
+        parts = await model.synthesize(chunk(0, "One."), stream)
+        audios = [await task for task in parts.tasks]
+        later = await model.synthesize(chunk(1, "Two."), stream)
+        return audios, later
+
+    audios, later = asyncio.run(go())
+    assert calls[:2] == [("acoustic", "ahead"), ("vocoder", "ahead")]
+    assert {rank for _, rank in calls[2:-2]} == {"later"} and len(calls) - 4 == len(audios) - 1
+    assert calls[-2:] == [("acoustic", "bulk"), ("vocoder", "bulk")]
+    joined = np.concatenate([a.samples for a in audios])
+    np.testing.assert_array_equal(joined, np.repeat(latent[0, 0], hop))  # each frame once
+    assert later.samples.size == frames * hop

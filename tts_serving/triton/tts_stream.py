@@ -26,6 +26,7 @@ from tts_wire import (
     INVALID_ARGUMENT,
     LATENT,
     LATENT_CHECK,
+    LATER_PARAMETER,
     MARK_SPANS,
     MARKS,
     PHONEME_IDS,
@@ -69,6 +70,14 @@ def stage_error(model: str, error) -> Exception:
 
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+# A stage call's rank (tts_serving/triton/adapter.py: rank): ahead of everyone's first
+# pieces; interactive, behind them (as a text's later pieces); bulk.
+AHEAD, LATER, BULK = "ahead", "later", "bulk"
+RANK_PARAMETERS = {
+    AHEAD: {STREAM_FIRST_PARAMETER: True},
+    LATER: {LATER_PARAMETER: True},
+    BULK: {BULK_PARAMETER: True},
+}
 FINALIZE_WAIT_S = 20.0  # inside Triton's default 30 s exit timeout, so unloading ends
 
 
@@ -198,15 +207,16 @@ class TtsStream:
         by_stage = {stage: forwarded(request, stage) for stage in STAGES}
         return StreamRequest(plan, options, voice, by_stage, received.clean)
 
-    async def bls(self, model, inputs, outputs: list[str], bulk: bool = False) -> list:
+    async def bls(self, model, inputs, outputs: list[str], rank: str = AHEAD) -> list:
         request = pb_utils.InferenceRequest(
             model_name=model,
             requested_output_names=outputs,
             inputs=inputs,
-            # A stream's later chunks are bulk work for stages that run levels; its first is
-            # its first audio, taken ahead of other interactive work. The stages in batch
-            # mode ignore both.
-            parameters={BULK_PARAMETER: True} if bulk else {STREAM_FIRST_PARAMETER: True},
+            # A stream's later chunks are bulk work for stages that run levels; its first
+            # audio (the first chunk's acoustic call and first window) is taken ahead of other
+            # interactive work, the first chunk's later windows as a text's later pieces are
+            # (due a window's length of audio later). The stages in batch mode ignore them.
+            parameters=RANK_PARAMETERS[rank],
         )
         response = await request.async_exec()
         if response.has_error():
@@ -222,8 +232,8 @@ class TtsStream:
         if chunk.marks is not None:
             inputs.append(pb_utils.Tensor(MARK_SPANS, chunk.marks[None]))
             outputs.append(MARKS)
-        bulk = chunk.index > 0
-        found = await self.bls(ACOUSTIC, [*inputs, *stream.inputs(chunk, ACOUSTIC)], outputs, bulk)
+        rank = BULK if chunk.index > 0 else AHEAD
+        found = await self.bls(ACOUSTIC, [*inputs, *stream.inputs(chunk, ACOUSTIC)], outputs, rank)
         latent = [found.pop(0), found.pop(0)]  # the latent and its check, as tts sends them
         marks = found.pop().as_numpy().reshape(-1, 2).copy() if chunk.marks is not None else None
         times = found[0].as_numpy().reshape(-1, 4) if found else None
@@ -242,15 +252,15 @@ class TtsStream:
             if len(parts) > 1:
                 tasks = []
                 for k, part in enumerate(parts):
-                    last, later = k == len(parts) - 1, bulk or k > 0
+                    last, later = k == len(parts) - 1, rank if k == 0 else LATER
                     window = self.window(frames, part, last, vocoder, voice, (times, marks), later)
                     tasks.append(asyncio.ensure_future(window))
                 return Parts(tasks)
-        (audio,) = await self.bls(VOCODER, [*latent, *vocoder], [AUDIO], bulk)
+        (audio,) = await self.bls(VOCODER, [*latent, *vocoder], [AUDIO], rank)
         return ChunkAudio(audio.as_numpy().reshape(-1), times, marks)
 
     async def window(
-        self, latent: np.ndarray, part, last: bool, vocoder: list, voice: str, rows, bulk: bool
+        self, latent: np.ndarray, part, last: bool, vocoder: list, voice: str, rows, rank: str
     ) -> ChunkAudio:
         """The audio of one window of a chunk's latent (``part``, a FrameSpan: its own frames
         and the context it is computed with), and the chunk's word and mark rows that start
@@ -260,7 +270,7 @@ class TtsStream:
             pb_utils.Tensor(LATENT, piece),
             pb_utils.Tensor(LATENT_CHECK, latent_check(piece)[None]),
         ]
-        (audio,) = await self.bls(VOCODER, [*tensors, *vocoder], [AUDIO], bulk)
+        (audio,) = await self.bls(VOCODER, [*tensors, *vocoder], [AUDIO], rank)
         hop = self.hop_length[voice]
         samples = kept(audio.as_numpy().reshape(-1), part, hop)
         seconds = hop / self.sample_rate
