@@ -129,8 +129,9 @@ def test_a_chunk_in_parts_fades_and_pauses_at_its_ends_only_and_times_words_from
 
 def test_the_first_chunk_goes_in_windows_first_ahead_then_as_later_pieces(monkeypatch):
     """synthesize: the acoustic call once for the chunk, then one vocoder call per window, the
-    first window ahead (STREAM_FIRST), the others as later pieces (LATER); a later chunk is
-    bulk and whole. Each window's audio is its own frames' samples."""
+    first window ahead (STREAM_FIRST), the others as later pieces (LATER), each sent when the
+    one before it is done; a later chunk is bulk and whole. Each window's audio is its own
+    frames' samples."""
     from tts_serving.triton import tts_stream
     from tts_serving.triton.tts_stream import StreamRequest
     from tts_wire import LATENT, LATENT_CHECK, SynthesisOptions
@@ -139,10 +140,16 @@ def test_the_first_chunk_goes_in_windows_first_ahead_then_as_later_pieces(monkey
     latent = np.random.default_rng(0).standard_normal((1, 192, frames)).astype(np.float32)
     calls = []
 
+    in_flight = []
+
     async def bls(model_name, inputs, outputs, rank=tts_stream.AHEAD):
         calls.append((model_name, rank))
         if model_name == "acoustic":
             return [pb.Tensor(LATENT, latent), pb.Tensor(LATENT_CHECK, np.zeros((1, 2)))]
+        in_flight.append(1)
+        await asyncio.sleep(0.01)  # the others run meanwhile, if they were sent
+        assert len(in_flight) == 1, "a chunk's windows are sent one after another"
+        in_flight.pop()
         (window,) = [t.as_numpy() for t in inputs if t.name() == LATENT]
         # An audio sample per frame and hop: the frame's first channel, to follow each frame.
         return [pb.Tensor(AUDIO, np.repeat(window[0, 0], hop)[None])]

@@ -91,6 +91,17 @@ class ChunkAudio:
     marks: np.ndarray | None = None  # SSML <mark>s reached: rows (time s, character)
 
 
+@dataclass(frozen=True)
+class ChunkWindows:
+    """What each window of a chunk's latent is decoded with (TtsStream.window)."""
+
+    latent: np.ndarray  # [1, 192, frames]
+    vocoder: list  # the option tensors of the chunk's vocoder calls
+    voice: str
+    words: np.ndarray | None  # the chunk's rows, timed from its start (asked for; else None)
+    marks: np.ndarray | None
+
+
 # The stages each chunk goes through here (tts_stream phonemizes itself).
 STAGES = (ACOUSTIC, VOCODER)
 
@@ -250,35 +261,42 @@ class TtsStream:
             frames = latent[0].as_numpy()
             parts = windows(frames.shape[-1], first, self.context[voice])
             if len(parts) > 1:
-                tasks = []
+                chunk_windows = ChunkWindows(frames, vocoder, voice, times, marks)
+                tasks: list[asyncio.Future] = []
                 for k, part in enumerate(parts):
                     last, later = k == len(parts) - 1, rank if k == 0 else LATER
-                    window = self.window(frames, part, last, vocoder, voice, (times, marks), later)
+                    after = tasks[-1] if tasks else None
+                    window = self.window(chunk_windows, part, last, later, after)
                     tasks.append(asyncio.ensure_future(window))
                 return Parts(tasks)
         (audio,) = await self.bls(VOCODER, [*latent, *vocoder], [AUDIO], rank)
         return ChunkAudio(audio.as_numpy().reshape(-1), times, marks)
 
     async def window(
-        self, latent: np.ndarray, part, last: bool, vocoder: list, voice: str, rows, rank: str
+        self, chunk: ChunkWindows, part, last: bool, rank: str, after: asyncio.Future | None
     ) -> ChunkAudio:
         """The audio of one window of a chunk's latent (``part``, a FrameSpan: its own frames
         and the context it is computed with), and the chunk's word and mark rows that start
-        in it (the last window: all from its start on), timed from the chunk's start."""
-        piece = np.ascontiguousarray(latent[..., part.lo : part.hi])
+        in it (the last window: all from its start on), timed from the chunk's start. Sent
+        once the window before it (``after``) is done: a chunk holds one request in the
+        vocoder's queue, as when it went whole (a queue's limit counts requests)."""
+        if after is not None:
+            await asyncio.wait({after})  # (not ``await``: cancelling this must not cancel it)
+            if after.cancelled() or after.exception() is not None:
+                raise asyncio.CancelledError  # the stream ends with the earlier one's error
+        piece = np.ascontiguousarray(chunk.latent[..., part.lo : part.hi])
         tensors = [
             pb_utils.Tensor(LATENT, piece),
             pb_utils.Tensor(LATENT_CHECK, latent_check(piece)[None]),
         ]
-        (audio,) = await self.bls(VOCODER, [*tensors, *vocoder], [AUDIO], rank)
-        hop = self.hop_length[voice]
+        (audio,) = await self.bls(VOCODER, [*tensors, *chunk.vocoder], [AUDIO], rank)
+        hop = self.hop_length[chunk.voice]
         samples = kept(audio.as_numpy().reshape(-1), part, hop)
         seconds = hop / self.sample_rate
-        times, marks = rows
         return ChunkAudio(
             samples,
-            rows_in(times, part, last, seconds, span_columns=slice(2, 4)),
-            rows_in(marks, part, last, seconds),
+            rows_in(chunk.words, part, last, seconds, span_columns=slice(2, 4)),
+            rows_in(chunk.marks, part, last, seconds),
         )
 
     def sender(self, request, speed: float):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 
 # The project's one version: both distributions' (their pyproject.toml read it) and what the
 # gateway and Wyoming report.
-__version__ = "0.9.11"
+__version__ = "0.9.12"
 
 # Tensor names, identical in tts, tts_stream and every stage.
 TEXT = "text"
