@@ -148,16 +148,18 @@ unit: $(VENV)/.installed
 # `make test` only. It sets up what those tiers use (docs/testing.md gives its time).
 # `make test` runs everything.
 check: check-setup export lint
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" tests/unit \
+	$(PY) -m pytest -q -n $(or $(PYTEST_WORKERS),2) --dist loadfile -m "not slow" tests/unit \
 	  tests/adapter tests/deployment $(PYTEST_ARGS)
 
-# --durations: the slowest tests in every run, to keep the suite's time in view. Two workers,
-# one test file each at a time (a file's servers are its own), the benchmarks (marked `bench`)
-# one group on one worker (tests/support/scheduling.py).
-# PYTEST_WORKERS=0 runs them in one process.
-PYTEST_WORKERS ?= 2
+# --durations: the slowest tests in every run, to keep the suite's time in view. Three workers
+# on the two cores, one test file each at a time (a file's servers are its own): a file waiting
+# on a timeout, an idle window or a restart leaves its core to another (docs/testing.md: 20:57
+# of pytest beside two CPU hogs, against 25:08 with two workers). The benchmarks (marked
+# `bench`) are one group on one worker (tests/support/scheduling.py).
+# PYTEST_WORKERS sets the workers of `make check` (2) and `make test` (3); 0 runs one process.
+PYTEST_WORKERS ?=
 test: test-setup export lint
-	$(PY) -m pytest -rfEs --durations=15 -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
+	$(PY) -m pytest -rfEs --durations=15 -n $(or $(PYTEST_WORKERS),3) --dist loadgroup --no-loadscope-reorder \
 	  $(PYTEST_ARGS)
 
 # What `make check`'s tiers need: the system packages (nginx renders the edge), kubectl (its
