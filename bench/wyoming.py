@@ -38,6 +38,7 @@ from bench.compare import percentile
 from bench.machine import cpu_line
 from tests.support.launcher import Launcher
 from tts_front.sample_texts import SENTENCES
+from tts_gateway.settings import EARLY_AUDIO
 from tts_launcher.commands import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,30 +142,33 @@ async def load(port: int, concurrency: int, requests: int, streaming: bool) -> B
 
 
 def summary(rows: dict[tuple[str, int], dict[str, list[Burst]]], baseline: str) -> list[str]:
-    """A markdown table, a line per (mode, concurrency): each server's median first-audio p90
-    and throughput over the rounds, and ours / ``baseline`` per round (the neighbouring bursts
-    of one round share the machine's drift) as median [lowest-highest]."""
+    """A markdown table, a line per (mode, concurrency, server other than ``baseline``): its
+    median first-audio p90 and throughput over the rounds beside ``baseline``'s, and the ratio
+    server / ``baseline`` per round (the neighbouring bursts of one round share the machine's
+    drift) as median [lowest-highest]."""
 
     def ratios(ours: list[float], base: list[float]) -> str:
         r = [a / b for a, b in zip(ours, base, strict=True)]
         return f"{statistics.median(r):.2f}x [{min(r):.2f}-{max(r):.2f}]"
 
     lines = [
-        f"| mode | c | rounds | ours p90 ms | {baseline} p90 ms | p90 ratio | ours audio-s/s "
+        f"| mode | c | server | rounds | p90 ms | {baseline} p90 ms | p90 ratio | audio-s/s "
         f"| {baseline} audio-s/s | throughput ratio |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (mode, c), by_server in rows.items():
         base = by_server[baseline]
-        ours = next(v for k, v in by_server.items() if k != baseline)
-        p90s, base_p90s = [b.p90 for b in ours], [b.p90 for b in base]
-        thr, base_thr = [b.throughput for b in ours], [b.throughput for b in base]
-        lines.append(
-            f"| {mode} | {c} | {len(ours)} | {statistics.median(p90s) * 1000:.0f} "
-            f"| {statistics.median(base_p90s) * 1000:.0f} | {ratios(p90s, base_p90s)} "
-            f"| {statistics.median(thr):.1f} | {statistics.median(base_thr):.1f} "
-            f"| {ratios(thr, base_thr)} |"
-        )
+        for name, ours in by_server.items():
+            if name == baseline:
+                continue
+            p90s, base_p90s = [b.p90 for b in ours], [b.p90 for b in base]
+            thr, base_thr = [b.throughput for b in ours], [b.throughput for b in base]
+            lines.append(
+                f"| {mode} | {c} | {name} | {len(ours)} | {statistics.median(p90s) * 1000:.0f} "
+                f"| {statistics.median(base_p90s) * 1000:.0f} | {ratios(p90s, base_p90s)} "
+                f"| {statistics.median(thr):.1f} | {statistics.median(base_thr):.1f} "
+                f"| {ratios(thr, base_thr)} |"
+            )
     return lines
 
 
@@ -175,6 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="bursts per row and server, in turns")
     p.add_argument("--repository", type=Path, default=ROOT / "model_repository")
     p.add_argument("--profile", help="serve configs/<profile>.pbtxt (default: config.pbtxt)")
+    p.add_argument(
+        "--early-audio",
+        nargs="+",
+        choices=EARLY_AUDIO,
+        default=["cut"],
+        help="the gateway's wyoming_early_audio; several: a launcher each, side by side",
+    )
     a = p.parse_args(argv)
     print(f"machine: {cpu_line()}", flush=True)
     python = piper_python()
@@ -186,11 +197,16 @@ def main(argv: list[str] | None = None) -> int:
             stdout=subprocess.DEVNULL, stderr=open(Path(tmp) / "piper.log", "w"),
         )  # fmt: skip
         extra = [f"--model-config-name={a.profile}"] if a.profile else []
-        ours = Launcher(a.repository, Path(tmp) / "launcher.log", extra)
+        launchers = {}
         try:
-            ours.wait_ready()
+            for mode in a.early_audio:  # one after another: each start has the cores
+                name = "ours" if len(a.early_audio) == 1 else f"ours-{mode}"
+                env = {"TTS_GATEWAY_WYOMING_EARLY_AUDIO": mode}
+                launchers[name] = Launcher(a.repository, Path(tmp) / f"{name}.log", extra, env=env)
+                launchers[name].wait_ready()
             _wait_for_port(piper_port)
-            servers = {"ours": ours.wyoming, "wyoming-piper": piper_port}
+            servers = {name: ours.wyoming for name, ours in launchers.items()}
+            servers["wyoming-piper"] = piper_port
             for port in servers.values():  # first-run costs paid before anything is timed
                 asyncio.run(one(port, TEXTS[0], False))
             rows: dict[tuple[str, int], dict[str, list[Burst]]] = {}
@@ -206,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
             print()
             print("\n".join(summary(rows, "wyoming-piper")))
         finally:
-            ours.close()
+            for ours in launchers.values():
+                ours.close()
             piper.terminate()
             piper.wait(30)
     return 0

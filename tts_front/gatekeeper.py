@@ -20,6 +20,7 @@ from tts_wire import (
     TEXT,
     batch_size_error,
     edge_client,
+    is_short_text,
 )
 from tts_wire.caps import PerClient
 
@@ -117,15 +118,17 @@ class Gatekeeper:
         deadline_s: float | None = None,
         priority: int = 0,
         listener: str = "",
+        short: bool = False,
     ) -> AdmissionTicket:
         """A ticket for a request to ``model`` of ``cost`` from ``client``, once it may go on
         (it may wait in the queue first). Raises Refused for overload, TooMany when the client
         holds its limit of streams. ``priority``: the level it asks for (only bulk is kept as
         asked); the one it goes at: :meth:`level`. ``listener``: which of the client's
-        listeners it is for (:meth:`listener`; empty: the client is one)."""
+        listeners it is for (:meth:`listener`; empty: the client is one). ``short``: a stream
+        of a short text (:meth:`short_stream`), admitted as a `tts` request is."""
         if model is None:
             return FREE
-        if model in self.settings.streamed:
+        if model in self.settings.streamed and not short:
             # A stream runs for minutes at its own pace: it takes no slot (the `tts` requests
             # the rate is measured on would wait behind it); tts_stream's max_streams and this
             # cap per client bound them. One count per caller, whichever way it came in.
@@ -147,7 +150,8 @@ class Gatekeeper:
             self._streams.take(holder)
             self.metrics.in_flight.labels(model).inc()
             return AdmissionTicket(model, time.monotonic(), cost, False, rid, client)
-        measured = model in self.settings.measured
+        # A short text's stream is measured as `tts` is: its audio, summed, is the work done.
+        measured = model in self.settings.measured or short
         listener = listener or client
         express = (
             self.settings.express_interactive
@@ -288,12 +292,13 @@ class Gatekeeper:
         self.metrics.seconds.labels(ticket.model).observe(seconds)
 
     async def cost(self, model: str, input_bytes: int, inputs: dict[str, list]) -> float:
-        """A request's cost: for `tts`, its ``text`` as spoken at its (slowest) ``speed``
-        (:func:`spoken_cost`), else by its input bytes. Raises BadRequest for more texts than
-        one request carries (ITEMS_PER_REQUEST), before any work on them; a text long enough
-        to take a while is written out off the event loop."""
+        """A request's cost: for `tts` and a short text's stream, its ``text`` as spoken at its
+        (slowest) ``speed`` (:func:`spoken_cost`), else by its input bytes. Raises BadRequest
+        for more texts than one request carries (ITEMS_PER_REQUEST), before any work on them;
+        a text long enough to take a while is written out off the event loop."""
         texts, speeds = inputs.get(TEXT), inputs.get(SPEED) or []
-        measured = model in self.settings.measured and texts
+        spoken = model in self.settings.measured or self.short_stream(model, inputs)
+        measured = spoken and texts
         if measured and len(texts) > ITEMS_PER_REQUEST:
             raise BadRequest(f"in '{model}', {batch_size_error(TEXT, len(texts))}")
         if not measured or not all(isinstance(t, bytes) for t in texts):
@@ -303,6 +308,16 @@ class Gatekeeper:
         if sum(len(t) for t in texts) <= NORMALIZED_ON_LOOP:
             return spoken_cost(texts, speed)
         return await asyncio.to_thread(spoken_cost, texts, speed)
+
+    def short_stream(self, model: str | None, inputs: dict[str, list]) -> bool:
+        """Whether a request to ``model`` is a stream of a short text (tts_wire's
+        SHORT_TEXT_CHARS): one text, as long as one `tts` request's. It takes a slot and goes
+        at the level due, as `tts` does, and is not one of the long texts counted per client
+        (a Home Assistant host's 16 satellites each stream a sentence at once)."""
+        if model not in self.settings.streamed:
+            return False
+        texts = inputs.get(TEXT) or []
+        return len(texts) == 1 and isinstance(texts[0], bytes) and is_short_text(texts[0])
 
     def streams_kept(self) -> int:
         """Of the server's streams, how many only a client running none may take."""

@@ -173,17 +173,18 @@ class GrpcProxy:
             model = self.gatekeeper.gate(info.model, admin)
         except NotPublic as e:
             return None, (grpc.StatusCode.PERMISSION_DENIED, str(e))
-        cost = 0.0
+        cost, short = 0.0, False
         if model:
             try:
                 cost = await self.gatekeeper.cost(model, info.input_bytes, info.inputs)
             except BadRequest as e:
                 return None, (grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            short = self.gatekeeper.short_stream(model, info.inputs)
         own = info.timeout_us / 1e6 if info.timeout_us else None
         deadline_s = message_deadline(own, call_left_s, stream, self.settings.deadline_s)
         try:
             ticket = await self.gatekeeper.enter(
-                model, cost, info.id, client, deadline_s, info.priority, listener
+                model, cost, info.id, client, deadline_s, info.priority, listener, short
             )
         except TooMany as e:
             return None, (grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
@@ -338,6 +339,7 @@ class _ProxiedStream:
         self.stubs: dict[str, set[int]] = {}  # model -> its stubs when this stream first used it
         self.hold = asyncio.Event()  # set: a stub of this stream died, keep it open upstream
         self.tickets: list[AdmissionTicket] = []  # admitted, not yet ended, oldest first
+        self.audio: dict[int, int] = {}  # samples so far of each short text's stream, by id()
         self.refusals: asyncio.Queue[bytes] = asyncio.Queue()  # answered here, not by Triton
         # Messages admitted, in the order admitted, to pass on; None: no more will come.
         self.admitted: asyncio.Queue[bytes | None] = asyncio.Queue()
@@ -398,15 +400,24 @@ class _ProxiedStream:
 
     def ended(self, response: bytes) -> None:
         r = stream_response(response)
-        if r is not None and r.samples and r.model in self.proxy.settings.streamed:
-            # A stream takes no slot; the audio of each chunk is charged to its client.
-            self.proxy.gatekeeper.admission.charge(self.client, audio_work(r.samples))
-        if r is None or not (r.final or (r.error and r.final is None)):
-            return  # more responses follow for its request
+        if r is None:
+            return
         ticket = _match(self.tickets, r)
+        if r.samples and r.model in self.proxy.settings.streamed:
+            if ticket is not None and ticket.queued:
+                # A short text's stream took a slot: its audio, summed, is the work it did,
+                # measured when it ends as a `tts` request's is.
+                self.audio[id(ticket)] = self.audio.get(id(ticket), 0) + r.samples
+            else:
+                # A long text's stream takes no slot; each chunk's audio is charged to its
+                # client.
+                self.proxy.gatekeeper.admission.charge(self.client, audio_work(r.samples))
+        if not (r.final or (r.error and r.final is None)):
+            return  # more responses follow for its request
         if ticket is not None:
             self.tickets.remove(ticket)
-            self.proxy.gatekeeper.leave(ticket, "error" if r.error else "served")
+            samples = self.audio.pop(id(ticket), None)
+            self.proxy.gatekeeper.leave(ticket, "error" if r.error else "served", samples)
 
     def dead_models(self) -> list[str]:
         watch = self.proxy.watch

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tts_wire import SynthesisOptions
+from tts_wire import SHORT_TEXT_CHARS, SynthesisOptions
 from tts_wire.settings import Setting, add_settings, build, settings_of
 
 # OpenAI's model names, all served by the same Triton pipeline (there is one engine).
@@ -152,6 +152,10 @@ def repository_voices(entries: list[str]) -> tuple[Voice, ...]:
     return tuple(table)
 
 
+# The ways a listener's first audio comes early (GatewaySettings.wyoming_early_audio).
+EARLY_AUDIO = ("cut", "windows")
+
+
 @dataclass(frozen=True)
 class GatewaySettings:
     """The gateway's settings; each field is a flag and a ``TTS_GATEWAY_*`` variable
@@ -164,8 +168,9 @@ class GatewaySettings:
     max_input_chars: int = 4096
     # Bodies are read up to this size before anything else happens; bigger ones get 413.
     max_body_bytes: int = 1_048_576
-    # Up to this many characters one `tts` request; longer text streams through `tts_stream`.
-    direct_max_chars: int = 150
+    # Up to this many characters one `tts` request; longer text streams through `tts_stream`
+    # (the wire's short text: the front door admits a stream of one as it admits `tts`).
+    direct_max_chars: int = SHORT_TEXT_CHARS
     # Requests in flight in this gateway; beyond it, 429 with Retry-After at once.
     max_concurrent_requests: int = 256
     # Sent to the front door as the tts-front-token header (the launcher sets it): with it the
@@ -230,6 +235,11 @@ class GatewaySettings:
     wyoming_max_connections_per_client: int = 48  # and per address
     wyoming_idle_s: float = 300.0  # a connection silent this long is closed
     wyoming_write_timeout_s: float = 10.0  # a client that reads nothing this long is dropped
+    # How a Wyoming answer's first audio comes early: `cut`, its text cut after its first
+    # words (FIRST_PIECE_WORDS), each piece one `tts` request; `windows`, cut only where a
+    # sentence ends (a clause, where the text arrives in pieces), the first piece streamed
+    # through `tts_stream`, which decodes its first sentence in windows (docs/wyoming.md).
+    wyoming_early_audio: str = "cut"
     # The kernel's send buffer of each client connection (HTTP, WebSocket, Wyoming), in bytes
     # (the kernel doubles it): audio waiting for a client that stops reading stays within it
     # and the edge's (docs/sessions.md); autotuned, the buffers held seconds of audio per MB.
@@ -266,6 +276,11 @@ class GatewaySettings:
             raise ValueError(
                 f"pcm_sample_rate must be 0 (the voice's) or a common rate such as 24000, got "
                 f"{self.pcm_sample_rate}"
+            )
+        if self.wyoming_early_audio not in EARLY_AUDIO:
+            raise ValueError(
+                f"wyoming_early_audio must be one of {', '.join(EARLY_AUDIO)}, got "
+                f"{self.wyoming_early_audio!r}"
             )
         if self.drain_s < 0:
             raise ValueError(f"drain_s must be >= 0, got {self.drain_s}")

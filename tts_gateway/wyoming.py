@@ -233,7 +233,7 @@ class Handler(AsyncEventHandler):
             self._voice(start.voice)  # an unknown voice: refused now, not at the first sentence
             self.streaming, self.stream_voice, self.stream_chars = True, start.voice, 0
             self.stream_spoken = False  # a piece of this stream spoken yet
-            self.buffer = TextBuffer(BufferRule(first_piece_words=FIRST_PIECE_WORDS))
+            self.buffer = TextBuffer(self._stream_rule())
         elif SynthesizeChunk.is_type(event.type):
             if self.buffer is None:
                 raise APIError(400, "synthesize-chunk before synthesize-start", code="no_stream")
@@ -264,6 +264,13 @@ class Handler(AsyncEventHandler):
                 code="unknown_event",
             )
         return True
+
+    def _stream_rule(self) -> BufferRule:
+        """Where streaming synthesis's text (arriving word by word) is cut: after its first
+        words (`cut`), or where a sentence or a clause ends (`windows`)."""
+        if self.settings.wyoming_early_audio == "windows":
+            return BufferRule()
+        return BufferRule(first_piece_words=FIRST_PIECE_WORDS)
 
     def _voice(self, wanted: SynthesizeVoice | None) -> Voice:
         """The gateway voice a request's voice (name, speaker, language) selects."""
@@ -315,12 +322,19 @@ class Handler(AsyncEventHandler):
             options = voice.options(1.0, caller=self.client or None, listener=self.listener)
         except ValueError as e:
             raise APIError(400, str(e), code="invalid_voice") from None
+        windows = self.settings.wyoming_early_audio == "windows"
         if whole:
             pieces = [text]
         else:
-            rule = BufferRule(
-                max_chars=self.settings.direct_max_chars, first_piece_words=FIRST_PIECE_WORDS
-            )
+            if windows:  # cut where a sentence ends (or a long one's clause), no sooner
+                rule = BufferRule(
+                    max_chars=self.settings.direct_max_chars,
+                    first_words=BufferRule.clause_words,
+                )
+            else:
+                rule = BufferRule(
+                    max_chars=self.settings.direct_max_chars, first_piece_words=FIRST_PIECE_WORDS
+                )
             buffer = TextBuffer(rule)
             pieces = [p.text for p in buffer.add(text) + buffer.flush()]
             if not pieces:
@@ -330,7 +344,9 @@ class Handler(AsyncEventHandler):
                 piece,
                 piece_options(options, later or k > 0),
                 PCM,
-                len(piece) > self.settings.direct_max_chars,
+                # A turn's first piece streams where its first audio comes from windows: the
+                # front door admits a short text's stream as it admits `tts`.
+                len(piece) > self.settings.direct_max_chars or (windows and not later and k == 0),
                 self.client,
             )
             for k, piece in enumerate(pieces)

@@ -26,7 +26,7 @@ from tts_front.settings import FrontSettings
 from tts_gateway.settings import GatewaySettings
 from tts_serving.settings import StreamSettings, VocoderSettings
 from tts_serving.stream.plan import EXPANSION_ALLOWANCE
-from tts_wire import ITEMS_PER_REQUEST
+from tts_wire import ITEMS_PER_REQUEST, SHORT_TEXT_CHARS
 
 from . import liveness
 from .edge import grpc_calls_per_client
@@ -116,8 +116,9 @@ LIMITS: tuple[Limit, ...] = (
           "tts_front/gatekeeper.py", lambda: f"{LISTENERS_SHARE:.0%} of the slots",
           "`LISTENERS_SHARE` (code)",
           "its other listeners' requests wait for a slot, then go in flagged later"),
-    Limit("long-text (`tts_stream`) requests per client: gRPC, and the gateway's HTTP, "
-          "sessions and Wyoming for the caller they name, one count", "tts_front/gatekeeper.py",
+    Limit(f"long-text (`tts_stream`, over {SHORT_TEXT_CHARS} characters) requests per client: "
+          "gRPC, and the gateway's HTTP, sessions and Wyoming for the caller they name, one "
+          "count", "tts_front/gatekeeper.py",
           _front("max_streams_per_client"), _front_flag("max_streams_per_client"),
           "RESOURCE_EXHAUSTED; through the gateway 429 / a session error naming the cap"),
     Limit("long-text (`tts_stream`) requests of the server's (`max_streams`) a client already "
@@ -144,7 +145,8 @@ LIMITS: tuple[Limit, ...] = (
                   f"{EXPANSION_ALLOWANCE:,} more",
           "`max_expansion` in tts_stream's config.pbtxt",
           "INVALID_ARGUMENT naming both figures, before any audio; through the gateway 400"),
-    Limit("`tts_stream` requests in all", "model_repository/tts_stream/config.pbtxt",
+    Limit("long-text `tts_stream` requests in all (a short text's stream is admitted as `tts` "
+          "is)", "model_repository/tts_stream/config.pbtxt",
           lambda: str(StreamSettings().max_streams), "`max_streams` in its config.pbtxt",
           "UNAVAILABLE naming the cap"),
     Limit("requests waiting in the acoustic and vocoder stages (scheduling levels: each keeps "

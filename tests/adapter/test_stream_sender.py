@@ -5,16 +5,29 @@ the final flag, and a stream over the limit is refused with both."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import numpy as np
 import pytest
 
 from tests.support import pb_utils as pb
+from tts_serving.errors import InvalidInputError
 from tts_serving.settings import StreamSettings
 from tts_serving.stream.plan import PlannedChunk
 from tts_serving.stream.scheduler import InFlight, StreamResponse
-from tts_serving.triton.tts_stream import ChunkAudio, TtsStream
-from tts_wire import AUDIO, CHUNK_TEXT, INVALID_ARGUMENT, UNAVAILABLE, WORDS, parse_stream_error
+from tts_serving.triton.tts_stream import ChunkAudio, TtsStream, first_rank
+from tts_wire import (
+    AUDIO,
+    BULK_PARAMETER,
+    CHUNK_TEXT,
+    INVALID_ARGUMENT,
+    LATER_PARAMETER,
+    SHORT_TEXT_CHARS,
+    STREAM_FIRST_PARAMETER,
+    UNAVAILABLE,
+    WORDS,
+    parse_stream_error,
+)
 
 FINAL = pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 RATE = 22050
@@ -26,6 +39,7 @@ def stream_model(**settings) -> TtsStream:
     model.settings = StreamSettings(**settings)
     model.sample_rate = RATE
     model.in_flight = InFlight()
+    model.long_streams = 0
     model.codes = {
         INVALID_ARGUMENT: pb.TritonError.INVALID_ARG,
         UNAVAILABLE: pb.TritonError.UNAVAILABLE,
@@ -93,14 +107,50 @@ def test_words_are_timed_from_the_streams_start():
     assert words[1][0, 2:].tolist() == [0, 3]  # characters are not shifted
 
 
-def test_a_stream_over_the_limit_is_refused_with_an_error_and_a_final():
-    model, request = stream_model(max_streams=1), pb.InferenceRequest()
-    with model.in_flight:  # one stream running
-        asyncio.run(model.stream(request))
+def text(value: str) -> np.ndarray:
+    return np.array([value.encode()], dtype=np.object_)
+
+
+def refusal_of(model: TtsStream, request) -> tuple[str, str]:
+    """The error a stream was answered with (it is followed by a flag-only final)."""
+    asyncio.run(model.stream(request))
     (error, f0), (final, f1) = request.sender.sent
     assert (f0, f1, final) == (0, FINAL, None)
-    code, message = parse_stream_error(error.error().message())
-    assert code == UNAVAILABLE and "1 streams are running; retry later" in message
+    return parse_stream_error(error.error().message())
+
+
+def test_a_long_text_over_the_limit_is_refused_with_an_error_and_a_final():
+    model = stream_model(max_streams=1)
+    model.long_streams = 1  # one long text streaming
+    request = pb.InferenceRequest(text=text("A sentence. " * (SHORT_TEXT_CHARS // 12 + 1)))
+    code, message = refusal_of(model, request)
+    assert code == UNAVAILABLE and "1 long-text streams are running; retry later" in message
+
+
+def test_a_short_texts_stream_is_not_counted_among_the_long_ones(monkeypatch):
+    """Short texts' streams are admitted by the front door as `tts` is: max_streams bounds
+    the long texts only (here the stream goes on to be read, and that read is refused)."""
+    model = stream_model(max_streams=1)
+    model.long_streams = 1
+
+    def parse(request, raw):
+        assert raw == b"Turn on the living room lights, please."
+        raise InvalidInputError("read")
+
+    monkeypatch.setattr(model, "parse", parse)
+    request = pb.InferenceRequest(text=text("Turn on the living room lights, please."))
+    assert refusal_of(model, request) == (INVALID_ARGUMENT, "read")
+    assert model.long_streams == 1
+
+
+@pytest.mark.parametrize(
+    ("parameters", "rank"),
+    [({}, "ahead"), ({LATER_PARAMETER: True}, "later"), ({BULK_PARAMETER: True}, "bulk")],
+)
+def test_the_first_audio_goes_at_the_level_the_front_door_sent_the_stream_at(parameters, rank):
+    request = pb.InferenceRequest()
+    request.params = json.dumps(parameters | {STREAM_FIRST_PARAMETER: True})
+    assert first_rank(request) == rank
 
 
 def test_a_chunk_in_parts_fades_and_pauses_at_its_ends_only_and_times_words_from_its_start():
@@ -127,11 +177,15 @@ def test_a_chunk_in_parts_fades_and_pauses_at_its_ends_only_and_times_words_from
     assert WORDS not in sent[2]  # none sent for it
 
 
-def test_the_first_chunk_goes_in_windows_first_ahead_then_as_later_pieces(monkeypatch):
+@pytest.mark.parametrize(("first", "windows"), [("ahead", "later"), ("later", "later"),
+                                               ("bulk", "bulk")])  # fmt: skip
+def test_the_first_chunk_goes_in_windows_first_ahead_then_as_later_pieces(
+    monkeypatch, first, windows
+):
     """synthesize: the acoustic call once for the chunk, then one vocoder call per window, the
-    first window ahead (STREAM_FIRST), the others as later pieces (LATER), each sent when the
-    one before it is done; a later chunk is bulk and whole. Each window's audio is its own
-    frames' samples."""
+    first window ahead (STREAM_FIRST; or at the level the front door sent the stream at), the
+    others as later pieces (LATER; at bulk, bulk), each sent when the one before it is done; a
+    later chunk is bulk and whole. Each window's audio is its own frames' samples."""
     from tts_serving.triton import tts_stream
     from tts_serving.triton.tts_stream import StreamRequest
     from tts_wire import LATENT, LATENT_CHECK, SynthesisOptions
@@ -158,7 +212,7 @@ def test_the_first_chunk_goes_in_windows_first_ahead_then_as_later_pieces(monkey
     model.context, model.hop_length = {"joe": 13}, {"joe": hop}
     monkeypatch.setattr(model, "bls", bls)
     stream = StreamRequest(iter(()), SynthesisOptions(), "joe", {"acoustic": {}, "vocoder": {}},
-                           None)  # fmt: skip
+                           None, first=first)  # fmt: skip
 
     async def go():
         parts = await model.synthesize(chunk(0, "One."), stream)
@@ -167,8 +221,8 @@ def test_the_first_chunk_goes_in_windows_first_ahead_then_as_later_pieces(monkey
         return audios, later
 
     audios, later = asyncio.run(go())
-    assert calls[:2] == [("acoustic", "ahead"), ("vocoder", "ahead")]
-    assert {rank for _, rank in calls[2:-2]} == {"later"} and len(calls) - 4 == len(audios) - 1
+    assert calls[:2] == [("acoustic", first), ("vocoder", first)]
+    assert {rank for _, rank in calls[2:-2]} == {windows} and len(calls) - 4 == len(audios) - 1
     assert calls[-2:] == [("acoustic", "bulk"), ("vocoder", "bulk")]
     joined = np.concatenate([a.samples for a in audios])
     np.testing.assert_array_equal(joined, np.repeat(latent[0, 0], hop))  # each frame once

@@ -40,6 +40,7 @@ from tests.support.processes import FrontProcess
 from tts_client.protocol import build_inputs
 from tts_front.sample_texts import PARAGRAPH, SENTENCES
 from tts_front.security import FRONT_TOKEN_ENV
+from tts_wire import SHORT_TEXT_CHARS
 
 ARGS = [
     "--header-timeout-s=2",
@@ -186,6 +187,42 @@ def test_one_client_cannot_hold_every_stream_slot(server, front):
     assert fifth(front.grpc_port, caller).startswith(limit)
     # Each stream's tickets are released when the front door sees it cancelled, which comes
     # after the client's cancel returns.
+    assert settles(lambda: metric(front, "tts_front_in_flight", model="tts_stream") == 0)
+
+
+def test_a_clients_short_texts_stream_at_once_past_its_long_text_cap(server, front):
+    """A Home Assistant host streams a sentence for each of its satellites: a short text's
+    stream is admitted as `tts` is (a slot, the client's turn), none of the 4 long texts a
+    client may stream at once; each ends with its audio and its ticket is released."""
+    sentence = SENTENCES[3]
+    assert len(sentence) <= SHORT_TEXT_CHARS
+
+    def stream_request(i: int) -> service_pb2.ModelInferRequest:
+        request = service_pb2.ModelInferRequest(model_name="tts_stream", id=f"s{i}")
+        for tensor in build_inputs(grpcclient, sentence, batched=False):
+            request.inputs.append(tensor._get_tensor())
+            request.raw_input_contents.append(tensor._get_content())
+        return request
+
+    caller = {"tts-front-token": TOKEN, "tts-caller": "203.0.113.10"}  # as the gateway sends
+    with grpc.insecure_channel(f"127.0.0.1:{front.grpc_port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        calls = stub.ModelStreamInfer(
+            iter([stream_request(i) for i in range(8)]), timeout=600, metadata=tuple(caller.items())
+        )
+        errors, samples, ended = [], {}, set()
+        for response in calls:
+            reply = response.infer_response
+            if response.error_message:
+                errors.append(response.error_message)
+            if reply.outputs:
+                samples[reply.id] = samples.get(reply.id, 0) + int(np.prod(reply.outputs[0].shape))
+            if reply.parameters["triton_final_response"].bool_param:
+                ended.add(reply.id)
+            if len(ended) + len(errors) == 8:
+                break
+    assert errors == [] and ended == {f"s{i}" for i in range(8)}
+    assert all(samples[f"s{i}"] > 22_050 for i in range(8)), samples  # a second of speech each
     assert settles(lambda: metric(front, "tts_front_in_flight", model="tts_stream") == 0)
 
 

@@ -73,9 +73,11 @@ def test_a_taken_port_is_one_clear_line(exported_repository):
         result = subprocess.run(
             [sys.executable, "-m", "tts_launcher", f"--model-repository={exported_repository}",
              "--http-port=0", "--grpc-port=0", "--metrics-port=0", f"--gateway-port={port}",
-             "--supervisor-metrics-port=0"],
+             "--supervisor-metrics-port=0", "--wyoming-port=0"],
             capture_output=True, text=True, timeout=60, cwd=ROOT,
         )  # fmt: skip
+    # (Every other port on 0: a default one, Wyoming's 10200, was once taken by the compose
+    # test's container beside it, and the launcher rightly named both.)
     assert result.returncode == 2, result.stdout + result.stderr
     line = result.stderr.strip()
     assert "\n" not in line and "Traceback" not in line, line

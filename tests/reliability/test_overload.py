@@ -14,6 +14,7 @@ from tests.support.processes import ServerProcess, linked_copy
 from tts_client import ServerOverloaded, TTSClient
 from tts_client.protocol import NO_RETRY
 from tts_front.sample_texts import PARAGRAPH, SENTENCES
+from tts_wire import SHORT_TEXT_CHARS
 
 
 def edited_server(exported_repository, tmp_path_factory, edits: dict[str, list[tuple]]):
@@ -70,15 +71,18 @@ def test_full_queue_is_a_clear_overload_error(small_queue_server):
 
 
 def test_one_stream_too_many_is_refused_at_once(small_queue_server):
+    """max_streams counts long texts' streams (a short text's is admitted as `tts` is)."""
+    long = PARAGRAPH[:400]
+    assert len(long) > SHORT_TEXT_CHARS
     with TTSClient(small_queue_server.grpc_url) as client:
         running = client.stream(PARAGRAPH * 10)
         assert next(running).index == 0  # the one allowed stream is running
-        with pytest.raises(ServerOverloaded, match="1 streams are running"):
-            next(iter(client.stream("A second stream.")))
+        with pytest.raises(ServerOverloaded, match="1 long-text streams are running"):
+            next(iter(client.stream(long)))
         running.close()  # cancels it; the slot frees once the server has stopped it
         for _ in range(60):
             try:
-                assert next(iter(client.stream("Now there is room."))).duration > 0.3
+                assert next(iter(client.stream(long))).duration > 0.3
                 break
             except ServerOverloaded:
                 time.sleep(0.5)

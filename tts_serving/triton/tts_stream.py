@@ -39,6 +39,7 @@ from tts_wire import (
     WORD_SPANS,
     WORDS,
     SynthesisOptions,
+    is_short_text,
     stream_error_message,
 )
 from tts_wire.tensors import ACOUSTIC, MODEL_IO, VOCODER, options_of
@@ -50,7 +51,7 @@ from ..stream.plan import PlannedChunk, finish_chunk, plan_chunks, plan_document
 from ..stream.scheduler import InFlight, Parts, StageError, StreamResponse, run_stream
 from ..stream.windows import REACH_FILE, REACH_MARGIN, kept, read_reach, rows_in, windows
 from ..text.front_end import TextFrontEnd
-from .adapter import ModelContext, latent_check, one_value, request_options
+from .adapter import ModelContext, flags, latent_check, one_value, request_options
 
 SHUTTING_DOWN = "Server not ready"  # Triton's answer to a request during shutdown
 
@@ -102,6 +103,13 @@ class ChunkWindows:
     marks: np.ndarray | None
 
 
+def first_rank(request) -> str:
+    """The rank of a stream's first audio: the level the front door sent it at (BULK, or
+    LATER: a short text's stream admitted as `tts` is), else AHEAD."""
+    bulk, later = flags(request, BULK_PARAMETER, LATER_PARAMETER)
+    return BULK if bulk else LATER if later else AHEAD
+
+
 # The stages each chunk goes through here (tts_stream phonemizes itself).
 STAGES = (ACOUSTIC, VOCODER)
 
@@ -126,6 +134,10 @@ class StreamRequest:
     voice: str  # the stream's voice (the default one when none was asked)
     forwarded: dict[str, dict[str, np.ndarray]]  # by stage: the options it takes, as sent
     clean: CleanText  # maps word spans back to the text as sent
+    # The rank of its first audio (the first chunk's acoustic call and first window): AHEAD,
+    # or the level the front door sent it at (a short text's stream is admitted as `tts` is:
+    # a heavy client's at BULK, a text's later sentence as LATER).
+    first: str = AHEAD
     _made: dict[tuple[str, str, float, int], list] = field(default_factory=dict)
 
     def inputs(self, chunk: PlannedChunk, stage: str) -> list:
@@ -174,6 +186,7 @@ class TtsStream:
             reach = read_reach(voice.file(REACH_FILE))
             self.context[voice.name] = reach + REACH_MARGIN
         self.in_flight = InFlight()
+        self.long_streams = 0  # of them, long texts' (max_streams bounds these)
         # pb_utils.TritonError exists only once the stub is up, not at import.
         self.codes = {
             INVALID_ARGUMENT: pb_utils.TritonError.INVALID_ARG,
@@ -190,8 +203,10 @@ class TtsStream:
         await asyncio.gather(*(self.stream(r) for r in requests))
         return None
 
-    def parse(self, request) -> StreamRequest:
-        raw = one_value(request, TEXT, batched=False)
+    def parse(self, request, raw: bytes | None = None) -> StreamRequest:
+        """``request`` read and checked; ``raw``: its text when already read."""
+        if raw is None:
+            raw = one_value(request, TEXT, batched=False)
         if raw is None:
             raise InvalidInputError("input 'text' is missing")
         received = self.text.received(raw)
@@ -216,7 +231,9 @@ class TtsStream:
                 options.word_timestamps,
             )
         by_stage = {stage: forwarded(request, stage) for stage in STAGES}
-        return StreamRequest(plan, options, voice, by_stage, received.clean)
+        return StreamRequest(
+            plan, options, voice, by_stage, received.clean, first=first_rank(request)
+        )
 
     async def bls(self, model, inputs, outputs: list[str], rank: str = AHEAD) -> list:
         request = pb_utils.InferenceRequest(
@@ -243,7 +260,7 @@ class TtsStream:
         if chunk.marks is not None:
             inputs.append(pb_utils.Tensor(MARK_SPANS, chunk.marks[None]))
             outputs.append(MARKS)
-        rank = BULK if chunk.index > 0 else AHEAD
+        rank = BULK if chunk.index > 0 else stream.first
         found = await self.bls(ACOUSTIC, [*inputs, *stream.inputs(chunk, ACOUSTIC)], outputs, rank)
         latent = [found.pop(0), found.pop(0)]  # the latent and its check, as tts sends them
         marks = found.pop().as_numpy().reshape(-1, 2).copy() if chunk.marks is not None else None
@@ -264,7 +281,8 @@ class TtsStream:
                 chunk_windows = ChunkWindows(frames, vocoder, voice, times, marks)
                 tasks: list[asyncio.Future] = []
                 for k, part in enumerate(parts):
-                    last, later = k == len(parts) - 1, rank if k == 0 else LATER
+                    last = k == len(parts) - 1
+                    later = rank if k == 0 or rank == BULK else LATER
                     after = tasks[-1] if tasks else None
                     window = self.window(chunk_windows, part, last, later, after)
                     tasks.append(asyncio.ensure_future(window))
@@ -360,13 +378,20 @@ class TtsStream:
 
     async def stream(self, request):
         parsed, refusal = None, None
-        if self.in_flight.count >= self.settings.max_streams:
+        try:
+            raw = one_value(request, TEXT, batched=False)
+        except InvalidInputError as e:
+            raw, refusal = None, StreamResponse(error_code=INVALID_ARGUMENT, error_message=str(e))
+        # A short text's stream is admitted by the front door as `tts` is (its slots bound
+        # them); max_streams bounds the long texts, which run for minutes.
+        long = not (isinstance(raw, bytes | str) and is_short_text(raw))
+        if refusal is None and long and self.long_streams >= self.settings.max_streams:
             # Shed load at once rather than queue a stream behind minutes of others.
-            message = f"{self.settings.max_streams} streams are running; retry later"
+            message = f"{self.settings.max_streams} long-text streams are running; retry later"
             refusal = StreamResponse(error_code=UNAVAILABLE, error_message=message)
-        else:
+        elif refusal is None:
             try:
-                parsed = self.parse(request)  # no await: counted once it runs
+                parsed = self.parse(request, raw)  # no await: counted once it runs
             except InvalidInputError as e:
                 refusal = StreamResponse(error_code=INVALID_ARGUMENT, error_message=str(e))
             except Exception as e:  # answered, never left waiting (the trace in the log only)
@@ -377,20 +402,24 @@ class TtsStream:
             send(refusal)
             send(StreamResponse(final=True))
             return
-        with self.in_flight:
-            outcome = await run_stream(
-                parsed.plan,
-                lambda chunk: self.synthesize(chunk, parsed),
-                send,
-                # Never asked once the final flag went out: the response factory is gone
-                # then, and asking crashed Triton 2.51 (segfault in
-                # TRITONBACKEND_ResponseFactoryIsCancelled).
-                lambda: not closed() and request.is_cancelled(),
-                self.settings.max_in_flight,
-                lambda message: self.logger.log_error(f"tts_stream: {message}"),
-            )
-            if outcome.error_code == CANCELLED:
-                self.logger.log_info(f"tts_stream: cancelled after {outcome.sent} chunks")
+        self.long_streams += long
+        try:
+            with self.in_flight:
+                outcome = await run_stream(
+                    parsed.plan,
+                    lambda chunk: self.synthesize(chunk, parsed),
+                    send,
+                    # Never asked once the final flag went out: the response factory is gone
+                    # then, and asking crashed Triton 2.51 (segfault in
+                    # TRITONBACKEND_ResponseFactoryIsCancelled).
+                    lambda: not closed() and request.is_cancelled(),
+                    self.settings.max_in_flight,
+                    lambda message: self.logger.log_error(f"tts_stream: {message}"),
+                )
+        finally:
+            self.long_streams -= long
+        if outcome.error_code == CANCELLED:
+            self.logger.log_info(f"tts_stream: cancelled after {outcome.sent} chunks")
 
     def finalize(self):
         # Let streams still running finish (as python_backend's decoupled examples do).

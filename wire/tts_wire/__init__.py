@@ -87,6 +87,24 @@ STREAM_FIRST_PARAMETER = "stream_first"
 # 12 s). The stages and the front door refuse more with ``batch_size_error``.
 ITEMS_PER_REQUEST = 1
 
+# A text of up to this many characters is short: the gateway sends it as one request, and a
+# `tts_stream` request of one is admitted by the front door as a `tts` request is (a slot, its
+# client's share, the level it is due) and not counted among the long texts a client and the
+# server may stream at once. A short text is one or two sentences; a stream of it gives its
+# first audio early (the first sentence decoded in windows) without cutting it.
+SHORT_TEXT_CHARS = 150
+
+
+def is_short_text(text: bytes | str) -> bool:
+    """Whether ``text`` (as sent: bytes are UTF-8) is a short text (SHORT_TEXT_CHARS)."""
+    if isinstance(text, bytes):
+        if len(text) <= SHORT_TEXT_CHARS:
+            return True
+        if len(text) > 4 * SHORT_TEXT_CHARS:  # (UTF-8 spends at most 4 bytes a character)
+            return False
+        text = text.decode("utf-8", "replace")
+    return len(text) <= SHORT_TEXT_CHARS
+
 
 def batch_size_error(name: str, size: int) -> str:
     """The INVALID_ARG message for an input of ``size`` items (over ITEMS_PER_REQUEST)."""

@@ -13,16 +13,19 @@ def burst(p90_s: float, throughput: float) -> Burst:
 def test_the_summary_gives_medians_and_the_ratio_of_each_round_with_its_range():
     rows = {
         ("synthesize", 16): {
-            "ours": [burst(0.5, 36.0), burst(0.6, 30.0), burst(0.4, 33.0)],
+            "ours-cut": [burst(0.5, 36.0), burst(0.6, 30.0), burst(0.4, 33.0)],
+            "ours-windows": [burst(1.0, 30.0), burst(1.0, 30.0), burst(1.0, 30.0)],
             "wyoming-piper": [burst(2.0, 30.0), burst(2.0, 20.0), burst(1.0, 30.0)],
         }
     }
-    header, rule, line = summary(rows, "wyoming-piper")
-    assert "ours p90 ms" in header and "wyoming-piper audio-s/s" in header
-    assert rule.count("|") == header.count("|")
-    cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[:5] == ["synthesize", "16", "3", "500", "2000"]
+    header, rule, cut, windows = summary(rows, "wyoming-piper")
+    assert "wyoming-piper p90 ms" in header and "wyoming-piper audio-s/s" in header
+    assert rule.count("|") == header.count("|") == cut.count("|")
+    cells = [c.strip() for c in cut.strip("|").split("|")]
+    assert cells[:6] == ["synthesize", "16", "ours-cut", "3", "500", "2000"]
     # p90 ratios per round 0.25, 0.30, 0.40; throughput 1.2, 1.5, 1.1: not ratios of medians.
-    assert cells[5] == "0.30x [0.25-0.40]"
-    assert cells[6:8] == ["33.0", "30.0"]
-    assert cells[8] == "1.20x [1.10-1.50]"
+    assert cells[6] == "0.30x [0.25-0.40]"
+    assert cells[7:9] == ["33.0", "30.0"]
+    assert cells[9] == "1.20x [1.10-1.50]"
+    cells = [c.strip() for c in windows.strip("|").split("|")]
+    assert cells[2] == "ours-windows" and cells[6] == "0.50x [0.50-1.00]"

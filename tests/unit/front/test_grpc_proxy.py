@@ -397,3 +397,89 @@ def test_grpcs_line_for_a_client_that_left_becomes_one_info_line_and_others_pass
     other = _core_record("Unexpected [KeyError] raised by servicer method [/x/Y]")
     assert client_gone_as_info(other)
     assert other.levelno == logging.ERROR and other.exc_info is not None
+
+
+def test_a_short_texts_stream_is_admitted_as_tts_is_and_not_counted_among_long_texts():
+    """A Home Assistant host's satellites each stream a sentence at once (early audio without
+    cutting it): a short text's stream takes a slot at its spoken cost and the level due, and
+    none of its client's long-text count; a long text's still does."""
+    import asyncio
+
+    from tts_front.admission import GATEWAY, spoken_cost
+    from tts_front.gatekeeper import Gatekeeper
+    from tts_front.settings import FrontSettings
+    from tts_wire import SHORT_TEXT_CHARS, TEXT
+
+    sentence = b"Turn on the living room lights, please."
+    long = b"A sentence of a long text. " * (SHORT_TEXT_CHARS // 20)
+    assert len(long) > SHORT_TEXT_CHARS
+
+    async def main():
+        keeper = Gatekeeper(FrontSettings(max_streams_per_client=2, warmup_requests=0))
+        assert keeper.short_stream("tts_stream", {TEXT: [sentence]})
+        assert not keeper.short_stream("tts_stream", {TEXT: [long]})
+        assert not keeper.short_stream("tts", {TEXT: [sentence]})  # `tts` is admitted so anyway
+        assert not keeper.short_stream("tts_stream", {TEXT: [sentence, sentence]})
+        cost = await keeper.cost("tts_stream", 999, {TEXT: [sentence]})
+        assert cost == spoken_cost([sentence], None)
+        client = f"{GATEWAY}203.0.113.7"
+        short = [
+            await keeper.enter("tts_stream", cost, client=client, priority=1, short=True)
+            for _ in range(6)  # more than the client's 2 long texts
+        ]
+        assert all(t.queued and t.measured for t in short)
+        assert keeper.admission.in_flight == 6 and len(keeper._streams) == 0
+        assert keeper.level(short[0]) == 1  # interactive, as a `tts` request within its work
+        longs = [await keeper.enter("tts_stream", 1.0, client=client) for _ in range(2)]
+        assert not any(t.queued for t in longs) and keeper._streams.total() == 2
+        for ticket in short:
+            keeper.leave(ticket, "served", samples=22_050)
+        for ticket in longs:
+            keeper.leave(ticket, "served")
+        assert keeper.admission.in_flight == 0 and len(keeper._streams) == 0
+
+    asyncio.run(main())
+
+
+def test_a_short_texts_stream_is_measured_by_its_audio_summed_and_a_long_ones_charged():
+    """The proxy's side: a short text's stream's chunks add up to the work it is measured by
+    when it ends; a long text's chunks are charged to its client as they come."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from tritonclient.grpc import service_pb2
+
+    from tts_front.gatekeeper import Gatekeeper
+    from tts_front.grpc_proxy import _ProxiedStream
+    from tts_front.settings import FrontSettings
+
+    def reply(rid: str, samples: int | None, final: bool) -> bytes:
+        response = service_pb2.ModelInferResponse(model_name="tts_stream", id=rid)
+        if samples:
+            output = response.outputs.add(name="audio", datatype="FP32")
+            output.shape.extend([samples])
+        if final:
+            response.parameters["triton_final_response"].bool_param = True
+        return service_pb2.ModelStreamInferResponse(infer_response=response).SerializeToString()
+
+    async def main():
+        keeper = Gatekeeper(FrontSettings(warmup_requests=0))
+        left, charged = [], []
+        keeper.leave = lambda ticket, outcome, samples=None: left.append((ticket.id, samples))
+        keeper.admission.charge = lambda client, work: charged.append((client, work))
+        proxy = SimpleNamespace(gatekeeper=keeper, settings=keeper.settings)
+
+        async def no_messages():
+            yield b""
+
+        stream = _ProxiedStream(proxy, no_messages(), None, False, "10.0.0.1")
+        short = await keeper.enter("tts_stream", 50.0, "s", "10.0.0.1", short=True)
+        long = await keeper.enter("tts_stream", 1.0, "l", "10.0.0.1")
+        stream.tickets += [short, long]
+        for message in (reply("s", 1000, False), reply("l", 500, False), reply("s", 200, True)):
+            stream.ended(message)
+        assert left == [("s", 1200)] and [c for c, _ in charged] == ["10.0.0.1"]
+        stream.ended(reply("l", None, True))
+        assert left == [("s", 1200), ("l", None)] and len(charged) == 1
+
+    asyncio.run(main())

@@ -274,6 +274,57 @@ def test_a_texts_first_few_words_go_first_and_ahead_of_the_rest(streaming):
     assert [o.priority for o in backend.options] == [1, 2]
 
 
+@pytest.mark.parametrize("streaming", [False, True])
+def test_with_windows_a_text_is_cut_only_where_a_sentence_ends_and_its_first_one_streams(
+    streaming,
+):
+    """wyoming_early_audio = windows: no cut after the first words; the first sentence goes
+    whole as a stream (tts_stream decodes it in windows: its first audio early) at the
+    interactive level, the next as one `tts` request at the bulk level."""
+    from wyoming.event import async_read_event, async_write_event
+    from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
+
+    from tests.support.fake_backend import FakeBackend
+
+    first = "Scientists discovered a new species of frog in the rainforest last year."
+    text = f"{first} It is green."
+    if streaming:
+        words = text.split(" ")
+        events = [SynthesizeStart().event()]
+        events += [
+            SynthesizeChunk(text=w if i == 0 else f" {w}").event() for i, w in enumerate(words)
+        ]
+        events += [SynthesizeStop().event()]
+    else:
+        events = [Synthesize(text=text).event()]
+
+    async def main():
+        backend = FakeBackend()
+        settings = GatewaySettings(wyoming_port=free_port(), wyoming_early_audio="windows")
+        server, port = await _wyoming(settings, backend)
+        reader, writer = await _connect(port, "127.0.0.2")
+        for event in events:
+            await async_write_event(event, writer)
+        kinds, last = [], "synthesize-stopped" if streaming else "audio-stop"
+        while not kinds or kinds[-1] != last:
+            kinds.append((await asyncio.wait_for(async_read_event(reader), 10)).type)
+        writer.close()
+        await server.close()
+        return backend
+
+    backend = asyncio.run(main())
+    assert [call[:2] for call in backend.calls] == [
+        ("stream", first),
+        ("synthesize", "It is green."),
+    ]
+    assert [o.priority for o in backend.options] == [1, 2]
+
+
+def test_an_early_audio_setting_other_than_cut_or_windows_is_refused():
+    with pytest.raises(ValueError, match="wyoming_early_audio must be one of cut, windows"):
+        GatewaySettings(wyoming_early_audio="words")
+
+
 def test_the_next_piece_is_made_while_one_is_sent_and_dropped_with_the_connection():
     """Each piece but the last opens the next (one ahead, no more); a client that leaves
     mid-text leaves no request or slot behind."""
