@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tts_serving.model_config import defaults, doc, parse_settings, pbtxt_parameters
-from tts_wire import MAX_PAUSE_S
+from tts_wire import MAX_PAUSE_S, SHORT_TEXT_CHARS
 
 ONNX_GRAPH_OPTIMIZATIONS = ("disable", "basic", "extended", "all")
 DEVICES = ("auto", "cpu", "cuda")
@@ -390,7 +390,11 @@ class StreamSettings(TextSettings):
     )
     max_streams: int = field(
         default=16,
-        metadata=doc("streams served at once; one more is answered UNAVAILABLE at once"),
+        metadata=doc(
+            f"long-text streams served at once (over {SHORT_TEXT_CHARS} characters; a short "
+            "text's stream is "
+            "admitted by the front door as `tts` is); one more is answered UNAVAILABLE at once"
+        ),
     )
     max_expansion: float = field(
         default=4.0,

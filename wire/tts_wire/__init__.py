@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 
 # The project's one version: both distributions' (their pyproject.toml read it) and what the
 # gateway and Wyoming report.
-__version__ = "0.9.12"
+__version__ = "0.9.13"
 
 # Tensor names, identical in tts, tts_stream and every stage.
 TEXT = "text"
