@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import re
 import statistics
 import sys
@@ -39,6 +40,7 @@ from bench.compare import percentile
 from bench.machine import cpu_line
 from tests.support.launcher import Launcher
 from tests.support.processes import server_and_gateway
+from tts_gateway.settings import ENV_PREFIX, SPEECH_EARLY_AUDIO
 
 ROOT = Path(__file__).resolve().parent.parent
 RATE = 24_000  # the gateway's pcm: 16-bit mono at 24 kHz
@@ -53,6 +55,7 @@ REPLIES = [
     "It looks like the payment did not go through because the card on file has expired. You "
     "can add a new card in the billing section of your account. Then try the order again.",
 ]
+SPEECH_EARLY_AUDIO_ENV = f"{ENV_PREFIX}SPEECH_EARLY_AUDIO"
 TOKEN_CHARS = 4  # an LLM token is about four characters of English (a word is about 1.3)
 
 
@@ -220,19 +223,42 @@ def main(argv: list[str] | None = None) -> int:
         help="as `make serve` serves: the launcher (front door, levels) instead of tritonserver "
         "and the gateway alone",
     )
+    p.add_argument(
+        "--speech-early-audio",
+        nargs="+",
+        choices=SPEECH_EARLY_AUDIO,
+        default=["whole"],
+        help="the gateway's speech_early_audio for the POSTed sentences (pcm); several: a "
+        "server each, side by side (sessions on the first)",
+    )
     a = p.parse_args(argv)
     print(f"machine: {cpu_line()}", flush=True)
     logs = Path(tempfile.mkdtemp(prefix="agent-sessions-"))
     rows = []
-    with _served(a.repository, logs, a.launcher) as gateway:
-        _agents("session", gateway, 2, a.tokens_per_s, 0.0, False, 0)  # first-use costs away
+    with contextlib.ExitStack() as stack:
+        gateways = {}
+        for mode in a.speech_early_audio:  # one after another: each start has the cores
+            os.environ[SPEECH_EARLY_AUDIO_ENV] = mode  # the gateway it starts reads it
+            try:
+                gateways[mode] = stack.enter_context(_served(a.repository, logs / mode, a.launcher))
+            finally:
+                del os.environ[SPEECH_EARLY_AUDIO_ENV]
+        several = len(gateways) > 1
+        for gateway in gateways.values():  # first-use costs away
+            _agents("session", gateway, 2, a.tokens_per_s, 0.0, False, 0)
+            _agents("sentence", gateway, 2, a.tokens_per_s, 0.0, False, 0)
+        first_gateway = next(iter(gateways.values()))
         for count in a.sessions:
             for stagger in (0.0, a.stagger_s) if count > 1 else (0.0,):
-                for kind in ("sentence", "session"):
-                    runs = agents(kind, gateway, count, a.tokens_per_s, stagger)
+                for mode, gateway in gateways.items():  # taking turns: drift hits each
+                    runs = agents("sentence", gateway, count, a.tokens_per_s, stagger)
+                    kind = f"sentence ({mode})" if several else "sentence"
                     first = [r.first_audio for r in runs]
                     rows.append((count, stagger, kind, first, [r.gaps() for r in runs]))
-            cancels = agents("session", gateway, count, a.tokens_per_s, 0.0, cancel=True)
+                runs = agents("session", first_gateway, count, a.tokens_per_s, stagger)
+                first = [r.first_audio for r in runs]
+                rows.append((count, stagger, "session", first, [r.gaps() for r in runs]))
+            cancels = agents("session", first_gateway, count, a.tokens_per_s, 0.0, cancel=True)
             rows.append((count, 0.0, "barge-in", [r.barge_in for r in cancels], None))
     print(
         f"agents at {a.tokens_per_s:g} tokens/s, three-sentence replies, through the gateway:\n"
@@ -260,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
 @contextlib.contextmanager
 def _served(repository: Path, logs: Path, launcher: bool) -> Iterator:
     """Something with the gateway's ``url``: the launcher's, or a gateway on a bare server."""
+    logs.mkdir(parents=True, exist_ok=True)
     if not launcher:
         with server_and_gateway(repository, logs, ROOT / ".cache/triton") as (_, gateway):
             yield gateway

@@ -313,7 +313,11 @@ def speech_job(
         )
     except ValueError as e:
         raise bad_request(str(e), param="speed") from None
-    streamed = len(text) > settings.direct_max_chars
+    # A long text streams; so does a short one played as it arrives, where its first audio
+    # comes from tts_stream's windows (speech_early_audio).
+    played_as_it_comes = request.response_format == "pcm" or request.stream_format == "sse"
+    windows = settings.speech_early_audio == "windows" and played_as_it_comes
+    streamed = len(text) > settings.direct_max_chars or windows
     return SpeechJob(text, options, formats[request.response_format], streamed, client)
 
 

@@ -152,8 +152,10 @@ def repository_voices(entries: list[str]) -> tuple[Voice, ...]:
     return tuple(table)
 
 
-# The ways a listener's first audio comes early (GatewaySettings.wyoming_early_audio).
+# The ways a listener's first audio comes early (GatewaySettings.wyoming_early_audio), and a
+# short text's in a response played as it arrives (speech_early_audio).
 EARLY_AUDIO = ("cut", "windows")
+SPEECH_EARLY_AUDIO = ("whole", "windows")
 
 
 @dataclass(frozen=True)
@@ -240,6 +242,11 @@ class GatewaySettings:
     # sentence ends (a clause, where the text arrives in pieces), the first piece streamed
     # through `tts_stream`, which decodes its first sentence in windows (docs/wyoming.md).
     wyoming_early_audio: str = "cut"
+    # How a short text's audio starts in a response played as it arrives (`pcm`, or
+    # stream_format `sse`): `whole`, one `tts` request, its first audio once the whole text is
+    # made; `windows`, streamed through `tts_stream`, its first sentence's first window of
+    # audio early, the text uncut (more vocoder work under load: docs/performance.md).
+    speech_early_audio: str = "whole"
     # The kernel's send buffer of each client connection (HTTP, WebSocket, Wyoming), in bytes
     # (the kernel doubles it): audio waiting for a client that stops reading stays within it
     # and the edge's (docs/sessions.md); autotuned, the buffers held seconds of audio per MB.
@@ -281,6 +288,11 @@ class GatewaySettings:
             raise ValueError(
                 f"wyoming_early_audio must be one of {', '.join(EARLY_AUDIO)}, got "
                 f"{self.wyoming_early_audio!r}"
+            )
+        if self.speech_early_audio not in SPEECH_EARLY_AUDIO:
+            raise ValueError(
+                f"speech_early_audio must be one of {', '.join(SPEECH_EARLY_AUDIO)}, got "
+                f"{self.speech_early_audio!r}"
             )
         if self.drain_s < 0:
             raise ValueError(f"drain_s must be >= 0, got {self.drain_s}")

@@ -18,6 +18,28 @@ from tts_gateway.encoding import FORMATS, encode_all
 from tts_gateway.settings import GatewaySettings, Voice, parse_args
 
 
+@pytest.mark.parametrize(
+    ("body", "streamed"),
+    [
+        ({"response_format": "pcm"}, True),
+        ({"response_format": "mp3", "stream_format": "sse"}, True),
+        ({"response_format": "wav"}, False),  # a file played once whole: one request
+    ],
+)
+def test_with_windows_a_short_text_played_as_it_comes_streams(body, streamed):
+    """speech_early_audio = windows: a short text in pcm or SSE goes through tts_stream (its
+    first window early, the text uncut); a file format stays one `tts` request."""
+    backend = FakeBackend()
+    with client_for(backend, speech_early_audio="windows") as client:
+        assert speech(client, **body).status_code == 200
+    assert backend.calls[0][:2] == (("stream" if streamed else "synthesize"), "Hello there.")
+
+
+def test_a_speech_early_audio_other_than_whole_or_windows_is_refused():
+    with pytest.raises(ValueError, match="speech_early_audio must be one of whole, windows"):
+        GatewaySettings(speech_early_audio="cut")
+
+
 def test_short_text_is_one_request_long_text_a_stream_and_voice_defaults_apply():
     backend = FakeBackend()
     voices = (
