@@ -465,3 +465,55 @@ def test_twenty_thousand_characters_through_the_sdk_as_mp3_arrive_whole(
     print(f"\n{len(text)} characters: {seconds:.0f} s of audio in {took:.0f} s")
     # About 15 characters a second of speech: the whole text, not a cut part of it.
     assert seconds > len(text) / 20, seconds
+
+
+def test_with_windows_a_short_answer_is_the_sentence_synthesized_whole(
+    server, gateway, tmp_path_factory
+):
+    """speech_early_audio and wyoming_early_audio = windows: a short text answered as pcm, and
+    a sentence Wyoming synthesizes, stream through tts_stream (the first window early) and are
+    the same audio as the sentence synthesized whole, with the stream's fades at its two ends
+    (noise fixed)."""
+    from tests.integration.test_stream import stream_settings
+    from tts_serving.stream.plan import finish_chunk
+
+    body = {"model": "tts-1", "voice": "joe-exact", "input": SENTENCE}
+    whole = httpx.post(f"{gateway.url}/v1/audio/speech", json=body | {"response_format": "wav"},
+                       timeout=120)  # fmt: skip
+    assert whole.status_code == 200, whole.text
+    samples, rate = decode(whole.content, "wav")
+    wyoming = free_port()
+    args = ("--speech-early-audio=windows", "--pcm-sample-rate=0", f"--wyoming-port={wyoming}",
+            "--wyoming-early-audio=windows")  # fmt: skip
+    with gateway_on(server, tmp_path_factory, *args) as windows:
+        streamed = httpx.post(f"{windows.url}/v1/audio/speech",
+                              json=body | {"response_format": "pcm"}, timeout=120)  # fmt: skip
+        assert streamed.status_code == 200, streamed.text
+        assert streamed.headers["x-audio-streaming"] == "true"
+        spoken = asyncio.run(wyoming_synthesize(wyoming, SENTENCE, "joe-exact"))
+    expected = finish_chunk(samples.astype(np.float32), rate, stream_settings(), False)
+    for answer in (streamed.content, spoken):  # the gateway's pcm, Wyoming's synthesize
+        audio = np.frombuffer(answer, np.int16).astype(np.float32) / 32768
+        assert audio.shape == expected.shape
+        assert np.max(np.abs(audio - expected)) <= 1e-3
+
+
+async def wyoming_synthesize(port: int, text: str, voice: str) -> bytes:
+    """The audio bytes of a Wyoming ``synthesize`` (16-bit mono at the voice's rate)."""
+    from wyoming.audio import AudioChunk, AudioStart
+    from wyoming.client import AsyncTcpClient
+    from wyoming.tts import Synthesize, SynthesizeVoice
+
+    audio = b""
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        await client.write_event(Synthesize(text, voice=SynthesizeVoice(voice)).event())
+        async with asyncio.timeout(120):
+            while (event := await client.read_event()) is not None:
+                assert event.type != "error", event.data
+                if AudioStart.is_type(event.type):
+                    assert AudioStart.from_event(event).rate == 22050
+                elif AudioChunk.is_type(event.type):
+                    audio += AudioChunk.from_event(event).audio
+                elif event.type == "audio-stop":
+                    return audio
+    raise AssertionError("the connection closed before audio-stop")
