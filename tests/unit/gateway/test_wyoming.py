@@ -231,18 +231,14 @@ def test_a_text_of_marks_alone_is_an_error_not_silence():
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("streaming", [False, True])
-def test_a_texts_first_few_words_go_first_and_ahead_of_the_rest(streaming):
-    """A sentence with no clause to cut at was one request: 16 satellites heard nothing until
-    16 whole sentences were made. Its first few words are now a request of their own at the
-    interactive level, the rest at the bulk level (the front door keeps the gateway's)."""
+def spoken(text: str, streaming: bool, settings: GatewaySettings) -> tuple[object, list[str]]:
+    """(the backend, the event types answered) for ``text`` sent as a ``synthesize``, or word by
+    word in streaming synthesis, to a gateway with ``settings`` on a fake backend."""
     from wyoming.event import async_read_event, async_write_event
     from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
 
     from tests.support.fake_backend import FakeBackend
-    from tts_client.session import FIRST_PIECE_WORDS
 
-    text = "Scientists discovered a new species of frog in the rainforest last year."
     if streaming:
         words = text.split(" ")
         events = [SynthesizeStart().event()]
@@ -255,19 +251,30 @@ def test_a_texts_first_few_words_go_first_and_ahead_of_the_rest(streaming):
 
     async def main():
         backend = FakeBackend()
-        server, port = await _wyoming(GatewaySettings(wyoming_port=free_port()), backend)
+        server, port = await _wyoming(settings, backend)
         reader, writer = await _connect(port, "127.0.0.2")
         for event in events:
             await async_write_event(event, writer)
         kinds, last = [], "synthesize-stopped" if streaming else "audio-stop"
         while not kinds or kinds[-1] != last:
             kinds.append((await asyncio.wait_for(async_read_event(reader), 10)).type)
-        assert kinds.count("audio-chunk") == 2, kinds
         writer.close()
         await server.close()
-        return backend
+        return backend, kinds
 
-    backend = asyncio.run(main())
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_texts_first_few_words_go_first_and_ahead_of_the_rest(streaming):
+    """A sentence with no clause to cut at was one request: 16 satellites heard nothing until
+    16 whole sentences were made. Its first few words are now a request of their own at the
+    interactive level, the rest at the bulk level (the front door keeps the gateway's)."""
+    from tts_client.session import FIRST_PIECE_WORDS
+
+    text = "Scientists discovered a new species of frog in the rainforest last year."
+    backend, kinds = spoken(text, streaming, GatewaySettings(wyoming_port=free_port()))
+    assert kinds.count("audio-chunk") == 2, kinds
     texts = [call[1] for call in backend.calls]
     words = text.split()
     assert texts == [" ".join(words[:FIRST_PIECE_WORDS]), " ".join(words[FIRST_PIECE_WORDS:])]
@@ -281,38 +288,9 @@ def test_with_windows_a_text_is_cut_only_where_a_sentence_ends_and_its_first_one
     """wyoming_early_audio = windows: no cut after the first words; the first sentence goes
     whole as a stream (tts_stream decodes it in windows: its first audio early) at the
     interactive level, the next as one `tts` request at the bulk level."""
-    from wyoming.event import async_read_event, async_write_event
-    from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
-
-    from tests.support.fake_backend import FakeBackend
-
     first = "Scientists discovered a new species of frog in the rainforest last year."
-    text = f"{first} It is green."
-    if streaming:
-        words = text.split(" ")
-        events = [SynthesizeStart().event()]
-        events += [
-            SynthesizeChunk(text=w if i == 0 else f" {w}").event() for i, w in enumerate(words)
-        ]
-        events += [SynthesizeStop().event()]
-    else:
-        events = [Synthesize(text=text).event()]
-
-    async def main():
-        backend = FakeBackend()
-        settings = GatewaySettings(wyoming_port=free_port(), wyoming_early_audio="windows")
-        server, port = await _wyoming(settings, backend)
-        reader, writer = await _connect(port, "127.0.0.2")
-        for event in events:
-            await async_write_event(event, writer)
-        kinds, last = [], "synthesize-stopped" if streaming else "audio-stop"
-        while not kinds or kinds[-1] != last:
-            kinds.append((await asyncio.wait_for(async_read_event(reader), 10)).type)
-        writer.close()
-        await server.close()
-        return backend
-
-    backend = asyncio.run(main())
+    settings = GatewaySettings(wyoming_port=free_port(), wyoming_early_audio="windows")
+    backend, _ = spoken(f"{first} It is green.", streaming, settings)
     assert [call[:2] for call in backend.calls] == [
         ("stream", first),
         ("synthesize", "It is green."),
