@@ -387,6 +387,7 @@ class _ProxiedStream:
         """Release the admitted messages the stream ended before Triton answered (or before
         they were passed on at all)."""
         tickets, self.tickets = self.tickets, []
+        self.audio.clear()
         for ticket in tickets:
             self.proxy.gatekeeper.leave(ticket, "error")
 

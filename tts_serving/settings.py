@@ -392,8 +392,8 @@ class StreamSettings(TextSettings):
         default=16,
         metadata=doc(
             f"long-text streams served at once (over {SHORT_TEXT_CHARS} characters; a short "
-            "text's stream is "
-            "admitted by the front door as `tts` is); one more is answered UNAVAILABLE at once"
+            "text's stream is admitted by the front door as `tts` is); one more is answered "
+            "UNAVAILABLE at once"
         ),
     )
     max_expansion: float = field(
