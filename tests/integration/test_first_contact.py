@@ -301,6 +301,10 @@ def test_the_banner_says_once_where_everything_is(served):
     assert ("harmless" in banner) == (not Path("/dev/nvidia0").exists())
 
 
+# The restarted launcher's --load-budget-s: a load measured at 15-60 s here, beside hogs too.
+RESTART_LOAD_BUDGET_S = 90
+
+
 def test_a_restart_right_after_a_stop_comes_up_on_the_same_ports(served, tmp_path):
     """Last in the module: it stops the module's launcher. Keep-alive connections open at the
     stop leave the ports in TIME_WAIT, which made the next start exit 2 for about a minute."""
@@ -310,12 +314,18 @@ def test_a_restart_right_after_a_stop_comes_up_on_the_same_ports(served, tmp_pat
         assert client.get(f"{served.url}/health").status_code == 200
     served.process.send_signal(signal.SIGINT)
     assert served.process.wait(60) == 0, served.log()[-3000:]
-    # (The warm-up at its lighter setting: the start on the same ports is what is tested.)
+    # (The warm-up at its lighter setting: the start on the same ports is what is tested. A
+    # load that hangs, which Triton 2.51 once did beside two CPU hogs here, is the launcher's
+    # to restart (tests/reliability/test_restart.py): within a budget this test waits out.)
     again = Launcher(
-        served.repository, tmp_path / "again.log", ports=served.ports, warmup_requests=LIGHT_WARMUP
+        served.repository,
+        tmp_path / "again.log",
+        [f"--load-budget-s={RESTART_LOAD_BUDGET_S}"],
+        ports=served.ports,
+        warmup_requests=LIGHT_WARMUP,
     )
     try:
-        again.wait_ready(timeout=120)
+        again.wait_ready(timeout=RESTART_LOAD_BUDGET_S + 120)
         assert "not free" not in again.log()
         assert burst(again.grpc, 4) == []
     finally:
